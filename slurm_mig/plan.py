@@ -1,0 +1,284 @@
+"""The plan: the JSON contract every planner emits and every executor consumes,
+an independent validator of its three constraints, and the metrics (ω, bound, ρ, σ).
+
+The validator reads only the plan's JSON form and ``geometry``; it shares no
+bookkeeping with the planners, so a planner bug cannot hide behind it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from .geometry import GeometryError, GpuModel, Placement, Slot, get_model
+from .workload import Task
+
+EPS = 1e-6
+
+
+class PlanError(ValueError):
+    """A plan that breaks a constraint, or JSON that is not a plan."""
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    id: str
+    gpu: int
+    slot: Slot
+    start: float
+    end: float
+    batch: int = 0
+
+
+@dataclass(frozen=True)
+class Reconfiguration:
+    gpu: int
+    op: str  # "create" | "destroy"
+    slot: Slot
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A schedule of tasks on MIG instances of ``gpus`` GPUs of one model."""
+
+    model: GpuModel
+    gpus: int
+    tasks: tuple[PlannedTask, ...]
+    reconfigurations: tuple[Reconfiguration, ...]
+    lower_bound: float
+    planner: str
+    initial_instances: tuple[tuple[int, Slot], ...] = ()
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan(self) -> float:
+        return max((t.end for t in self.tasks), default=0.0)
+
+    @property
+    def rho(self) -> float:
+        return rho(self.makespan, self.lower_bound)
+
+    def to_json(self) -> dict:
+        m = self.model
+
+        def inst(gpu: int, slot: Slot) -> dict:
+            return {
+                "gpu": gpu,
+                "profile": m.profile_for_size(slot.size).name,
+                "placement": slot.placement.to_json(),
+                "slices": list(slot.slices),
+            }
+
+        return {
+            "gpu_model": m.name,
+            "gpus": self.gpus,
+            "planner": self.planner,
+            "makespan": round(self.makespan, 9),
+            "lower_bound": round(self.lower_bound, 9),
+            "rho": round(self.rho, 6),
+            "tasks": [
+                {
+                    "id": t.id,
+                    "gpu": t.gpu,
+                    "profile": m.profile_for_size(t.slot.size).name,
+                    "placement": t.slot.placement.to_json(),
+                    "slices": list(t.slot.slices),
+                    "start": round(t.start, 9),
+                    "end": round(t.end, 9),
+                    "batch": t.batch,
+                }
+                for t in sorted(self.tasks, key=lambda t: (t.start, t.gpu, t.slot))
+            ],
+            "reconfigurations": [
+                {
+                    "gpu": r.gpu,
+                    "op": r.op,
+                    "profile": m.profile_for_size(r.slot.size).name,
+                    "placement": r.slot.placement.to_json(),
+                    "start": round(r.start, 9),
+                    "end": round(r.end, 9),
+                }
+                for r in sorted(self.reconfigurations, key=lambda r: (r.start, r.gpu))
+            ],
+            "initial_instances": [inst(g, s) for g, s in self.initial_instances],
+            "stats": dict(self.stats),
+        }
+
+
+# ---------------------------------------------------------------------------
+# Metrics
+
+
+def lower_bound(tasks: Iterable[Task], model: GpuModel, gpus: int = 1) -> float:
+    """Area bound of Section 6.4: minimum work of every task spread over all slices."""
+    return sum(t.min_work() for t in tasks) / (model.compute_slices * gpus)
+
+
+def rho(makespan: float, bound: float) -> float:
+    return makespan / bound if bound > 0 else math.inf
+
+
+def sigma(makespan_a: float, makespan_far: float) -> float:
+    return makespan_a / makespan_far if makespan_far > 0 else math.inf
+
+
+# ---------------------------------------------------------------------------
+# Independent validation of a plan's JSON form
+
+
+def _slot_of(model: GpuModel, item: Mapping[str, Any], where: str) -> Slot:
+    try:
+        profile = model.profile(str(item["profile"]))
+        pl = item["placement"]
+        placement = Placement(int(pl["start"]), int(pl["size"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanError(f"{where}: needs 'profile' and 'placement' {{start, size}}") from exc
+    except GeometryError as exc:
+        raise PlanError(f"{where}: {exc}") from None
+    if placement not in profile.placements:
+        raise PlanError(
+            f"{where}: placement {placement.start}:{placement.size} is not legal for "
+            f"{profile.name} (legal starts {list(profile.starts)})"
+        )
+    return Slot(placement, profile.compute_slices)
+
+
+def validate_plan(
+    data: Mapping[str, Any], tasks: Sequence[Task] | None = None
+) -> list[str]:
+    """Return every violation of the plan's constraints (empty list = valid).
+
+    (1) tasks on a common compute slice never overlap in time; (2) live instances of
+    a GPU are always pairwise disjoint legal placements; (3) a GPU's create/destroy
+    operations run one after another, each at least as long as the hardware needs,
+    and a task runs only on an instance that exists for its whole run.
+    """
+    errors: list[str] = []
+    try:
+        model = get_model(str(data["gpu_model"]))
+        gpus = int(data["gpus"])
+    except (KeyError, ValueError, GeometryError) as exc:
+        return [f"plan header: {exc}"]
+
+    planned = []
+    for i, t in enumerate(data.get("tasks", [])):
+        where = f"task {t.get('id', i)!r}"
+        try:
+            slot = _slot_of(model, t, where)
+            gpu, start, end = int(t["gpu"]), float(t["start"]), float(t["end"])
+        except (PlanError, KeyError, TypeError, ValueError) as exc:
+            errors.append(str(exc))
+            continue
+        if not 0 <= gpu < gpus:
+            errors.append(f"{where}: gpu {gpu} outside 0..{gpus - 1}")
+        if "slices" in t and list(t["slices"]) != list(slot.slices):
+            errors.append(f"{where}: slices {t['slices']} but its placement gives {list(slot.slices)}")
+        if not (start >= -EPS and end >= start):
+            errors.append(f"{where}: bad interval [{start}, {end}]")
+        planned.append((str(t.get("id")), gpu, slot, start, end))
+
+    if tasks is not None:
+        by_id = {t.id: t for t in tasks}
+        counts: dict[str, int] = defaultdict(int)
+        for tid, _, slot, start, end in planned:
+            counts[tid] += 1
+            task = by_id.get(tid)
+            if task is None:
+                errors.append(f"task {tid!r}: not in the batch")
+                continue
+            want = task.times.get(slot.size)
+            if want is None or math.isinf(want):
+                errors.append(f"task {tid!r}: cannot run on size {slot.size}")
+            elif abs((end - start) - want) > EPS * max(1.0, want):
+                errors.append(f"task {tid!r}: runs {end - start:.6f}s, needs {want:.6f}s on size {slot.size}")
+        for tid in by_id:
+            if counts.get(tid, 0) != 1:
+                errors.append(f"task {tid!r}: scheduled {counts.get(tid, 0)} times, must be once")
+
+    # (1) compute slices are used by one task at a time
+    per_slice: dict[tuple[int, int], list[tuple[float, float, str]]] = defaultdict(list)
+    for tid, gpu, slot, start, end in planned:
+        for s in slot.slices:
+            per_slice[(gpu, s)].append((start, end, tid))
+    for (gpu, s), spans in per_slice.items():
+        spans.sort()
+        for (a0, a1, ta), (b0, b1, tb) in zip(spans, spans[1:]):
+            if b0 < a1 - EPS:
+                errors.append(f"gpu {gpu} slice {s}: tasks {ta!r} and {tb!r} overlap in time")
+
+    # (2) + (3): replay each GPU's operations
+    ops_by_gpu: dict[int, list[tuple[float, float, str, Slot]]] = defaultdict(list)
+    for i, r in enumerate(data.get("reconfigurations", [])):
+        where = f"reconfiguration #{i + 1}"
+        try:
+            slot = _slot_of(model, r, where)
+            gpu, start, end, op = int(r["gpu"]), float(r["start"]), float(r["end"]), str(r["op"])
+        except (PlanError, KeyError, TypeError, ValueError) as exc:
+            errors.append(str(exc))
+            continue
+        if op not in ("create", "destroy"):
+            errors.append(f"{where}: op {op!r} must be create or destroy")
+            continue
+        need = model.create_time(slot.size) if op == "create" else model.destroy_time(slot.size)
+        if end - start < need - EPS:
+            errors.append(f"{where}: {op} of size {slot.size} takes {end - start:.3f}s, hardware needs {need:.3f}s")
+        ops_by_gpu[gpu].append((start, end, op, slot))
+
+    initial: dict[int, list[Slot]] = defaultdict(list)
+    for i, inst in enumerate(data.get("initial_instances", [])):
+        try:
+            initial[int(inst["gpu"])].append(_slot_of(model, inst, f"initial instance #{i + 1}"))
+        except (PlanError, KeyError, TypeError, ValueError) as exc:
+            errors.append(str(exc))
+
+    # lifetimes per gpu: (slot, usable_from, usable_until)
+    lifetimes: dict[int, list[tuple[Slot, float, float]]] = defaultdict(list)
+    for gpu in set(ops_by_gpu) | set(initial):
+        live: dict[Slot, float] = {}
+        for slot in initial[gpu]:
+            clash = [o for o in live if o.placement.overlaps(slot.placement)]
+            if clash:
+                errors.append(f"gpu {gpu}: initial instances {clash[0]} and {slot} overlap")
+            live[slot] = -math.inf
+        ops = sorted(ops_by_gpu[gpu], key=lambda o: (o[0], o[1]))
+        for prev, cur in zip(ops, ops[1:]):
+            if cur[0] < prev[1] - EPS:
+                errors.append(f"gpu {gpu}: {prev[2]} {prev[3]} and {cur[2]} {cur[3]} run at the same time; reconfigurations are sequential")
+        for start, end, op, slot in ops:
+            if op == "create":
+                clash = [o for o in live if o.placement.overlaps(slot.placement)]
+                if clash:
+                    errors.append(
+                        f"gpu {gpu}: create {slot} at {start:.3f}s overlaps live instance {clash[0]}"
+                    )
+                live[slot] = end
+            else:
+                if slot not in live:
+                    errors.append(f"gpu {gpu}: destroy of {slot} at {start:.3f}s, which does not exist")
+                    continue
+                lifetimes[gpu].append((slot, live.pop(slot), start))
+        for slot, usable in live.items():
+            lifetimes[gpu].append((slot, usable, math.inf))
+
+    for tid, gpu, slot, start, end in planned:
+        if not any(
+            s == slot and lo <= start + EPS and end <= hi + EPS
+            for s, lo, hi in lifetimes.get(gpu, [])
+        ):
+            errors.append(
+                f"task {tid!r}: no instance {model.profile_for_size(slot.size).name} at "
+                f"{slot.placement.start}:{slot.placement.size} on gpu {gpu} exists for all of [{start:.3f}, {end:.3f}]"
+            )
+    return errors
+
+
+def check_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) -> None:
+    """Raise PlanError naming the first few violations, if any."""
+    errors = validate_plan(data, tasks)
+    if errors:
+        more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise PlanError("; ".join(errors[:3]) + more)

@@ -1,0 +1,55 @@
+"""Batch planners behind one small interface over an immutable snapshot.
+
+Every planner is a callable ``plan(batch) -> Plan``; ``get_planner`` resolves the
+names the CLI accepts (``far``, ``exact``, ``auto``, ``miso-opt``, ``fixpart-best``,
+``fixpart-7``, ``fixpart-1-1-1-1-1-1-1``, any ``fixpart-<sizes>`` partition).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from ..geometry import GpuModel
+from ..plan import Plan
+from ..workload import Task
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a planner sees: the tasks, the GPU model and how many GPUs."""
+
+    tasks: tuple[Task, ...]
+    model: GpuModel
+    gpus: int = 1
+    seed: int = 0
+
+
+class Planner(Protocol):
+    def __call__(self, batch: Batch) -> Plan: ...
+
+
+class UnknownPlanner(ValueError):
+    pass
+
+
+def get_planner(name: str) -> Callable[[Batch], Plan]:
+    """The planner for a CLI name; raises UnknownPlanner listing the valid names."""
+    from . import baselines, exact, far
+
+    key = name.strip().lower()
+    fixed: dict[str, Callable[[Batch], Plan]] = {
+        "far": far.plan_far,
+        "exact": exact.plan_exact,
+        "auto": exact.plan_auto,
+        "miso-opt": baselines.plan_miso_opt,
+        "fixpart-best": baselines.plan_fixpart_best,
+    }
+    if key in fixed:
+        return fixed[key]
+    if key.startswith("fixpart-"):
+        return baselines.fixpart_planner(key[len("fixpart-") :])
+    raise UnknownPlanner(
+        f"unknown planner {name!r}; choose far, auto, exact, miso-opt, fixpart-best, "
+        "or fixpart-<sizes> (e.g. fixpart-7, fixpart-4-3, fixpart-1-1-1-1-1-1-1)"
+    )

@@ -1,0 +1,447 @@
+"""FAR (Villarrubia et al., JPDC 2025): Family of Allocations and Repartitioning.
+
+Phase 1 builds Turek's family of allocations (Section 3.1); phase 2 list-schedules
+each allocation in LPT order over the repartitioning tree with sequential
+reconfiguration (Algorithm 1) and keeps the best; phase 3 refines it by moving and
+swapping tasks away from critical slices (Algorithm 2). Several GPUs are several
+trees whose roots are all available at time 0.
+
+Phase 2 skips allocations that provably cannot beat the best one found so far (an
+area and a longest-task bound, and an early stop once a partial schedule reaches
+the best makespan). The skip is exact: the allocation chosen is the one a full
+evaluation of the family chooses; ``prune=False`` evaluates all of it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from bisect import bisect_left, insort
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..geometry import GpuModel
+from ..plan import Plan
+from ..workload import Task
+from . import Batch
+from .timeline import GpuState, Timeline, Use, run_uses, to_plan
+
+_TIE = 1e-9  # relative tolerance for "equal work" in phase 1
+
+
+@dataclass
+class Forest:
+    """One repartitioning tree per GPU, flattened: node v of GPU g is g*T + local."""
+
+    model: GpuModel
+    gpus: int
+    size: list[int] = field(default_factory=list)
+    gpu: list[int] = field(default_factory=list)
+    local: list[int] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)
+    children: list[tuple[int, ...]] = field(default_factory=list)
+    covers: list[tuple[int, ...]] = field(default_factory=list)  # slice ids g*S+s
+    leaves: list[int] = field(default_factory=list)
+    by_size: dict[int, list[int]] = field(default_factory=dict)
+    roots: list[int] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, model: GpuModel, gpus: int) -> Forest:
+        f = cls(model, gpus)
+        T, S = len(model.tree), model.compute_slices
+        for g in range(gpus):
+            for node in model.tree:
+                v = g * T + node.index
+                f.size.append(node.size)
+                f.gpu.append(g)
+                f.local.append(node.index)
+                f.parent.append(-1 if node.parent is None else g * T + node.parent)
+                f.children.append(tuple(g * T + c for c in node.children))
+                p = node.placement
+                # slices whose availability the instance holds (3g at 0 blocks slice 3)
+                f.covers.append(tuple(g * S + s for s in range(p.start, min(p.end, S))))
+                if not node.children:
+                    f.leaves.append(v)
+                f.by_size.setdefault(node.size, []).append(v)
+            f.roots.append(g * T)
+        return f
+
+    @property
+    def nodes(self) -> int:
+        return len(self.size)
+
+    def uses(self, assign: Sequence[Sequence[int]], batch: int = 0) -> list[Use]:
+        tree = self.model.tree
+        return [
+            Use(self.gpu[v], tree[self.local[v]].slot, list(assign[v]), batch)
+            for v in range(self.nodes)
+            if assign[v]
+        ]
+
+
+@dataclass
+class FarResult:
+    """Everything FAR decided, kept for refinement, concatenation and reports."""
+
+    forest: Forest
+    allocation: list[int]  # chosen size per task
+    assign: list[list[int]]  # task indexes per forest node, in run order
+    phase2_makespan: float  # Algorithm 1's own makespan of the chosen allocation
+    family_size: int
+    evaluated: int
+    chosen_index: int
+    moves: int = 0
+    swaps: int = 0
+    iterations: int = 0
+
+
+# ---------------------------------------------------------------------------
+# Phase 1
+
+
+def _best_size(times: dict[int, float], sizes: Sequence[int], above: int = 0) -> int | None:
+    """Smallest-work size above ``above``; the smallest size wins an exact tie."""
+    best, best_w = None, math.inf
+    for s in sizes:
+        if s <= above:
+            continue
+        w = s * times[s]
+        if w < best_w * (1 - _TIE):
+            best, best_w = s, w
+    return best
+
+
+def allocation_family(tasks: Sequence[Task], model: GpuModel) -> list[list[int]]:
+    """All allocations of Section 3.1 (for tests and reports; FAR walks it lazily)."""
+    sizes = model.planner_sizes
+    a = [_best_size(t.times, sizes) for t in tasks]
+    fam = [list(a)]
+    while True:
+        i = max(range(len(tasks)), key=lambda j: (tasks[j].times[a[j]], -j))
+        nxt = _best_size(tasks[i].times, sizes, a[i])
+        if nxt is None:
+            return fam
+        a[i] = nxt
+        fam.append(list(a))
+
+
+# ---------------------------------------------------------------------------
+# Phase 2: Algorithm 1
+
+
+def list_schedule(
+    forest: Forest,
+    groups: dict[int, list[tuple[float, int]]],
+    dur: Sequence[float],
+    n: int,
+    stop_at: float = math.inf,
+) -> tuple[float, list[list[int]]] | None:
+    """Algorithm 1 over the forest. ``groups[s]`` holds ``(-time, task)`` in LPT order.
+
+    Returns (makespan, tasks per node), or None as soon as a task would end at or
+    after ``stop_at`` (it can then not beat the schedule that set ``stop_at``).
+    """
+    model = forest.model
+    tc, td = model.create_s, model.destroy_s
+    size, gpu, children = forest.size, forest.gpu, forest.children
+    ptr = dict.fromkeys(groups, 0)
+    lens = {s: len(g) for s, g in groups.items()}
+    reconfig = [0.0] * forest.gpus
+    started = [False] * forest.nodes
+    assign: list[list[int]] = [[] for _ in range(forest.nodes)]
+    heap = [(0.0, r) for r in forest.roots]
+    remaining = n
+    makespan = 0.0
+    pop, push = heapq.heappop, heapq.heappush
+    while remaining:
+        end, v = pop(heap)
+        s = size[v]
+        p = ptr.get(s)
+        if p is not None and p < lens[s]:
+            if not started[v]:
+                g = gpu[v]
+                r = reconfig[g]
+                if end > r:
+                    r = end
+                r += tc[s]
+                reconfig[g] = r
+                end = r
+                started[v] = True
+            i = groups[s][p][1]
+            ptr[s] = p + 1
+            remaining -= 1
+            assign[v].append(i)
+            end += dur[i]
+            if end >= stop_at:
+                return None
+            if end > makespan:
+                makespan = end
+            push(heap, (end, v))
+        else:
+            if started[v]:
+                g = gpu[v]
+                r = reconfig[g]
+                reconfig[g] = (end if end > r else r) + td[s]
+            for c in children[v]:
+                push(heap, (end, c))
+    return makespan, assign
+
+
+def _phase2(
+    tasks: Sequence[Task], forest: Forest, prune: bool
+) -> tuple[list[int], list[list[int]], float, int, int, int]:
+    model = forest.model
+    sizes = model.planner_sizes
+    n = len(tasks)
+    times = [t.times for t in tasks]
+    slices_total = model.compute_slices * forest.gpus
+    min_create = min(model.create_s[s] for s in sizes)
+    a = [_best_size(t, sizes) for t in times]
+    cur = [times[i][a[i]] for i in range(n)]
+    area = math.fsum(a[i] * cur[i] for i in range(n))
+    groups: dict[int, list[tuple[float, int]]] = {s: [] for s in sizes}
+    for i in range(n):
+        groups[a[i]].append((-cur[i], i))
+    for g in groups.values():
+        g.sort()
+    longest = [(-cur[i], i) for i in range(n)]
+    heapq.heapify(longest)
+
+    best = math.inf
+    best_alloc: list[int] = list(a)
+    best_assign: list[list[int]] = []
+    best_k, k, evaluated = 0, 0, 0
+    while True:
+        h = -longest[0][0]
+        bound_area = area / slices_total + min_create
+        if prune and bound_area * (1 - 1e-12) >= best:
+            break  # area never shrinks along the family: no later allocation wins
+        if not prune or (h + min_create) * (1 - 1e-12) < best:
+            evaluated += 1
+            res = list_schedule(forest, groups, cur, n, best if prune else math.inf)
+            if res is not None and res[0] < best:
+                best, best_assign = res
+                best_alloc, best_k = list(a), k
+        _, i = longest[0]
+        nxt = _best_size(times[i], sizes, a[i])
+        if nxt is None:
+            break
+        old = a[i]
+        groups[old].pop(bisect_left(groups[old], (-cur[i], i)))
+        area += nxt * times[i][nxt] - old * cur[i]
+        a[i], cur[i] = nxt, times[i][nxt]
+        insort(groups[nxt], (-cur[i], i))
+        heapq.heapreplace(longest, (-cur[i], i))
+        k += 1
+    # per-task durations for the chosen allocation
+    return best_alloc, best_assign, best, k + 1, evaluated, best_k
+
+
+# ---------------------------------------------------------------------------
+# Phase 3: Algorithm 2
+
+
+def slice_ends(forest: Forest, assign: Sequence[Sequence[int]], timeline: Timeline | None,
+               ends_by_node: Sequence[float]) -> list[float]:
+    out = [0.0] * (forest.gpus * forest.model.compute_slices)
+    for v in range(forest.nodes):
+        if assign[v]:
+            e = ends_by_node[v]
+            for s in forest.covers[v]:
+                if e > out[s]:
+                    out[s] = e
+    return out
+
+
+def node_ends(forest: Forest, timeline: Timeline, uses_nodes: Sequence[int]) -> list[float]:
+    ends = [0.0] * forest.nodes
+    for v, (_, last) in zip(uses_nodes, timeline.use_bounds):
+        ends[v] = last
+    return ends
+
+
+def _closest_below(durs: list[float], margin: float) -> int | None:
+    """Index of the duration < margin closest to margin/2 (durs sorted decreasing)."""
+    target = margin / 2
+    best, best_d = None, math.inf
+    # durs is decreasing: scan the part below margin, stop once past the target
+    lo, hi = 0, len(durs)
+    while lo < hi:  # first index with dur < margin
+        mid = (lo + hi) // 2
+        if durs[mid] < margin:
+            hi = mid
+        else:
+            lo = mid + 1
+    for j in range(lo, len(durs)):
+        d = abs(durs[j] - target)
+        if d < best_d:
+            best, best_d = j, d
+        if durs[j] < target:
+            break
+    return best
+
+
+def _swap_pair(a: list[float], b: list[float], margin: float) -> tuple[int, int] | None:
+    """(k, j) with 0 < a[k] - b[j] < margin closest to margin/2; lists decreasing."""
+    target = margin / 2
+    best, best_d = None, math.inf
+    k = j = 0
+    while k < len(a) and j < len(b):
+        diff = a[k] - b[j]
+        if diff <= 0:
+            j += 1
+        elif diff >= margin:
+            k += 1
+        else:
+            d = abs(diff - target)
+            if d < best_d:
+                best, best_d = (k, j), d
+            if diff < target:
+                j += 1
+            else:
+                k += 1
+    return best
+
+
+def refine(
+    forest: Forest,
+    assign: list[list[int]],
+    dur: Sequence[float],
+    ends: list[float],
+    critical_margin: Sequence[float] | None = None,
+    max_iters: int = 100,
+) -> tuple[int, int, int]:
+    """Algorithm 2 on ``assign`` in place, tracking slice ends without reconfiguration.
+
+    ``ends`` are the slice end times. With ``critical_margin`` (concatenation,
+    Section 4.3) the quantity to shrink on each slice is ``ends[s] + margin[s]``.
+    Returns (iterations, moves, swaps).
+    """
+    extra = critical_margin or [0.0] * len(ends)
+    by_size = forest.by_size
+    covers, parent = forest.covers, forest.parent
+    for v in range(forest.nodes):
+        assign[v].sort(key=lambda i: -dur[i])
+    iters = moves = swaps = 0
+    stop = False
+    while not stop and iters < max_iters:
+        iters += 1
+        omega = max(e + x for e, x in zip(ends, extra))
+        queue = deque(
+            v for v in forest.leaves if any(ends[s] + extra[s] >= omega for s in covers[v])
+        )
+        opened = set(queue)
+        changed = False
+        while queue:
+            v = queue.popleft()
+            if parent[v] < 0:
+                stop = True
+                break
+            alt, alt_end = v, math.inf
+            for w in by_size[forest.size[v]]:
+                e = max(ends[s] + extra[s] for s in covers[w])
+                if e < alt_end:
+                    alt, alt_end = w, e
+            done = False
+            if alt != v:
+                margin = omega - alt_end
+                durs = [dur[i] for i in assign[v]]
+                j = _closest_below(durs, margin)
+                if j is not None:
+                    task = assign[v].pop(j)
+                    _insert(assign[alt], task, dur)
+                    _shift(ends, covers[v], -dur[task])
+                    _shift(ends, covers[alt], dur[task])
+                    moves += 1
+                    done = True
+                else:
+                    pair = _swap_pair(durs, [dur[i] for i in assign[alt]], margin)
+                    if pair is not None:
+                        tk = assign[v].pop(pair[0])
+                        tj = assign[alt].pop(pair[1])
+                        _insert(assign[alt], tk, dur)
+                        _insert(assign[v], tj, dur)
+                        delta = dur[tk] - dur[tj]
+                        _shift(ends, covers[v], -delta)
+                        _shift(ends, covers[alt], delta)
+                        swaps += 1
+                        done = True
+            if done:
+                changed = True
+            elif parent[v] not in opened:
+                opened.add(parent[v])
+                queue.append(parent[v])
+        if not changed:
+            break
+    return iters, moves, swaps
+
+
+def _insert(tasks: list[int], task: int, dur: Sequence[float]) -> None:
+    keys = [-dur[i] for i in tasks]
+    tasks.insert(bisect_left(keys, -dur[task]), task)
+
+
+def _shift(ends: list[float], slices: Sequence[int], delta: float) -> None:
+    for s in slices:
+        ends[s] += delta
+
+
+# ---------------------------------------------------------------------------
+# The planner
+
+
+def time_assignment(
+    forest: Forest,
+    tasks: Sequence[Task],
+    assign: Sequence[Sequence[int]],
+    states: Sequence[GpuState] | None = None,
+    batch: int = 0,
+) -> tuple[Timeline, list[int]]:
+    uses = forest.uses(assign, batch)
+    nodes = [v for v in range(forest.nodes) if assign[v]]
+    return run_uses(forest.model, tasks, uses, forest.gpus, states), nodes
+
+
+def far_schedule(
+    tasks: Sequence[Task],
+    model: GpuModel,
+    gpus: int = 1,
+    refine_phase: bool = True,
+    prune: bool = True,
+    max_iters: int = 100,
+) -> FarResult:
+    """Phases 1-3 on a batch; returns the chosen tree assignment."""
+    forest = Forest.build(model, gpus)
+    alloc, assign, ms2, fam, evaluated, k = _phase2(tasks, forest, prune)
+    result = FarResult(forest, alloc, assign, ms2, fam, evaluated, k)
+    if refine_phase and len(tasks) > 1:
+        dur = [tasks[i].times[alloc[i]] for i in range(len(tasks))]
+        base_tl, nodes = time_assignment(forest, tasks, assign)
+        trial = [list(x) for x in assign]
+        ends = slice_ends(forest, trial, None, node_ends(forest, base_tl, nodes))
+        iters, moves, swaps = refine(forest, trial, dur, ends, max_iters=max_iters)
+        new_tl, _ = time_assignment(forest, tasks, trial)
+        result.iterations = iters
+        if new_tl.makespan <= base_tl.makespan:
+            result.assign, result.moves, result.swaps = trial, moves, swaps
+    return result
+
+
+def plan_far(batch: Batch, refine_phase: bool = True, prune: bool = True) -> Plan:
+    """The FAR planner: phases 1-3, timed with sequential reconfiguration."""
+    t0 = time.perf_counter()
+    res = far_schedule(batch.tasks, batch.model, batch.gpus, refine_phase, prune)
+    timeline, _ = time_assignment(res.forest, batch.tasks, res.assign)
+    elapsed = time.perf_counter() - t0
+    stats = {
+        "planning_seconds": elapsed,
+        "family_size": res.family_size,
+        "allocations_evaluated": res.evaluated,
+        "chosen_allocation": res.chosen_index,
+        "phase2_makespan": res.phase2_makespan,
+        "refinement_moves": res.moves,
+        "refinement_swaps": res.swaps,
+    }
+    return to_plan(batch.model, batch.tasks, timeline, batch.gpus, "far", stats=stats)

@@ -1,0 +1,281 @@
+"""Tasks with a runtime per instance size, their loaders, and the synthetic generator
+of the FAR paper (Section 6.3)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from .geometry import GpuModel
+
+
+class WorkloadError(ValueError):
+    """Bad task input; the message names the file, the row or field, and the fix."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One job: seconds per instance size (compute slices). ``inf`` = cannot run there."""
+
+    id: str
+    times: Mapping[int, float]
+    memory_bytes: int | None = None
+    meta: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+    def time(self, size: int) -> float:
+        return self.times[size]
+
+    def work(self, size: int) -> float:
+        return size * self.times[size]
+
+    def min_work(self) -> float:
+        return min(s * t for s, t in self.times.items())
+
+
+def validate(tasks: Sequence[Task], model: GpuModel, source: str = "tasks") -> None:
+    """Raise WorkloadError unless every task has a finite-or-inf, positive time for
+    exactly the model's instance sizes and ids are unique."""
+    if not tasks:
+        raise WorkloadError(f"{source}: no tasks; give at least one task")
+    sizes = set(model.planner_sizes)
+    seen: set[str] = set()
+    for task in tasks:
+        if not task.id:
+            raise WorkloadError(f"{source}: a task has an empty id; give every task an id")
+        if task.id in seen:
+            raise WorkloadError(
+                f"{source}: duplicate task id {task.id!r}; ids must be unique"
+            )
+        seen.add(task.id)
+        extra = set(task.times) - sizes
+        if extra:
+            raise WorkloadError(
+                f"{source}: task {task.id!r} has a time for size {min(extra)}, which "
+                f"{model.name} does not have; sizes are "
+                f"{', '.join(map(str, model.planner_sizes))}"
+            )
+        missing = sizes - set(task.times)
+        if missing:
+            raise WorkloadError(
+                f"{source}: task {task.id!r} has no time for size {min(missing)}; give "
+                f"one per size ({', '.join(map(str, model.planner_sizes))}), "
+                "or 'inf' where it cannot run"
+            )
+        for size, t in task.times.items():
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or math.isnan(t):
+                raise WorkloadError(
+                    f"{source}: task {task.id!r} size {size}: time {t!r} is not a number"
+                )
+            if t <= 0:
+                raise WorkloadError(
+                    f"{source}: task {task.id!r} size {size}: time {t} must be > 0 seconds"
+                )
+        if all(math.isinf(t) for t in task.times.values()):
+            raise WorkloadError(
+                f"{source}: task {task.id!r} cannot run on any size (all times are inf)"
+            )
+
+
+def _number(text: str, where: str) -> float:
+    raw = text.strip()
+    if raw == "":
+        raise WorkloadError(f"{where}: missing time; give seconds or 'inf'")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise WorkloadError(f"{where}: time {raw!r} is not a number") from None
+    if math.isnan(value):
+        raise WorkloadError(f"{where}: time is NaN; give seconds or 'inf'")
+    return value
+
+
+def _size(text: str, where: str) -> int:
+    raw = str(text).strip().lower().rstrip("g")
+    try:
+        return int(raw)
+    except ValueError:
+        raise WorkloadError(
+            f"{where}: size {text!r} is not a number of slices (e.g. 1, 2, 3g)"
+        ) from None
+
+
+def parse_csv(text: str, source: str = "tasks") -> list[Task]:
+    """Wide ``id,1,2,3,4,7`` or long ``kernel,size,seconds`` CSV (header required)."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
+    if not rows:
+        raise WorkloadError(f"{source}: empty file; expected a CSV header and tasks")
+    header = [h.strip().lower() for h in rows[0]]
+    if len(header) == 3 and header[1] == "size" and header[2] in ("seconds", "time"):
+        return _parse_long(rows, source)
+    if len(header) < 2:
+        raise WorkloadError(
+            f"{source}: header {','.join(rows[0])!r} is neither 'id,1,2,...' nor "
+            "'kernel,size,seconds'"
+        )
+    sizes = [_size(h, f"{source}: header column {i + 2}") for i, h in enumerate(header[1:])]
+    if len(set(sizes)) != len(sizes):
+        raise WorkloadError(f"{source}: header repeats a size")
+    tasks = []
+    for lineno, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise WorkloadError(
+                f"{source}:{lineno}: {len(row)} columns, header has {len(header)}"
+            )
+        tid = row[0].strip()
+        times = {
+            s: _number(v, f"{source}:{lineno} (task {tid!r}, size {s})")
+            for s, v in zip(sizes, row[1:])
+        }
+        tasks.append(Task(tid, times))
+    if not tasks:
+        raise WorkloadError(f"{source}: header only, no tasks")
+    return tasks
+
+
+def _parse_long(rows: list[list[str]], source: str) -> list[Task]:
+    times: dict[str, dict[int, float]] = {}
+    for lineno, row in enumerate(rows[1:], start=2):
+        if len(row) != 3:
+            raise WorkloadError(f"{source}:{lineno}: expected kernel,size,seconds")
+        tid = row[0].strip()
+        size = _size(row[1], f"{source}:{lineno}")
+        per = times.setdefault(tid, {})
+        if size in per:
+            raise WorkloadError(
+                f"{source}:{lineno}: task {tid!r} size {size} given twice"
+            )
+        per[size] = _number(row[2], f"{source}:{lineno} (task {tid!r}, size {size})")
+    if not times:
+        raise WorkloadError(f"{source}: header only, no tasks")
+    return [Task(tid, per) for tid, per in times.items()]
+
+
+def parse_json(text: str, source: str = "tasks") -> list[Task]:
+    """``[{"id": "a", "times": {"1": 10.0, ...}}, ...]`` or ``{"tasks": [...]}``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{source}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if isinstance(data, dict) and "tasks" in data:
+        data = data["tasks"]
+    if not isinstance(data, list):
+        raise WorkloadError(f"{source}: expected a list of tasks or {{\"tasks\": [...]}}")
+    tasks = []
+    for i, item in enumerate(data):
+        where = f"{source}: task #{i + 1}"
+        if not isinstance(item, dict) or "times" not in item or "id" not in item:
+            raise WorkloadError(f"{where}: expected an object with 'id' and 'times'")
+        if not isinstance(item["times"], dict):
+            raise WorkloadError(f"{where}: 'times' must map size to seconds")
+        times = {}
+        for k, v in item["times"].items():
+            size = _size(k, where)
+            if isinstance(v, str):
+                v = _number(v, f"{where} size {size}")
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise WorkloadError(f"{where} size {size}: time {v!r} is not a number")
+            times[size] = float(v)
+        mem = item.get("memory_bytes")
+        tasks.append(Task(str(item["id"]), times, memory_bytes=mem))
+    return tasks
+
+
+def load_tasks(path: str | Path, model: GpuModel) -> list[Task]:
+    """Load and validate a task file (CSV wide/long or JSON) for ``model``."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise WorkloadError(f"{p}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"{p}: cannot read ({exc.__class__.__name__})") from None
+    if not text.strip():
+        raise WorkloadError(f"{p}: empty file; expected CSV or JSON tasks")
+    if p.suffix.lower() == ".json" or text.lstrip()[:1] in "[{":
+        tasks = parse_json(text, str(p))
+    else:
+        tasks = parse_csv(text, str(p))
+    validate(tasks, model, str(p))
+    return tasks
+
+
+# ---------------------------------------------------------------------------
+# Synthetic generator, Section 6.3.
+
+SCALING = {
+    "POORSCALING": {1: 0.5, 2: 0.5},
+    "MIXEDSCALING": {1: 0.2, 2: 0.2, 3: 0.2, 4: 0.2, 7: 0.2},
+    "GOODSCALING": {4: 0.5, 7: 0.5},
+}
+TIMES = {"WIDETIMES": (1.0, 100.0), "NARROWTIMES": (90.0, 100.0)}
+_STAY_MEMORY_BOUND = 0.7  # transition to compute-bound with probability 0.3 per slice
+
+
+def _clipped(rng: random.Random, mu: float, sigma: float, lo: float, hi: float) -> float:
+    return min(hi, max(lo, rng.gauss(mu, sigma)))
+
+
+def _counts(n: int, shares: Mapping[int, float], sizes: Sequence[int]) -> dict[int, int]:
+    """Floor each share, then add one to the size farthest from exact (footnote 8)."""
+    counts = {s: math.floor(n * shares.get(s, 0.0)) for s in sizes}
+    while sum(counts.values()) < n:
+        best = max(sizes, key=lambda s: (n * shares.get(s, 0.0) - counts[s], -s))
+        counts[best] += 1
+    return counts
+
+
+def generate(
+    n: int,
+    model: GpuModel,
+    scaling: str | Mapping[int, float] = "MIXEDSCALING",
+    times: str | tuple[float, float] = "WIDETIMES",
+    p_sup: float = 0.0,
+    seed: int = 0,
+) -> list[Task]:
+    """Synthetic tasks: ``t(s+1) = (s + r)/(s + 1) * t(s)`` with r super-, near- or
+    sub-linear per the task's scaling class; deterministic for a seed."""
+    shares = SCALING[scaling] if isinstance(scaling, str) else dict(scaling)
+    tmin, tmax = TIMES[times] if isinstance(times, str) else times
+    if n < 1:
+        raise WorkloadError("n must be at least 1")
+    if not 0.0 <= p_sup <= 1.0:
+        raise WorkloadError("p_sup must be within [0, 1]")
+    if abs(sum(shares.values()) - 1.0) > 1e-9:
+        raise WorkloadError("scaling shares must add up to 1")
+    rng = random.Random(seed)
+    sizes = model.planner_sizes
+    top = model.compute_slices
+    tasks: list[Task] = []
+    for scale_to, count in _counts(n, shares, sizes).items():
+        memory_bound = math.floor(p_sup * count)
+        for k in range(count):
+            superlinear = k < memory_bound
+            t = {1: rng.uniform(tmin, tmax)}
+            for s in range(1, top):
+                if s + 1 > scale_to:
+                    r = _clipped(rng, 0.75, 0.25, 0.5, 1.0)
+                elif superlinear and not (top == 7 and s + 1 == 4):
+                    # 3 -> 4 slices adds no memory bandwidth on the 7-slice lattice
+                    r = _clipped(rng, -0.25, 0.25, -0.5, 0.0)
+                    superlinear = rng.random() < _STAY_MEMORY_BOUND
+                else:
+                    r = _clipped(rng, 0.1, 0.1, 0.0, 0.2)
+                t[s + 1] = (s + r) / (s + 1) * t[s]
+            tid = f"t{len(tasks)}"
+            tasks.append(Task(tid, {s: t[s] for s in sizes}))
+    return tasks
+
+
+def tasks_to_csv(tasks: Iterable[Task], sizes: Sequence[int]) -> str:
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["id", *sizes])
+    for t in tasks:
+        w.writerow([t.id, *(repr(float(t.times[s])) for s in sizes)])
+    return out.getvalue()
