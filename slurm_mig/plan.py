@@ -135,10 +135,10 @@ def _slot_of(model: GpuModel, item: Mapping[str, Any], where: str) -> Slot:
         profile = model.profile(str(item["profile"]))
         pl = item["placement"]
         placement = Placement(int(pl["start"]), int(pl["size"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PlanError(f"{where}: needs 'profile' and 'placement' {{start, size}}") from exc
     except GeometryError as exc:
         raise PlanError(f"{where}: {exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanError(f"{where}: needs 'profile' and 'placement' {{start, size}}") from exc
     if placement not in profile.placements:
         raise PlanError(
             f"{where}: placement {placement.start}:{placement.size} is not legal for "
@@ -223,6 +223,9 @@ def validate_plan(
         if op not in ("create", "destroy"):
             errors.append(f"{where}: op {op!r} must be create or destroy")
             continue
+        if not 0 <= gpu < gpus:
+            errors.append(f"{where}: gpu {gpu} outside 0..{gpus - 1}")
+            continue
         need = model.create_time(slot.size) if op == "create" else model.destroy_time(slot.size)
         if end - start < need - EPS:
             errors.append(f"{where}: {op} of size {slot.size} takes {end - start:.3f}s, hardware needs {need:.3f}s")
@@ -230,10 +233,16 @@ def validate_plan(
 
     initial: dict[int, list[Slot]] = defaultdict(list)
     for i, inst in enumerate(data.get("initial_instances", [])):
+        where = f"initial instance #{i + 1}"
         try:
-            initial[int(inst["gpu"])].append(_slot_of(model, inst, f"initial instance #{i + 1}"))
+            gpu, slot = int(inst["gpu"]), _slot_of(model, inst, where)
         except (PlanError, KeyError, TypeError, ValueError) as exc:
             errors.append(str(exc))
+            continue
+        if not 0 <= gpu < gpus:
+            errors.append(f"{where}: gpu {gpu} outside 0..{gpus - 1}")
+            continue
+        initial[gpu].append(slot)
 
     # lifetimes per gpu: (slot, usable_from, usable_until)
     lifetimes: dict[int, list[tuple[Slot, float, float]]] = defaultdict(list)

@@ -176,12 +176,18 @@ def parse_json(text: str, source: str = "tasks") -> list[Task]:
         times = {}
         for k, v in item["times"].items():
             size = _size(k, where)
+            if size in times:
+                raise WorkloadError(f"{where}: size {size} given twice")
             if isinstance(v, str):
                 v = _number(v, f"{where} size {size}")
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise WorkloadError(f"{where} size {size}: time {v!r} is not a number")
             times[size] = float(v)
         mem = item.get("memory_bytes")
+        if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int) or mem < 0):
+            raise WorkloadError(
+                f"{where}: memory_bytes {mem!r} must be a whole number of bytes >= 0"
+            )
         tasks.append(Task(str(item["id"]), times, memory_bytes=mem))
     return tasks
 
@@ -240,6 +246,10 @@ def generate(
 ) -> list[Task]:
     """Synthetic tasks: ``t(s+1) = (s + r)/(s + 1) * t(s)`` with r super-, near- or
     sub-linear per the task's scaling class; deterministic for a seed."""
+    if isinstance(scaling, str) and scaling not in SCALING:
+        raise WorkloadError(f"unknown scaling {scaling!r}; choose {', '.join(SCALING)}")
+    if isinstance(times, str) and times not in TIMES:
+        raise WorkloadError(f"unknown times {times!r}; choose {', '.join(TIMES)}")
     shares = SCALING[scaling] if isinstance(scaling, str) else dict(scaling)
     tmin, tmax = TIMES[times] if isinstance(times, str) else times
     if n < 1:

@@ -33,21 +33,26 @@ class UnknownPlanner(ValueError):
     pass
 
 
+_NAMED = {
+    "far": ("far", "plan_far"),
+    "exact": ("exact", "plan_exact"),
+    "auto": ("exact", "plan_auto"),
+    "miso-opt": ("baselines", "plan_miso_opt"),
+    "fixpart-best": ("baselines", "plan_fixpart_best"),
+}
+
+
 def get_planner(name: str) -> Callable[[Batch], Plan]:
     """The planner for a CLI name; raises UnknownPlanner listing the valid names."""
-    from . import baselines, exact, far
+    from importlib import import_module
 
     key = name.strip().lower()
-    fixed: dict[str, Callable[[Batch], Plan]] = {
-        "far": far.plan_far,
-        "exact": exact.plan_exact,
-        "auto": exact.plan_auto,
-        "miso-opt": baselines.plan_miso_opt,
-        "fixpart-best": baselines.plan_fixpart_best,
-    }
-    if key in fixed:
-        return fixed[key]
+    if key in _NAMED:
+        module, func = _NAMED[key]
+        return getattr(import_module(f"{__name__}.{module}"), func)
     if key.startswith("fixpart-"):
+        from . import baselines
+
         return baselines.fixpart_planner(key[len("fixpart-") :])
     raise UnknownPlanner(
         f"unknown planner {name!r}; choose far, auto, exact, miso-opt, fixpart-best, "

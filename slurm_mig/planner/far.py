@@ -89,7 +89,7 @@ class FarResult:
     allocation: list[int]  # chosen size per task
     assign: list[list[int]]  # task indexes per forest node, in run order
     phase2_makespan: float  # Algorithm 1's own makespan of the chosen allocation
-    family_size: int
+    walked: int  # allocations of the family visited (the walk stops once none can win)
     evaluated: int
     chosen_index: int
     moves: int = 0
@@ -437,7 +437,7 @@ def plan_far(batch: Batch, refine_phase: bool = True, prune: bool = True) -> Pla
     elapsed = time.perf_counter() - t0
     stats = {
         "planning_seconds": elapsed,
-        "family_size": res.family_size,
+        "allocations_walked": res.walked,
         "allocations_evaluated": res.evaluated,
         "chosen_allocation": res.chosen_index,
         "phase2_makespan": res.phase2_makespan,

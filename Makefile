@@ -1,0 +1,63 @@
+# slurm-mig developer tasks. `make test` is what CI runs (.ci/run); it works from a fresh
+# clone on Debian 12 as root (or with sudo) and installs everything it needs.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Debian packages for a real Slurm on loopback (the e2e tests start one).
+SLURM_PKGS := slurmctld slurmd slurm-client munge
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: venv test demo bench lint format clean slurm-packages
+
+# Stamps make re-runs instant; they are redone when the package metadata changes.
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+	touch $@
+
+$(VENV)/.installed-test: $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+venv: $(VENV)/.installed-test
+
+slurm-packages:
+	@if command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ]; then \
+		echo "slurm packages: present"; \
+	else \
+		echo "slurm packages: installing $(SLURM_PKGS)"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends $(SLURM_PKGS); \
+	fi
+
+test: slurm-packages venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest -q
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+demo: $(VENV)/.installed
+	$(BIN)/slurm-mig demo
+
+bench: $(VENV)/.installed
+	@set -e; found=0; \
+	for script in benchmarks/*.py; do \
+		[ -e "$$script" ] || continue; found=1; \
+		echo "== $$script"; $(BIN)/python "$$script"; \
+	done; \
+	[ $$found = 1 ] || echo "no scripts under benchmarks/"
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis rodinia-far-gantt.png
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

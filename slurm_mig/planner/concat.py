@@ -1,0 +1,272 @@
+"""Multi-batch planning (Section 4 of the FAR paper): each batch's FAR schedule is
+appended to the work already planned, every other batch reversed in time so that
+its small instances meet the previous batch's small instances, then tasks of the
+new batch are moved or swapped to widen the overlap.
+
+A reversed batch runs its tree bottom-up (leaves first, the root last). Every use
+starts as soon as the previous batch frees its slices (this contains the paper's
+best rigid overlap, Section 4.2, and is never later than it), with the
+reconfigurations re-timed so the concatenated plan stays valid.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cache
+from itertools import permutations
+from typing import Sequence
+
+from ..geometry import GpuModel, get_model
+from ..plan import Plan, lower_bound
+from ..workload import Task
+from .far import FarResult, Forest, far_schedule, refine
+from .timeline import GpuState, Timeline, Use, run_uses
+
+
+@dataclass
+class Concatenation:
+    timeline: Timeline
+    reversed: bool
+    moves: int = 0
+    swaps: int = 0
+    improved: bool = False
+    mirrored: bool = False
+
+
+def oriented_uses(
+    forest: Forest, assign: Sequence[Sequence[int]], reverse: bool, batch: int
+) -> list[Use]:
+    """Uses of a tree assignment, top-down (forward) or bottom-up (reversed)."""
+    order = range(forest.nodes - 1, -1, -1) if reverse else range(forest.nodes)
+    tree = forest.model.tree
+    out = []
+    for v in order:
+        if assign[v]:
+            tasks = list(reversed(assign[v])) if reverse else list(assign[v])
+            out.append(Use(forest.gpu[v], tree[forest.local[v]].slot, tasks, batch))
+    return out
+
+
+def slice_free_times(forest: Forest, states: Sequence[GpuState]) -> list[float]:
+    """When each compute slice of each GPU is released by the work already planned."""
+    model = forest.model
+    S = model.compute_slices
+    out = [0.0] * (forest.gpus * S)
+    for g, st in enumerate(states):
+        for slot, free in st.live.items():
+            p = slot.placement
+            for s in range(p.start, min(p.end, S)):
+                out[g * S + s] = max(out[g * S + s], free)
+    return out
+
+
+def _own_slice_ends(forest: Forest, assign: Sequence[Sequence[int]], dur: Sequence[float]) -> list[float]:
+    """Slice ends of the batch on its own, without reconfiguration (Algorithm 2's view)."""
+    S = forest.model.compute_slices
+    ends = [0.0] * (forest.gpus * S)
+
+    def walk(v: int, t: float) -> None:
+        t += sum(dur[i] for i in assign[v])
+        for s in forest.covers[v]:
+            if t > ends[s]:
+                ends[s] = t
+        for c in forest.children[v]:
+            walk(c, t)
+
+    for r in forest.roots:
+        walk(r, 0.0)
+    return ends
+
+
+@cache
+def _tree_symmetries(model_name: str) -> tuple[tuple[int, ...], ...]:
+    """Permutations of the tree's nodes that swap identical sibling subtrees (e.g. the
+    two 1g leaves under a 2g node); each maps a node to the node taking its tasks."""
+    tree = get_model(model_name).tree
+
+    def shape(v: int) -> tuple:
+        return (tree[v].size, tuple(shape(c) for c in tree[v].children))
+
+    def preorder(v: int) -> list[int]:
+        out = [v]
+        for c in tree[v].children:
+            out += preorder(c)
+        return out
+
+    gens = []
+    for node in tree:
+        kids = node.children
+        for i in range(len(kids)):
+            for j in range(i + 1, len(kids)):
+                if shape(kids[i]) == shape(kids[j]):
+                    sigma = list(range(len(tree)))
+                    for x, y in zip(preorder(kids[i]), preorder(kids[j])):
+                        sigma[x], sigma[y] = y, x
+                    gens.append(tuple(sigma))
+    group = {tuple(range(len(tree)))}
+    frontier = list(group)
+    while frontier:
+        perm = frontier.pop()
+        for g in gens:
+            nxt = tuple(g[p] for p in perm)
+            if nxt not in group:
+                group.add(nxt)
+                frontier.append(nxt)
+    return tuple(sorted(group))
+
+
+def mirror_to_fit(
+    forest: Forest, assign: Sequence[Sequence[int]], dur: Sequence[float], prev: Sequence[float]
+) -> list[list[int]]:
+    """Relabel the batch's trees onto equivalent instances (identical sibling subtrees,
+    and GPUs) so its reversed schedule fits best behind ``prev``, the slice release
+    times; the schedule itself is unchanged. Minimises max over slices of prev + end."""
+    model = forest.model
+    T, S, G = len(model.tree), model.compute_slices, forest.gpus
+    ends = _own_slice_ends(forest, assign, dur)
+    # a node's end per local node, per batch GPU, to score a relabelling cheaply
+    best_for: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {}
+    syms = _tree_symmetries(model.name)
+    covers = [tuple(range(n.placement.start, min(n.placement.end, S))) for n in model.tree]
+    leaf_of_slice = {covers[v][0]: v for v in range(T) if not model.tree[v].children}
+    for i in range(G):
+        for h in range(G):
+            best = (float("inf"), syms[0])
+            for perm in syms:
+                # slice s of tree i lands on slice slot_of(perm) on gpu h
+                cost = 0.0
+                for s in range(S):
+                    leaf = leaf_of_slice.get(s)
+                    if leaf is None:
+                        continue
+                    target = covers[perm[leaf]][0]
+                    c = prev[h * S + target] + ends[i * S + s]
+                    if c > cost:
+                        cost = c
+                if cost < best[0] - 1e-12:
+                    best = (cost, perm)
+            best_for[(i, h)] = best
+    gpu_orders = list(permutations(range(G))) if G <= 6 else [tuple(range(G))]
+    order = min(gpu_orders, key=lambda o: max(best_for[(i, o[i])][0] for i in range(G)))
+    out: list[list[int]] = [[] for _ in range(forest.nodes)]
+    for i in range(G):
+        h = order[i]
+        perm = best_for[(i, h)][1]
+        for v in range(T):
+            out[h * T + perm[v]] = list(assign[i * T + v])
+    return out
+
+
+def concat_batch(
+    states: Sequence[GpuState],
+    tasks: Sequence[Task],
+    result: FarResult,
+    reverse: bool = True,
+    improve: bool = True,
+    batch: int = 1,
+    max_iters: int = 20,
+    mirror: bool = True,
+) -> Concatenation:
+    """Append a batch's FAR schedule after ``states``; reversed and improved by default.
+
+    ``improve`` runs the paper's move/swap overlap improvement (Section 4.3);
+    ``mirror`` first relabels equivalent instances to fit the previous batch (ours).
+    The best of the variants tried is kept; ``result.assign`` is updated to it.
+    """
+    forest = result.forest
+    model = forest.model
+
+    def timed(assign: Sequence[Sequence[int]]) -> Timeline:
+        uses = oriented_uses(forest, assign, reverse, batch)
+        return run_uses(model, tasks, uses, forest.gpus, states)
+
+    best = Concatenation(timed(result.assign), reverse)
+    if not reverse or len(tasks) < 2 or not (improve or mirror):
+        return best
+    dur = [tasks[i].times[result.allocation[i]] for i in range(len(tasks))]
+    prev = slice_free_times(forest, states)
+    chosen = [list(x) for x in result.assign]
+    starts = [(chosen, False)]
+    if mirror:
+        mirrored = mirror_to_fit(forest, chosen, dur, prev)
+        starts.append((mirrored, True))
+        tl = timed(mirrored)
+        if tl.makespan < best.timeline.makespan - 1e-9:
+            best, chosen = Concatenation(tl, True, mirrored=True), mirrored
+    if improve:
+        for assign, was_mirrored in starts:
+            trial = [list(x) for x in assign]
+            ends = _own_slice_ends(forest, trial, dur)
+            _, moves, swaps = refine(
+                forest, trial, dur, ends, critical_margin=prev, max_iters=max_iters
+            )
+            if moves or swaps:
+                tl = timed(trial)
+                if tl.makespan < best.timeline.makespan - 1e-9:
+                    best = Concatenation(tl, True, moves, swaps, True, was_mirrored)
+                    chosen = trial
+    result.assign = chosen
+    return best
+
+
+def trivial_concat(
+    states: Sequence[GpuState], tasks: Sequence[Task], result: FarResult, batch: int = 1
+) -> Timeline:
+    """The reference of Section 6.7.1: the batch starts after the last planned task."""
+    forest = result.forest
+    start = max((f for st in states for f in st.live.values()), default=0.0)
+    return run_uses(
+        forest.model,
+        tasks,
+        oriented_uses(forest, result.assign, False, batch),
+        forest.gpus,
+        states,
+        not_before=start,
+    )
+
+
+def plan_batches(
+    batches: Sequence[Sequence[Task]],
+    model: GpuModel,
+    gpus: int = 1,
+    improve: bool = True,
+    states: Sequence[GpuState] | None = None,
+    mirror: bool = True,
+) -> Plan:
+    """Plan consecutive batches with FAR, concatenated reversed (Section 4)."""
+    t0 = time.perf_counter()
+    current = [GpuState(dict(s.live), s.channel) for s in states] if states else [
+        GpuState() for _ in range(gpus)
+    ]
+    all_tasks: list[Task] = []
+    planned = []
+    reconfs = []
+    moves = swaps = 0
+    for k, batch in enumerate(batches):
+        if not batch:
+            continue
+        result = far_schedule(batch, model, gpus)
+        cat = concat_batch(
+            current, batch, result, reverse=k % 2 == 1, improve=improve, batch=k, mirror=mirror
+        )
+        moves += cat.moves
+        swaps += cat.swaps
+        planned.extend(cat.timeline.tasks)
+        reconfs.extend(cat.timeline.reconfigurations)
+        current = cat.timeline.states
+        all_tasks.extend(batch)
+    return Plan(
+        model=model,
+        gpus=gpus,
+        tasks=tuple(planned),
+        reconfigurations=tuple(reconfs),
+        lower_bound=lower_bound(all_tasks, model, gpus),
+        planner="far-multibatch",
+        stats={
+            "planning_seconds": time.perf_counter() - t0,
+            "batches": len(batches),
+            "concat_moves": moves,
+            "concat_swaps": swaps,
+        },
+    )
