@@ -14,8 +14,8 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from importlib import resources
-from typing import Callable
 
 from .geometry import get_model
 from .plan import sigma
@@ -67,8 +67,11 @@ MODEL = "A100-40GB"
 T5_P_SUP = 0.5
 # Phase-3 gain of the authors' own Python simulator, MIXEDSCALING/WIDETIMES, p_sup = 0,
 # from its mean rho before/after refinement (shared/data/far-reference, harness summary).
-AUTHORS_CODE_PREF = {10: (1.199302 / 1.19779 - 1) * 100, 20: (1.051246 / 1.038968 - 1) * 100,
-                     30: (1.024469 / 1.015334 - 1) * 100}
+AUTHORS_CODE_PREF = {
+    10: (1.199302 / 1.19779 - 1) * 100,
+    20: (1.051246 / 1.038968 - 1) * 100,
+    30: (1.024469 / 1.015334 - 1) * 100,
+}
 
 
 def rodinia_tasks() -> list[Task]:
@@ -108,7 +111,12 @@ def rodinia() -> dict:
     sig = []
     for name in BASELINES:
         sig.append(sigma(get_planner(name)(Batch(tasks, model)).makespan, far.makespan))
-    return {"far_makespan": far.makespan, "lower_bound": far.lower_bound, "far_rho": far.rho, "sigma": sig}
+    return {
+        "far_makespan": far.makespan,
+        "lower_bound": far.lower_bound,
+        "far_rho": far.rho,
+        "sigma": sig,
+    }
 
 
 def table5(reps: int) -> dict:
@@ -155,7 +163,10 @@ def table7(reps: int) -> dict:
             prev, pms, mv, sw, full = [], [], [], [], []
             for seed in range(reps):
                 a = generate(n, model, cfg[0], cfg[1], 0.0, 2 * seed)
-                b = [Task("b" + t.id, t.times) for t in generate(n, model, cfg[0], cfg[1], 0.0, 2 * seed + 1)]
+                b = [
+                    Task("b" + t.id, t.times)
+                    for t in generate(n, model, cfg[0], cfg[1], 0.0, 2 * seed + 1)
+                ]
                 ra = far_schedule(a, model)
                 first, _ = time_assignment(ra.forest, a, ra.assign)
                 triv = trivial_concat(first.states, b, far_schedule(b, model)).makespan
@@ -188,11 +199,17 @@ def _print_tables(res: dict, reps: int, out: Callable[[str], None]) -> None:
         cells = "".join(f"{f'{v:.3f} ({p:.2f})':>16}" for v, p in zip(row, PAPER_T4[sc]))
         out(f"{sc:<14}{cells}")
     r = res["rodinia"]
-    out(f"\nRodinia A100 (16 kernels): FAR makespan {r['far_makespan']:.3f} s, "
-        f"bound {r['lower_bound']:.3f} s, rho {r['far_rho']:.3f} ({PAPER_RODINIA['far_rho']:.2f})")
-    out("  sigma " + ", ".join(
-        f"{b} {v:.2f} ({p:.2f})" for b, v, p in zip(BASELINES, r["sigma"], PAPER_RODINIA["sigma"])
-    ))
+    out(
+        f"\nRodinia A100 (16 kernels): FAR makespan {r['far_makespan']:.3f} s, "
+        f"bound {r['lower_bound']:.3f} s, rho {r['far_rho']:.3f} ({PAPER_RODINIA['far_rho']:.2f})"
+    )
+    out(
+        "  sigma "
+        + ", ".join(
+            f"{b} {v:.2f} ({p:.2f})"
+            for b, v, p in zip(BASELINES, r["sigma"], PAPER_RODINIA["sigma"])
+        )
+    )
     out(f"\nTable 5: mean sigma_A = makespan_A / makespan_FAR, n = 15, p_sup = {T5_P_SUP}")
     out(f"{'config':<26}" + "".join(f"{b:>24}" for b in BASELINES))
     for cfg, row in res["table5"].items():
@@ -206,10 +223,14 @@ def _print_tables(res: dict, reps: int, out: Callable[[str], None]) -> None:
             for (a, b, c), (pa, pb, pc) in zip(row, PAPER_T6[cfg])
         )
         out(f"{_cfg(cfg):<26}{cells}")
-    out("  authors' own simulator, MIXEDSCALING/WIDETIMES p_ref %: " + ", ".join(
-        f"n={n} {v:.2f}" for n, v in AUTHORS_CODE_PREF.items()))
-    out("\nTable 7: concatenation, p_rev % / p_move/swap % (paper) [moves/swaps] "
-        "{with our mirror step added}")
+    out(
+        "  authors' own simulator, MIXEDSCALING/WIDETIMES p_ref %: "
+        + ", ".join(f"n={n} {v:.2f}" for n, v in AUTHORS_CODE_PREF.items())
+    )
+    out(
+        "\nTable 7: concatenation, p_rev % / p_move/swap % (paper) [moves/swaps] "
+        "{with our mirror step added}"
+    )
     out(f"{'config':<26}" + "".join(f"{'n=' + str(n):>44}" for n in T67_N))
     for cfg, row in res["table7"].items():
         cells = "".join(
@@ -230,6 +251,7 @@ def run_far_bench(reps: int = 100, as_json: bool = False) -> int:
         "table7": table7(reps),
     }
     if as_json:
+
         def keyed(d: dict) -> dict:
             return {(_cfg(k) if isinstance(k, tuple) else k): v for k, v in d.items()}
 

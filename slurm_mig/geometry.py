@@ -8,10 +8,10 @@ slices 0-3 but computes on slices 0-2 (NVIDIA's rule), so it blocks slice 3.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from itertools import combinations
-from typing import Iterable
 
 GIB = 1024**3
 
@@ -174,9 +174,7 @@ _LATTICE4 = (
 _RESERVE_GIB = {1: 0.25, 2: 0.25, 4: 0.5, 8: 0.75}
 
 
-def _profiles(
-    names: dict[str, str], lattice: tuple, slice_gib: float
-) -> tuple[Profile, ...]:
+def _profiles(names: dict[str, str], lattice: tuple, slice_gib: float) -> tuple[Profile, ...]:
     out = []
     for cls, c, m, starts in lattice:
         usable = (m * slice_gib - _RESERVE_GIB[m] * slice_gib / 10.0) * GIB
@@ -236,8 +234,7 @@ def _link(spec: list) -> tuple[TreeNode, ...]:
         if parent is not None:
             children[parent].append(i)
     return tuple(
-        TreeNode(i, size, pl, sl, parent, tuple(children[i]))
-        for i, size, pl, sl, parent in spec
+        TreeNode(i, size, pl, sl, parent, tuple(children[i])) for i, size, pl, sl, parent in spec
     )
 
 
@@ -296,9 +293,7 @@ def get_model(name: str) -> GpuModel:
     for model_name, model in MODELS.items():
         if model_name.upper() == key:
             return model
-    raise GeometryError(
-        f"unknown GPU model {name!r}; known models: {', '.join(MODELS)}"
-    )
+    raise GeometryError(f"unknown GPU model {name!r}; known models: {', '.join(MODELS)}")
 
 
 def can_coexist(model: GpuModel, placements: Iterable[Placement]) -> bool:
@@ -318,9 +313,7 @@ def planner_slots(model: GpuModel) -> tuple[Slot, ...]:
     """Every (placement, size) an instance of a planner size can take."""
     return tuple(
         sorted(
-            Slot(pl, s)
-            for s in model.planner_sizes
-            for pl in model.profile_for_size(s).placements
+            Slot(pl, s) for s in model.planner_sizes for pl in model.profile_for_size(s).placements
         )
     )
 
@@ -345,9 +338,7 @@ def valid_partitions(model_name: str) -> tuple[tuple[Slot, ...], ...]:
         extend(chosen, i + 1)
 
     extend([], 0)
-    return tuple(
-        sorted(set(found), key=lambda p: [(-x.size, x.placement.start) for x in p])
-    )
+    return tuple(sorted(set(found), key=lambda p: [(-x.size, x.placement.start) for x in p]))
 
 
 def partition_name(partition: Iterable[Slot]) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .geometry import GeometryError, GpuModel, Placement, Slot, get_model
 from .workload import Task
@@ -147,9 +148,7 @@ def _slot_of(model: GpuModel, item: Mapping[str, Any], where: str) -> Slot:
     return Slot(placement, profile.compute_slices)
 
 
-def validate_plan(
-    data: Mapping[str, Any], tasks: Sequence[Task] | None = None
-) -> list[str]:
+def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) -> list[str]:
     """Return every violation of the plan's constraints (empty list = valid).
 
     (1) tasks on a common compute slice never overlap in time; (2) live instances of
@@ -176,7 +175,9 @@ def validate_plan(
         if not 0 <= gpu < gpus:
             errors.append(f"{where}: gpu {gpu} outside 0..{gpus - 1}")
         if "slices" in t and list(t["slices"]) != list(slot.slices):
-            errors.append(f"{where}: slices {t['slices']} but its placement gives {list(slot.slices)}")
+            errors.append(
+                f"{where}: slices {t['slices']} but its placement gives {list(slot.slices)}"
+            )
         if not (start >= -EPS and end >= start):
             errors.append(f"{where}: bad interval [{start}, {end}]")
         planned.append((str(t.get("id")), gpu, slot, start, end))
@@ -194,7 +195,9 @@ def validate_plan(
             if want is None or math.isinf(want):
                 errors.append(f"task {tid!r}: cannot run on size {slot.size}")
             elif abs((end - start) - want) > EPS * max(1.0, want):
-                errors.append(f"task {tid!r}: runs {end - start:.6f}s, needs {want:.6f}s on size {slot.size}")
+                errors.append(
+                    f"task {tid!r}: runs {end - start:.6f}s, needs {want:.6f}s on size {slot.size}"
+                )
         for tid in by_id:
             if counts.get(tid, 0) != 1:
                 errors.append(f"task {tid!r}: scheduled {counts.get(tid, 0)} times, must be once")
@@ -206,7 +209,7 @@ def validate_plan(
             per_slice[(gpu, s)].append((start, end, tid))
     for (gpu, s), spans in per_slice.items():
         spans.sort()
-        for (a0, a1, ta), (b0, b1, tb) in zip(spans, spans[1:]):
+        for (_a0, a1, ta), (b0, _b1, tb) in zip(spans, spans[1:]):
             if b0 < a1 - EPS:
                 errors.append(f"gpu {gpu} slice {s}: tasks {ta!r} and {tb!r} overlap in time")
 
@@ -228,7 +231,9 @@ def validate_plan(
             continue
         need = model.create_time(slot.size) if op == "create" else model.destroy_time(slot.size)
         if end - start < need - EPS:
-            errors.append(f"{where}: {op} of size {slot.size} takes {end - start:.3f}s, hardware needs {need:.3f}s")
+            errors.append(
+                f"{where}: {op} of size {slot.size} takes {end - start:.3f}s, hardware needs {need:.3f}s"
+            )
         ops_by_gpu[gpu].append((start, end, op, slot))
 
     initial: dict[int, list[Slot]] = defaultdict(list)
@@ -256,7 +261,9 @@ def validate_plan(
         ops = sorted(ops_by_gpu[gpu], key=lambda o: (o[0], o[1]))
         for prev, cur in zip(ops, ops[1:]):
             if cur[0] < prev[1] - EPS:
-                errors.append(f"gpu {gpu}: {prev[2]} {prev[3]} and {cur[2]} {cur[3]} run at the same time; reconfigurations are sequential")
+                errors.append(
+                    f"gpu {gpu}: {prev[2]} {prev[3]} and {cur[2]} {cur[3]} run at the same time; reconfigurations are sequential"
+                )
         for start, end, op, slot in ops:
             if op == "create":
                 clash = [o for o in live if o.placement.overlaps(slot.placement)]
@@ -267,7 +274,9 @@ def validate_plan(
                 live[slot] = end
             else:
                 if slot not in live:
-                    errors.append(f"gpu {gpu}: destroy of {slot} at {start:.3f}s, which does not exist")
+                    errors.append(
+                        f"gpu {gpu}: destroy of {slot} at {start:.3f}s, which does not exist"
+                    )
                     continue
                 lifetimes[gpu].append((slot, live.pop(slot), start))
         for slot, usable in live.items():

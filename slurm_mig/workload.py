@@ -8,9 +8,9 @@ import io
 import json
 import math
 import random
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from .geometry import GpuModel
 
@@ -49,9 +49,7 @@ def validate(tasks: Sequence[Task], model: GpuModel, source: str = "tasks") -> N
         if not task.id:
             raise WorkloadError(f"{source}: a task has an empty id; give every task an id")
         if task.id in seen:
-            raise WorkloadError(
-                f"{source}: duplicate task id {task.id!r}; ids must be unique"
-            )
+            raise WorkloadError(f"{source}: duplicate task id {task.id!r}; ids must be unique")
         seen.add(task.id)
         extra = set(task.times) - sizes
         if extra:
@@ -124,9 +122,7 @@ def parse_csv(text: str, source: str = "tasks") -> list[Task]:
     tasks = []
     for lineno, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
-            raise WorkloadError(
-                f"{source}:{lineno}: {len(row)} columns, header has {len(header)}"
-            )
+            raise WorkloadError(f"{source}:{lineno}: {len(row)} columns, header has {len(header)}")
         tid = row[0].strip()
         times = {
             s: _number(v, f"{source}:{lineno} (task {tid!r}, size {s})")
@@ -147,9 +143,7 @@ def _parse_long(rows: list[list[str]], source: str) -> list[Task]:
         size = _size(row[1], f"{source}:{lineno}")
         per = times.setdefault(tid, {})
         if size in per:
-            raise WorkloadError(
-                f"{source}:{lineno}: task {tid!r} size {size} given twice"
-            )
+            raise WorkloadError(f"{source}:{lineno}: task {tid!r} size {size} given twice")
         per[size] = _number(row[2], f"{source}:{lineno} (task {tid!r}, size {size})")
     if not times:
         raise WorkloadError(f"{source}: header only, no tasks")
@@ -165,7 +159,7 @@ def parse_json(text: str, source: str = "tasks") -> list[Task]:
     if isinstance(data, dict) and "tasks" in data:
         data = data["tasks"]
     if not isinstance(data, list):
-        raise WorkloadError(f"{source}: expected a list of tasks or {{\"tasks\": [...]}}")
+        raise WorkloadError(f'{source}: expected a list of tasks or {{"tasks": [...]}}')
     tasks = []
     for i, item in enumerate(data):
         where = f"{source}: task #{i + 1}"

@@ -480,6 +480,30 @@ def test_batch_size_concatenates_reversed_batches_into_one_valid_plan(capsys):
 
 
 def test_batch_size_with_a_baseline_planner_is_refused(capsys):
-    code, _, err = run(capsys, "plan", "rodinia-a100", "--batch-size", "5", "--planner", "fixpart-7")
+    code, _, err = run(
+        capsys, "plan", "rodinia-a100", "--batch-size", "5", "--planner", "fixpart-7"
+    )
     assert code == 2
     assert "--batch-size" in err and "Traceback" not in err
+
+
+def test_time_budget_bounds_the_exact_search_and_says_if_it_proved_optimality(capsys):
+    # 16 kernels cannot be proven optimal in a quarter second: the plan is the best found
+    code, out, _ = run(
+        capsys, "plan", "rodinia-a100", "--planner", "exact", "--time-budget", "0.25", "--json"
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["stats"]["optimal"] is False
+    assert data["stats"]["planning_seconds"] < 2.0
+    assert validate_plan(data, embedded_tasks()) == []
+    far = json.loads(run(capsys, "plan", "rodinia-a100", "--planner", "far", "--json")[1])
+    assert data["makespan"] <= far["makespan"] + 1e-9
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "inf"])
+def test_time_budget_must_be_a_positive_number(capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "rodinia-a100", "--planner", "exact", "--time-budget", value])
+    assert exc.value.code == 2
+    assert "--time-budget" in capsys.readouterr().err

@@ -22,7 +22,10 @@ A100 = get_model("A100-40GB")
 
 def _batches(model, k, n, seed):
     return [
-        [Task(f"b{b}-{t.id}", t.times) for t in generate(n, model, "MIXEDSCALING", "WIDETIMES", 0.0, seed + b)]
+        [
+            Task(f"b{b}-{t.id}", t.times)
+            for t in generate(n, model, "MIXEDSCALING", "WIDETIMES", 0.0, seed + b)
+        ]
         for b in range(k)
     ]
 
@@ -70,7 +73,10 @@ def test_reversed_concatenation_beats_trivial_on_average():
     gain_rev, gain_imp = [], []
     for seed in range(30):
         a = generate(10, A100, "MIXEDSCALING", "WIDETIMES", 0.0, 2 * seed)
-        b = [Task("b" + t.id, t.times) for t in generate(10, A100, "MIXEDSCALING", "WIDETIMES", 0.0, 2 * seed + 1)]
+        b = [
+            Task("b" + t.id, t.times)
+            for t in generate(10, A100, "MIXEDSCALING", "WIDETIMES", 0.0, 2 * seed + 1)
+        ]
         ra = far_schedule(a, A100)
         first, _ = time_assignment(ra.forest, a, ra.assign)
         triv = trivial_concat(first.states, b, far_schedule(b, A100)).makespan

@@ -7,8 +7,9 @@ names the CLI accepts (``far``, ``exact``, ``auto``, ``miso-opt``, ``fixpart-bes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..geometry import GpuModel
 from ..plan import Plan

@@ -12,10 +12,10 @@ reconfigurations re-timed so the concatenated plan stays valid.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import permutations
-from typing import Sequence
 
 from ..geometry import GpuModel, get_model
 from ..plan import Plan, lower_bound
@@ -61,7 +61,9 @@ def slice_free_times(forest: Forest, states: Sequence[GpuState]) -> list[float]:
     return out
 
 
-def _own_slice_ends(forest: Forest, assign: Sequence[Sequence[int]], dur: Sequence[float]) -> list[float]:
+def _own_slice_ends(
+    forest: Forest, assign: Sequence[Sequence[int]], dur: Sequence[float]
+) -> list[float]:
     """Slice ends of the batch on its own, without reconfiguration (Algorithm 2's view)."""
     S = forest.model.compute_slices
     ends = [0.0] * (forest.gpus * S)
@@ -236,9 +238,11 @@ def plan_batches(
 ) -> Plan:
     """Plan consecutive batches with FAR, concatenated reversed (Section 4)."""
     t0 = time.perf_counter()
-    current = [GpuState(dict(s.live), s.channel) for s in states] if states else [
-        GpuState() for _ in range(gpus)
-    ]
+    current = (
+        [GpuState(dict(s.live), s.channel) for s in states]
+        if states
+        else [GpuState() for _ in range(gpus)]
+    )
     all_tasks: list[Task] = []
     planned = []
     reconfs = []

@@ -19,8 +19,8 @@ import math
 import time
 from bisect import bisect_left, insort
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..geometry import GpuModel
 from ..plan import Plan
@@ -243,8 +243,12 @@ def _phase2(
 # Phase 3: Algorithm 2
 
 
-def slice_ends(forest: Forest, assign: Sequence[Sequence[int]], timeline: Timeline | None,
-               ends_by_node: Sequence[float]) -> list[float]:
+def slice_ends(
+    forest: Forest,
+    assign: Sequence[Sequence[int]],
+    timeline: Timeline | None,
+    ends_by_node: Sequence[float],
+) -> list[float]:
     out = [0.0] * (forest.gpus * forest.model.compute_slices)
     for v in range(forest.nodes):
         if assign[v]:

@@ -12,8 +12,8 @@ same code times FAR trees, reversed trees, concatenated batches and the baseline
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..geometry import GpuModel, Slot
 from ..plan import Plan, PlannedTask, Reconfiguration, lower_bound
@@ -57,9 +57,11 @@ def run_uses(
     not_before: float = 0.0,
 ) -> Timeline:
     """Time ``uses`` on ``gpus`` GPUs starting from ``states`` (empty GPUs if None)."""
-    st = [GpuState(dict(s.live), s.channel) for s in states] if states else [
-        GpuState() for _ in range(gpus)
-    ]
+    st = (
+        [GpuState(dict(s.live), s.channel) for s in states]
+        if states
+        else [GpuState() for _ in range(gpus)]
+    )
     n = len(uses)
     deps: list[list[int]] = [[] for _ in range(n)]
     waiting = [0] * n
