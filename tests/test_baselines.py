@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
+from support import shared_file
 
 from slurm_mig.geometry import Placement, Slot, get_model, partition_name, valid_partitions
 from slurm_mig.plan import validate_plan
@@ -22,9 +22,6 @@ INF = math.inf
 A30 = get_model("A30-24GB")
 A100 = get_model("A100-40GB")
 H100 = get_model("H100-80GB")
-RODINIA = (
-    Path(__file__).resolve().parents[2] / "shared/data/far-reference/rodinia_A100_mean_long.csv"
-)
 
 
 def task(tid: str, times: dict[int, float], model=A100) -> Task:
@@ -294,9 +291,8 @@ def test_baselines_are_deterministic():
         assert a == b
 
 
-@pytest.mark.skipif(not RODINIA.exists(), reason="shared FAR reference data not present")
 def test_rodinia_makespans():
-    tasks = tuple(load_tasks(RODINIA, A100))
+    tasks = tuple(load_tasks(shared_file("far-reference/rodinia_A100_mean_long.csv"), A100))
     batch = Batch(tasks, A100)
     # FIXPART(7): every kernel alone on the whole GPU
     assert fixpart_planner("7")(batch).makespan == pytest.approx(sum(t.times[7] for t in tasks))

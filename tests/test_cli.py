@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import shared_file
 
 from slurm_mig import cli
 from slurm_mig.cli import main
@@ -20,7 +21,6 @@ from slurm_mig.plan import validate_plan
 from slurm_mig.workload import generate, load_tasks, tasks_to_csv
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data" / "far-reference"
 A100 = get_model("A100-40GB")
 RODINIA_IDS = {
     "Backprop", "BFS", "CFD", "Gaussian", "HeartWall", "HotSpot", "LavaMD", "LU",
@@ -459,7 +459,7 @@ def test_embedded_rodinia_table_is_the_mean_of_the_authors_runs():
     text = (ROOT / "slurm_mig" / "data" / "rodinia_a100.csv").read_text()
     wide = list(csv.DictReader(text.splitlines()))
     assert [r["id"] for r in wide] and {r["id"] for r in wide} == RODINIA_IDS
-    src = SHARED / "rodinia_A100_mean_long.csv"
+    src = shared_file("far-reference/rodinia_A100_mean_long.csv")
     if not src.exists():
         pytest.skip(f"{src} not present")
     long = {(r["kernel"], r["size"]): float(r["seconds"]) for r in csv.DictReader(src.open())}

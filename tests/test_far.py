@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+from support import A30_FIVE, shared_file
 
 from slurm_mig.geometry import get_model
 from slurm_mig.plan import lower_bound, validate_plan
@@ -24,7 +25,6 @@ from slurm_mig.workload import Task, generate, load_tasks
 A30 = get_model("A30-24GB")
 A100 = get_model("A100-40GB")
 H100 = get_model("H100-80GB")
-RODINIA = "/work/shared/data/far-reference/rodinia_A100_mean_long.csv"
 INF = math.inf
 
 
@@ -48,7 +48,7 @@ def _by_id(plan):
 
 @pytest.fixture(scope="module")
 def rodinia():
-    return load_tasks(RODINIA, A100)
+    return load_tasks(shared_file("far-reference/rodinia_A100_mean_long.csv"), A100)
 
 
 def test_rodinia_lower_bound(rodinia):
@@ -150,16 +150,7 @@ def test_phase2_picks_from_the_family():
 
 
 # ---------------------------------------------------------------------------
-# Phase 2: Algorithm 1 by hand on the A30 (Table 1: create 1g .11, 2g .12, 4g .13;
-# destroy .10). The longest task already sits on 4 slices, so the family has one
-# allocation: A->4, B,C,E->1, D->2.
-PHASE2 = [
-    Task("A", {1: 40.0, 2: 20.0, 4: 8.0}),
-    Task("B", {1: 6.0, 2: 4.0, 4: 4.0}),
-    Task("C", {1: 5.0, 2: 3.0, 4: 3.0}),
-    Task("D", {1: 8.0, 2: 3.0, 4: 3.0}),
-    Task("E", {1: 2.0, 2: 1.5, 4: 1.5}),
-]
+PHASE2 = A30_FIVE  # tests/hand_batches.py says why
 
 
 def test_phase2_algorithm1_by_hand():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import csv
 from itertools import product
-from pathlib import Path
 
 import pytest
+from support import shared_file
 
 from slurm_mig.geometry import (
     GIB,
@@ -21,8 +21,6 @@ from slurm_mig.geometry import (
     planner_slots,
     valid_partitions,
 )
-
-RECONFIG_CSV = Path("/work/shared/data/far-reference/reconfig_times.csv")
 
 SEVEN = [n for n, m in MODELS.items() if m.compute_slices == 7]
 
@@ -262,7 +260,7 @@ def test_three_slice_node_under_four_slice_node(name):
 
 def _table1() -> dict[str, dict[int, tuple[float, float]]]:
     out: dict[str, dict[int, tuple[float, float]]] = {}
-    with RECONFIG_CSV.open() as f:
+    with shared_file("far-reference/reconfig_times.csv").open() as f:
         for row in csv.DictReader(f):
             out.setdefault(row["device"], {})[int(row["size"])] = (
                 float(row["create_s"]),

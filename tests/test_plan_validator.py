@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+from support import A30_FIVE, shared_file
 
 from slurm_mig.geometry import get_model
 from slurm_mig.plan import PlanError, check_plan, lower_bound, rho, sigma, validate_plan
@@ -16,20 +17,8 @@ from slurm_mig.workload import Task, load_tasks
 
 A30 = get_model("A30-24GB")
 A100 = get_model("A100-40GB")
-RODINIA = "/work/shared/data/far-reference/rodinia_A100_mean_long.csv"
 
-# A tiny A30 batch whose FAR plan (no refinement) is known by hand:
-#   create 4g [0, .13]; A on 4g [.13, 8.13]; destroy 4g [8.13, 8.23];
-#   create 2g@0 [8.23, 8.35]; D on 2g@0 [8.35, 11.35];
-#   create 1g@2 [8.35, 8.46]; B [8.46, 14.46]; create 1g@3 [8.46, 8.57]; C [8.57, 13.57];
-#   destroy 2g@0 [11.35, 11.45]; create 1g@0 [11.45, 11.56]; E [11.56, 13.56].
-TASKS = [
-    Task("A", {1: 40.0, 2: 20.0, 4: 8.0}),
-    Task("B", {1: 6.0, 2: 4.0, 4: 4.0}),
-    Task("C", {1: 5.0, 2: 3.0, 4: 3.0}),
-    Task("D", {1: 8.0, 2: 3.0, 4: 3.0}),
-    Task("E", {1: 2.0, 2: 1.5, 4: 1.5}),
-]
+TASKS = A30_FIVE  # tests/hand_batches.py says why
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +88,7 @@ def test_plan_json_contract(base):
 
 
 def test_far_plan_validates_rodinia():
-    tasks = load_tasks(RODINIA, A100)
+    tasks = load_tasks(shared_file("far-reference/rodinia_A100_mean_long.csv"), A100)
     for gpus in (1, 2):
         for refine in (False, True):
             plan = plan_far(Batch(tuple(tasks), A100, gpus), refine_phase=refine)
@@ -432,5 +421,5 @@ def test_lower_bound_rho_sigma():
 
 
 def test_rodinia_bound():
-    tasks = load_tasks(RODINIA, A100)
+    tasks = load_tasks(shared_file("far-reference/rodinia_A100_mean_long.csv"), A100)
     assert lower_bound(tasks, A100) == pytest.approx(10.365, abs=1e-3)
