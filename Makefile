@@ -47,8 +47,14 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# As root (where apt-get can install Slurm) the demo also runs the batch through a real
+# Slurm on loopback; otherwise it is the plan-only demo.
 demo: $(VENV)/.installed
-	$(BIN)/slurm-mig demo
+	@if [ "$$(id -u)" = 0 ]; then \
+		$(MAKE) --no-print-directory slurm-packages && $(BIN)/slurm-mig demo --live; \
+	else \
+		$(BIN)/slurm-mig demo; \
+	fi
 
 bench: $(VENV)/.installed
 	@set -e; found=0; \

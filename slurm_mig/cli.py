@@ -205,8 +205,17 @@ def build_parser() -> argparse.ArgumentParser:
             "with each baseline, and compare them: makespan, rho, sigma = makespan / FAR's "
             "makespan, the paper's figure beside ours (Villarrubia et al., JPDC 2025, "
             "Section 6.4.1) and the planning time. Draws FAR's schedule as a Gantt chart. "
-            "No GPU or Slurm is needed."
+            "No GPU or Slurm is needed. With --live (root, Slurm installed): then runs "
+            "24 of these kernels as sbatch jobs on a Slurm started on loopback with two "
+            "simulated A100-40GB GPUs, the hooks and the planner daemon, and shows what ran "
+            "against what was planned; its Gantt chart is written beside FAR's with -live "
+            "in the name. Where the live run cannot start it says why and stops after the plan."
         ),
+    )
+    de.add_argument(
+        "--live",
+        action="store_true",
+        help="also run the batch through a real Slurm on loopback (needs root)",
     )
     de.add_argument(
         "--gantt",
@@ -238,6 +247,56 @@ def build_parser() -> argparse.ArgumentParser:
     )
     be.add_argument("--json", action="store_true", help="print the results as JSON")
     be.set_defaults(handler=cmd_bench)
+
+    cc = sub.add_parser(
+        "check-config",
+        formatter_class=_Formatter,
+        help="check a slurm-mig config file and summarise it",
+        description=_wrap(
+            "Read a slurm-mig config file and check every section and key: types, ranges, "
+            "GPU models, hostlists, paths. Prints 'PATH: ok' and a summary (partition, "
+            "nodes, GPUs by model, device backend) and exits 0, or prints one line per "
+            "problem (file, section.key, the fix) and exits 1. The annotated example is "
+            "contrib/config.toml."
+        ),
+    )
+    cc.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="?",
+        help="config file (default: $SLURM_MIG_CONFIG, else /etc/slurm-mig/config.toml)",
+    )
+    cc.set_defaults(handler=cmd_check_config)
+
+    kg = sub.add_parser(
+        "keygen",
+        formatter_class=_Formatter,
+        help="write a new key for signing job assignments",
+        description=_wrap(
+            "Write a new random HMAC key (hex, mode 0600) that the planner signs job "
+            "assignments with and the prolog checks them with. Copy the same file to "
+            "every node, owner root. An existing key is never overwritten: remove it "
+            "first to replace it."
+        ),
+    )
+    kg.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="?",
+        help="where to write the key (default: key_file of the config, else /etc/slurm-mig/key)",
+    )
+    kg.add_argument(
+        "--config",
+        metavar="CONFIG",
+        help="config file whose key_file is the default PATH "
+        "(default: $SLURM_MIG_CONFIG, else /etc/slurm-mig/config.toml)",
+    )
+    kg.set_defaults(handler=cmd_keygen)
+    _add_forecast_parser(sub)
+    _add_planner_parser(sub)
+    from .sim.command import add_parser as _add_simulate_parser  # pure Python, no numpy
+
+    _add_simulate_parser(sub, _Formatter)
     return p
 
 
@@ -479,7 +538,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise PlanError("FAR failed on the Rodinia batch; no Gantt chart")
     out = _write_gantt(far_plan, args.gantt, title="FAR on the 16 Rodinia kernels, one A100-40GB")
     print(f"FAR Gantt chart: {out.resolve()}")
-    return 0
+    if not getattr(args, "live", False):
+        return 0
+    from .slurm.livedemo import live_unavailable, run_live_demo
+
+    why = live_unavailable()
+    if why:
+        print(f"\nNo live run: {why}. The plan above is the demo.")
+        return 0
+    print()
+    live_png = Path(args.gantt).with_name(Path(args.gantt).stem + "-live.png")
+    return run_live_demo(str(live_png))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -490,6 +559,230 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.reps is None:  # the benchmark's own default
         return run_far_bench(as_json=args.json)
     return run_far_bench(reps=args.reps, as_json=args.json)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from .config import ConfigError, config_path, load_config
+
+    path = config_path(args.path)
+    try:
+        config = load_config(args.path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem)
+        n = len(exc.problems)
+        print(f"{path}: {n} problem{'s' if n != 1 else ''}", file=sys.stderr)
+        return 1
+    counts: dict[str, int] = {}
+    for models in config.nodes.values():
+        for m in models:
+            counts[m] = counts.get(m, 0) + 1
+    gpus = sum(counts.values())
+    order = list(MODELS)
+    by_model = ", ".join(f"{counts[m]} x {m}" for m in sorted(counts, key=order.index))
+    print(f"{path}: ok")
+    print(f"partition  {config.partition}")
+    print(f"nodes      {len(config.nodes)}")
+    print(f"gpus       {gpus} ({by_model})")
+    print(f"backend    {config.backend}")
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from .config import DEFAULT_CONFIG_PATH, DEFAULT_KEY_FILE, ConfigError, config_path, load_config
+    from .slurm.assignment import generate_key
+
+    if args.path:
+        path = Path(args.path)
+    else:
+        source = config_path(args.config)
+        if source != DEFAULT_CONFIG_PATH or source.exists():  # a chosen config must load
+            try:
+                path = load_config(args.config).key_file
+            except ConfigError as exc:
+                if len(exc.problems) == 1:
+                    raise
+                raise ConfigError(
+                    f"{source}: cannot take key_file from this config ({len(exc.problems)} "
+                    f"problems; run '{PROG} check-config {source}'), or give the key PATH"
+                ) from None
+        else:
+            path = DEFAULT_KEY_FILE
+    try:
+        written = generate_key(path)
+    except FileExistsError:
+        raise FileExistsError(
+            f"{path} already exists; not overwriting a signing key (remove it first to "
+            "replace it, then copy the new key to every node)"
+        ) from None
+    except PermissionError:
+        raise PermissionError(
+            f"{path}: permission denied; run as root or give another PATH"
+        ) from None
+    print(f"{written}: new signing key written (mode 0600); copy it to every node, owner root")
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# planner: the daemon that holds, plans and releases jobs (slurm_mig/slurm/daemon.py)
+
+
+def _add_planner_parser(sub) -> None:
+    pn = sub.add_parser(
+        "planner",
+        formatter_class=_Formatter,
+        help="run the planner daemon: hold, plan (FAR) and release MIG partition jobs",
+        description=_wrap(
+            "Every [planner] cycle seconds: read the MIG partition's jobs (squeue) and "
+            "nodes (sinfo), hold new jobs, plan held ones in batches with FAR onto the "
+            "GPUs of the usable nodes, write each job's assignment (AdminComment, "
+            "ReqNodeList) and release a job once its slices are free, with a signed "
+            "token in its Comment. Logs one line per action. All its state is in Slurm: "
+            "it can be stopped (SIGTERM) and restarted at any time. SIGHUP plans at once. "
+            "After each cycle it writes <state_dir>/planner-status.json. Run it as root "
+            "on the slurmctld host (contrib/slurm-mig-planner.service)."
+        ),
+    )
+    pn.add_argument(
+        "--config",
+        metavar="PATH",
+        help="config file (default: $SLURM_MIG_CONFIG, else /etc/slurm-mig/config.toml)",
+    )
+    pn.add_argument(
+        "--once",
+        action="store_true",
+        help="run one cycle and exit: 0 when every action applied, 1 when one failed or "
+        "Slurm could not be read",
+    )
+    pn.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the actions one cycle would take, one per line, and apply none "
+        "(implies --once; needs no signing key)",
+    )
+    pn.add_argument(
+        "-v",
+        "--verbose",
+        dest="planner_verbose",
+        action="count",
+        default=0,
+        help="debug detail (actions and a summary per cycle are logged without it)",
+    )
+    pn.set_defaults(handler=cmd_planner)
+
+
+def cmd_planner(args: argparse.Namespace) -> int:
+    from .slurm.daemon import run_planner
+
+    verbose = args.verbose + args.planner_verbose
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    return run_planner(args.config, once=args.once, dry_run=args.dry_run)
+
+
+# ---------------------------------------------------------------------------
+# forecast: replay a memory trace through mig-run's decision (slurm_mig/memory/forecast.py)
+
+FORECAST_HELP = """\
+trace (TRACE.csv):
+  One row per iteration, with a header. Either the short form
+    iteration,requested_bytes[,reserved_bytes]
+  or the full form that 'mig-run --trace' writes (iteration,requested_peak,...).
+  Sizes (--capacity, --context) are bytes or a binary size: 10GiB, 12G, 512M.
+"""
+
+
+def _add_forecast_parser(sub) -> None:
+    fo = sub.add_parser(
+        "forecast",
+        formatter_class=_Formatter,
+        help="replay a memory trace through the peak forecast and the restart decision",
+        description=_wrap(
+            "Feed a recorded per-iteration memory trace, one row at a time, to the same "
+            "online forecaster mig-run uses, and print restart_at (the first iteration at "
+            "which the job would have been restarted on a larger slice, or null) and "
+            "predicted_peak (the 99 % upper bound of the peak up to the horizon, from all "
+            "rows). The horizon is --iterations when given, else 1000 iterations past the "
+            "last row."
+        ),
+        epilog=FORECAST_HELP,
+    )
+    fo.add_argument("trace", metavar="TRACE.csv", help="the memory trace")
+    fo.add_argument("--capacity", metavar="BYTES", required=True, help="the slice's memory")
+    fo.add_argument("--iterations", metavar="N", help="the job's total number of iterations")
+    fo.add_argument(
+        "--context", metavar="BYTES", default="0", help="CUDA context overhead (default: 0)"
+    )
+    fo.add_argument("--json", action="store_true", help="print the result as JSON")
+    fo.add_argument("--plot", metavar="OUT.png", help="draw the trace and the forecast band")
+    fo.set_defaults(handler=cmd_forecast)
+
+
+def _size_option(option: str, text: str, zero: bool = False) -> int:
+    from .slurm.hints import parse_size
+
+    if zero and text.strip() == "0":
+        return 0
+    try:
+        return parse_size(text.strip())
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
+
+
+def cmd_forecast(args: argparse.Namespace) -> int:
+    from .memory.forecast import human, plot_forecast, run_trace
+    from .memory.trace import read_trace
+
+    capacity = _size_option("--capacity", args.capacity)
+    context = _size_option("--context", args.context, zero=True)
+    iterations = None
+    if args.iterations is not None:
+        text = args.iterations.strip()
+        if not (text.isascii() and text.isdigit() and int(text) > 0):
+            raise ValueError(f"--iterations: {args.iterations!r} is not a whole number above 0")
+        iterations = int(text)
+    if context >= capacity:
+        raise ValueError(
+            f"--capacity {human(capacity)} is not above --context {human(context)}; "
+            "give the slice's whole memory as --capacity"
+        )
+    samples = read_trace(args.trace)
+    if not samples:
+        raise ValueError(f"{args.trace}: no rows after the header")
+    fc = run_trace(samples, capacity, iterations=iterations, context=context)
+    last, first = fc.decisions[-1], fc.first_restart
+    if args.plot:
+        out = plot_forecast(fc, samples, args.plot, title=f"{Path(args.trace).name}: peak forecast")
+        print(f"{PROG}: forecast plot written to {out}", file=sys.stderr)
+    if args.json:
+        result = {
+            "restart_at": first.iteration if first else None,
+            "predicted_peak": last.predicted_peak,
+            "trend": last.trend,
+            "capacity": capacity,
+            "context": context,
+            "need": last.need,
+            "expected_peak": last.expected_peak,
+            "horizon": last.horizon,
+            "samples": len(samples),
+            "reason": (first or last).reason,
+        }
+        print(json.dumps(result, indent=2))
+        return 0
+    model = fc.last_forecast.model if fc.last_forecast else "-"
+    rows = [
+        ("samples", f"{len(samples)} (iterations {samples[0].iteration}-{samples[-1].iteration})"),
+        ("capacity", f"{capacity} bytes ({human(capacity)}), context {human(context)}"),
+        ("horizon", f"iteration {last.horizon}" if last.horizon is not None else "-"),
+        ("trend", f"{last.trend} (fitted: {model})"),
+        ("restart_at", str(first.iteration) if first else "null"),
+        ("predicted_peak", "null" if last.predicted_peak is None
+         else f"{last.predicted_peak} bytes ({human(last.predicted_peak)})"),
+        ("need", "null" if last.need is None else f"{last.need} bytes ({human(last.need)})"),
+        ("reason", (first or last).reason),
+    ]  # fmt: skip
+    for key, value in rows:
+        print(f"{key:<15} {value}")
+    return 0
 
 
 # ---------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Batch planners behind one small interface over an immutable snapshot.
 
 Every planner is a callable ``plan(batch) -> Plan``; ``get_planner`` resolves the
-names the CLI accepts (``far``, ``exact``, ``auto``, ``miso-opt``, ``fixpart-best``,
-``fixpart-7``, ``fixpart-1-1-1-1-1-1-1``, any ``fixpart-<sizes>`` partition).
+names the CLI accepts (``far``, ``far-pcie``, ``exact``, ``auto``, ``miso-opt``,
+``fixpart-best``, ``fixpart-7``, ``fixpart-1-1-1-1-1-1-1``, any ``fixpart-<sizes>``
+partition).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class UnknownPlanner(ValueError):
 
 _NAMED = {
     "far": ("far", "plan_far"),
+    "far-pcie": ("far_pcie", "plan_far_pcie"),
     "exact": ("exact", "plan_exact"),
     "auto": ("exact", "plan_auto"),
     "miso-opt": ("baselines", "plan_miso_opt"),
@@ -56,6 +58,6 @@ def get_planner(name: str) -> Callable[[Batch], Plan]:
 
         return baselines.fixpart_planner(key[len("fixpart-") :])
     raise UnknownPlanner(
-        f"unknown planner {name!r}; choose far, auto, exact, miso-opt, fixpart-best, "
+        f"unknown planner {name!r}; choose far, far-pcie, auto, exact, miso-opt, fixpart-best, "
         "or fixpart-<sizes> (e.g. fixpart-7, fixpart-4-3, fixpart-1-1-1-1-1-1-1)"
     )

@@ -1,0 +1,280 @@
+--[[
+slurm-mig job_submit plugin (Slurm's job_submit/lua, Lua 5.1).
+
+Install: copy to the directory of slurm.conf as job_submit.lua, set
+JobSubmitPlugins=lua in slurm.conf and run `scontrol reconfigure`.
+
+For jobs submitted to the MIG partition:
+  * a malformed `mig:` hint in --comment is rejected at submission with the same
+    message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr);
+  * a `migplan=` word in the comment (the planner's token) is removed: only the
+    planner writes tokens;
+  * the job is held (priority 0) so that the slurm-mig planner decides where and when
+    it runs. Slurm records this as a *user* hold (JobHeldUser); the planner turns it
+    into an admin hold.
+Jobs in other partitions pass untouched. slurm_job_modify rejects an update that
+gives a job of the MIG partition a malformed hint (Slurm 22.05 does not pass the
+message of a modify rejection to the user; slurmctld's log has it).
+
+Keep the grammar and the messages identical to slurm_mig/slurm/hints.py; the tests
+(tests/e2e/test_job_submit.py) feed both the same cases.
+--]]
+
+local MIG_PARTITION = "mig"
+
+local PREFIX = "mig:"
+local KEYS = "key, mem, iters, time, pcie, alpha, restartable"
+local MAX_SIZE = 2 ^ 50 -- bytes (1 PiB)
+local MAX_DURATION = 366 * 86400 -- seconds
+local SIZE_FIX = "write bytes or a size like 12G or 512MiB"
+local TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
+local SIZE_UNITS = {
+	[""] = 0, b = 0,
+	k = 1, kb = 1, kib = 1,
+	m = 2, mb = 2, mib = 2,
+	g = 3, gb = 3, gib = 3,
+	t = 4, tb = 4, tib = 4,
+}
+local TIME_UNITS = { [""] = 1, s = 1, m = 60, h = 3600, d = 86400 }
+
+local function q(text)
+	return "'" .. text .. "'"
+end
+
+-- "12" or "12.5" (finite); nil otherwise
+local function decimal(text)
+	if text:match("^%d+$") or text:match("^%d+%.%d+$") then
+		local x = tonumber(text)
+		if x ~= math.huge then
+			return x
+		end
+	end
+	return nil
+end
+
+-- Each check returns nil when the value is fine, else "problem; fix".
+local function check_size(text)
+	local number, unit = text:match("^(%d+)(%a*)$")
+	if not number then
+		number, unit = text:match("^(%d+%.%d+)(%a*)$")
+	end
+	if not number then
+		return q(text) .. " is not a size; " .. SIZE_FIX
+	end
+	local exponent = SIZE_UNITS[unit:lower()]
+	if exponent == nil then
+		return "unknown unit " .. q(unit) .. "; " .. SIZE_FIX
+	end
+	if exponent == 0 and number:find(".", 1, true) then
+		return q(text) .. " is not a whole number of bytes; " .. SIZE_FIX
+	end
+	local raw = tonumber(number) * 1024 ^ exponent
+	if raw > MAX_SIZE then
+		return q(text) .. " is more than 1 PiB; " .. SIZE_FIX
+	end
+	if math.floor(raw + 0.5) <= 0 then
+		return q(text) .. " is not above 0; " .. SIZE_FIX
+	end
+	return nil
+end
+
+local function check_duration(text)
+	local seconds
+	local number, unit = text:match("^(%d+)([smhd]?)$")
+	if not number then
+		number, unit = text:match("^(%d+%.%d+)([smhd]?)$")
+	end
+	if number then
+		seconds = tonumber(number) * TIME_UNITS[unit]
+	else
+		local h, m, s = text:match("^(%d+):(%d%d?):(%d%d?)$")
+		local has_hours = h ~= nil
+		if not has_hours then
+			m, s = text:match("^(%d%d?):(%d%d?)$")
+		end
+		if not m then
+			return q(text) .. " is not a duration; " .. TIME_FIX
+		end
+		h, m, s = tonumber(h or "0"), tonumber(m), tonumber(s)
+		if s >= 60 or (has_hours and m >= 60) then
+			return q(text) .. ": minutes and seconds must be below 60; " .. TIME_FIX
+		end
+		seconds = h * 3600 + m * 60 + s
+	end
+	if seconds > MAX_DURATION then
+		return q(text) .. " is more than 366 days; " .. TIME_FIX
+	end
+	if seconds <= 0 then
+		return q(text) .. " is not above 0; " .. TIME_FIX
+	end
+	return nil
+end
+
+local CHECKS = {
+	key = function(v)
+		if #v > 64 or not v:match("^[%w_%.%-]+$") then
+			return q(v) .. " is not a job kind; use 1 to 64 letters, digits, '_', '.' or '-'"
+		end
+	end,
+	mem = check_size,
+	iters = function(v)
+		if not v:match("^%d+$") or tonumber(v) <= 0 then
+			return q(v) .. " is not a whole number above 0; write e.g. iters=1000"
+		end
+	end,
+	time = check_duration,
+	pcie = function(v)
+		if decimal(v) == nil then
+			return q(v) .. " is not a bandwidth in GB/s; write a number >= 0, e.g. pcie=12.5"
+		end
+	end,
+	alpha = function(v)
+		local x = decimal(v)
+		if x == nil or x <= 0 then
+			return q(v) .. " is not a number above 0; write e.g. alpha=0.9"
+		end
+	end,
+	restartable = function(v)
+		if v ~= "yes" and v ~= "no" then
+			return q(v) .. " is not yes or no; write restartable=yes or restartable=no"
+		end
+	end,
+}
+
+local function fail(shown, problem)
+	return "slurm-mig: hint " .. q(shown) .. ": " .. problem
+end
+
+-- nil when the comment's mig: hint is well formed (or absent), else the message.
+local function check_comment(comment)
+	if comment == nil then
+		return nil
+	end
+	local word
+	for w in comment:gmatch("%S+") do
+		if w:sub(1, #PREFIX) == PREFIX then
+			if word ~= nil then
+				return fail(w, "a second mig: word; put all settings in one mig: word, separated by commas")
+			end
+			word = w
+		end
+	end
+	if word == nil then
+		return nil
+	end
+	local body = word:sub(#PREFIX + 1)
+	if body == "" then
+		return fail(word, "no settings; write mig:key=value,... e.g. mig:mem=12G,time=2h")
+	end
+	local seen = {}
+	local start = 1
+	while true do
+		local comma = body:find(",", start, true)
+		local item = body:sub(start, (comma or 0) - 1)
+		if item == "" then
+			return fail(word, "an empty setting (two commas in a row, or one at an end); separate settings with single commas")
+		end
+		local eq = item:find("=", 1, true)
+		if not eq then
+			return fail(item, "no '='; write " .. item .. "=value")
+		end
+		local key, value = item:sub(1, eq - 1), item:sub(eq + 1)
+		if CHECKS[key] == nil then
+			return fail(item, "unknown key " .. q(key) .. "; use one of " .. KEYS)
+		end
+		if seen[key] then
+			return fail(item, q(key) .. " is given twice; give each key once")
+		end
+		seen[key] = true
+		if value == "" then
+			return fail(item, "no value; write " .. key .. "=value")
+		end
+		local problem = CHECKS[key](value)
+		if problem then
+			return fail(item, problem)
+		end
+		if not comma then
+			return nil
+		end
+		start = comma + 1
+	end
+end
+
+-- The comment without planner tokens.
+local function strip_tokens(comment)
+	local rest = (" " .. comment):gsub("%smigplan=%S*", "")
+	return rest:match("^%s*(.-)%s*$")
+end
+
+-- "yes" (the MIG partition alone), "mixed" (with others) or nil (not MIG).
+local function mig_partition(partitions)
+	if partitions == nil then
+		return nil
+	end
+	local found, others = false, false
+	for p in partitions:gmatch("[^,]+") do
+		if p == MIG_PARTITION then
+			found = true
+		else
+			others = true
+		end
+	end
+	if not found then
+		return nil
+	end
+	return others and "mixed" or "yes"
+end
+
+local function requested_partition(job_desc, part_list)
+	if job_desc.partition ~= nil then
+		return job_desc.partition
+	end
+	for _, part in pairs(part_list) do
+		if part.flag_default == 1 then
+			return part.name
+		end
+	end
+	return nil
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+	local partition = requested_partition(job_desc, part_list)
+	local mig = mig_partition(partition)
+	if mig == nil then
+		return slurm.SUCCESS
+	end
+	if mig == "mixed" then
+		slurm.log_user("%s", "slurm-mig: the " .. MIG_PARTITION .. " partition cannot be combined with others (" ..
+			partition .. "); submit to " .. MIG_PARTITION .. " alone")
+		return slurm.ERROR
+	end
+	local problem = check_comment(job_desc.comment)
+	if problem then
+		slurm.log_user("%s", problem)
+		return slurm.ERROR
+	end
+	if job_desc.comment ~= nil then
+		job_desc.comment = strip_tokens(job_desc.comment)
+	end
+	job_desc.priority = 0
+	return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+	if mig_partition(job_desc.partition or job_rec.partition) == nil then
+		return slurm.SUCCESS
+	end
+	local comment = job_desc.comment
+	if comment == nil and job_desc.partition ~= nil then
+		comment = job_rec.comment -- a job moved into the MIG partition keeps its comment
+	end
+	local problem = check_comment(comment)
+	if problem then
+		slurm.log_user("%s", problem)
+		return slurm.ERROR
+	end
+	return slurm.SUCCESS
+end
+
+slurm.log_info("slurm-mig: job_submit.lua loaded (MIG partition %s)", MIG_PARTITION)
+return slurm.SUCCESS

@@ -1,0 +1,646 @@
+"""MIG backend on the real driver through nvidia-ml-py (``import pynvml``).
+
+Profile IDs differ between chips, so none is written here: each GPU's profiles are found
+by asking NVML for every ``NVML_GPU_INSTANCE_PROFILE_*`` constant (0 upward until
+INVALID_ARGUMENT) and matched to ``geometry`` by the constant's class, slice count and
+memory. Every NVML error becomes one of ``base``'s errors with a hint an admin can act
+on. pynvml is imported only when a backend is used: the hooks import this module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .. import geometry
+from ..geometry import GeometryError, GpuModel, Placement, Profile
+from .base import (
+    DeviceError,
+    DeviceUnavailable,
+    GpuInfo,
+    Instance,
+    InstanceInUse,
+    InstanceNotFound,
+    InvalidRequest,
+    MigBackend,
+    MigDisabled,
+    NoPermission,
+    PlacementConflict,
+)
+
+_MAX_PROFILE_CONSTANT = 64  # a guard: NVML answers INVALID_ARGUMENT long before
+_GIB = 1024**3
+_MIB = 1024**2
+
+# NVML error name -> (our error class, hint); "{gpu}" is filled in.
+_ERRORS: dict[str, tuple[type[DeviceError], str]] = {
+    "INSUFFICIENT_RESOURCES": (
+        PlacementConflict,
+        "destroy the instance in the way first, or pick a free placement",
+    ),
+    "IN_USE": (InstanceInUse, "processes still run on it; the epilog retries after they exit"),
+    "NO_PERMISSION": (
+        NoPermission,
+        "run as root or grant /proc/driver/nvidia/capabilities/mig/config",
+    ),
+    "NOT_SUPPORTED": (MigDisabled, "nvidia-smi -i {gpu} -mig 1 on an idle GPU"),
+    "NOT_FOUND": (InstanceNotFound, "it is gone already; nothing to do"),
+    "INVALID_ARGUMENT": (
+        InvalidRequest,
+        "compare the profile and placement with nvidia-smi mig -lgipp -i {gpu}",
+    ),
+    "LIBRARY_NOT_FOUND": (
+        DeviceUnavailable,
+        "install the NVIDIA driver on this node (libnvidia-ml.so.1 is missing)",
+    ),
+    "DRIVER_NOT_LOADED": (
+        DeviceUnavailable,
+        "load the nvidia kernel module; nvidia-smi must work on this node",
+    ),
+    "GPU_IS_LOST": (
+        DeviceUnavailable,
+        "the GPU fell off the bus; drain the node, check dmesg, reset or reboot",
+    ),
+    "RESET_REQUIRED": (DeviceUnavailable, "reset the GPU (nvidia-smi -r -i {gpu}) or reboot"),
+    "UNINITIALIZED": (DeviceUnavailable, "NVML was not initialised; report this as a bug"),
+}
+_DEFAULT_HINT = "check nvidia-smi and the kernel log (dmesg) on this node"
+
+# NVML names that the driver text would not make clear.
+_TEXT = {
+    "INSUFFICIENT_RESOURCES": "Insufficient Resources",
+    "IN_USE": "In use by another client",
+}
+
+
+@dataclass(frozen=True)
+class NvmlProfile:
+    """One GPU-instance profile as this GPU's driver reports it."""
+
+    constant: int  # the NVML_GPU_INSTANCE_PROFILE_* value asked for
+    nvml_class: str | None  # "3_SLICE" ...; None for a constant this pynvml does not name
+    id: int  # the driver's profile ID (differs between chips)
+    name: str  # our name: the geometry profile's, else NVML's without "MIG "
+    slice_count: int
+    instance_count: int
+    memory_bytes: int
+    geometry: Profile | None  # None: a profile slurm-mig does not plan with (e.g. +me)
+
+
+def detect_model(name: str, total_bytes: int | None) -> str | None:
+    """The geometry model of an NVML device name and memory, e.g. ("NVIDIA A100-SXM4-40GB",
+    40 GiB) -> "A100-40GB"; None for a GPU slurm-mig does not know."""
+    m = re.search(r"(?<![A-Z0-9])(A30|A100|H100|H200|B200)(?![0-9])", name.upper())
+    if not m:
+        return None
+    family = [g for g in geometry.MODELS.values() if g.name.split("-")[0] == m.group(1)]
+    if len(family) == 1 and total_bytes is None:
+        return family[0].name
+    if total_bytes is None:
+        return None
+
+    def nominal(g: GpuModel) -> float:
+        return float(g.name.split("-")[1].removesuffix("GB"))
+
+    gib = total_bytes / _GIB
+    best = min(family, key=lambda g: abs(nominal(g) - gib))
+    return best.name if abs(nominal(best) - gib) <= 0.15 * nominal(best) else None
+
+
+def _text(value: Any) -> str:
+    """pynvml gives str or bytes (and str(bytes) in some error messages)."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    s = str(value)
+    if len(s) >= 3 and s[0] == "b" and s[1] in "'\"" and s[-1] == s[1]:
+        return s[2:-1]
+    return s
+
+
+class NvmlBackend(MigBackend):
+    """Create and destroy MIG instances at explicit placements through NVML.
+
+    Each call initialises NVML and shuts it down again; ``with NvmlBackend() as b:``
+    keeps one session open for several calls.
+    """
+
+    def __init__(self, pynvml_module: Any = None) -> None:
+        self._nvml = pynvml_module
+        self._depth = 0
+        self._tables: dict[str, list[NvmlProfile]] = {}  # GPU uuid -> profiles
+        self._codes: dict[int, str] = {}
+        self._open: list = []  # sessions opened by ``with``
+
+    # -- NVML plumbing --------------------------------------------------------------
+
+    @property
+    def nvml(self) -> Any:
+        if self._nvml is None:
+            try:
+                import pynvml
+            except ImportError:
+                raise DeviceUnavailable(
+                    "nvidia-ml-py is not installed (import pynvml failed)",
+                    hint="pip install nvidia-ml-py in the environment the hooks run in",
+                ) from None
+            self._nvml = pynvml
+        return self._nvml
+
+    def _code_name(self, value: int) -> str:
+        if not self._codes:
+            for k, v in vars(self.nvml).items():
+                if k.startswith("NVML_ERROR_") and isinstance(v, int):
+                    self._codes[v] = k.removeprefix("NVML_ERROR_")
+        return self._codes.get(value, f"ERROR_{value}")
+
+    def _error(self, exc: Exception, what: str, gpu: int | None = None) -> DeviceError:
+        """Our error for an NVMLError raised while doing ``what``."""
+        value = getattr(exc, "value", None)
+        name = self._code_name(value) if isinstance(value, int) else "UNKNOWN"
+        cls, hint = _ERRORS.get(name, (DeviceUnavailable, _DEFAULT_HINT))
+        text = _TEXT.get(name) or _text(exc)
+        where = f"GPU {gpu}: " if gpu is not None else ""
+        hint = hint.replace("{gpu}", "N" if gpu is None else str(gpu))
+        return cls(f"{where}{what}: NVML {text} (NVML_ERROR_{name})", hint=hint)
+
+    def _call(self, what: str, gpu: int | None, fn: str, *args: Any) -> Any:
+        nvml = self.nvml
+        try:
+            return getattr(nvml, fn)(*args)
+        except nvml.NVMLError as exc:
+            raise self._error(exc, what, gpu) from None
+
+    def _try(self, fn: str, *args: Any, ok: tuple[str, ...]) -> Any:
+        """Call ``fn``; None when NVML answers one of the ``ok`` error names."""
+        nvml = self.nvml
+        try:
+            return getattr(nvml, fn)(*args)
+        except nvml.NVMLError as exc:
+            if self._code_name(getattr(exc, "value", -1)) in ok:
+                return None
+            raise
+
+    @contextmanager
+    def _session(self):
+        if self._depth == 0:
+            self._call("initialise NVML", None, "nvmlInit")
+        self._depth += 1
+        try:
+            yield self.nvml
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                try:
+                    self.nvml.nvmlShutdown()
+                except self.nvml.NVMLError:
+                    pass
+
+    def __enter__(self) -> NvmlBackend:
+        cm = self._session()
+        cm.__enter__()
+        self._open.append(cm)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._open.pop().__exit__(*exc)
+
+    # -- devices and profiles -------------------------------------------------------
+
+    def _handle(self, gpu: int) -> Any:
+        count = self._call("count GPUs", None, "nvmlDeviceGetCount")
+        if not isinstance(gpu, int) or not 0 <= gpu < count:
+            raise InvalidRequest(
+                f"GPU {gpu} does not exist: NVML sees {count} GPU(s) on this node",
+                hint="check the GPU index against [nodes] in the config",
+            )
+        return self._call("open the GPU", gpu, "nvmlDeviceGetHandleByIndex", gpu)
+
+    def _describe(self, gpu: int, handle: Any) -> tuple[str, str, str | None, bool, bool]:
+        """(NVML name, uuid, geometry model or None, MIG on, MIG mode change pending)."""
+        nvml = self.nvml
+        name = _text(self._call("read the GPU name", gpu, "nvmlDeviceGetName", handle))
+        uuid = _text(self._call("read the GPU uuid", gpu, "nvmlDeviceGetUUID", handle))
+        try:
+            mem = self._call("read memory", gpu, "nvmlDeviceGetMemoryInfo", handle).total
+        except DeviceError:
+            mem = None
+        try:
+            mode = self._try("nvmlDeviceGetMigMode", handle, ok=("NOT_SUPPORTED",))
+        except nvml.NVMLError as exc:
+            raise self._error(exc, "read the MIG mode", gpu) from None
+        on = mode is not None and mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        pending = mode is not None and mode[1] != mode[0]
+        return name, uuid, detect_model(name, mem), on, pending
+
+    def _profiles(self, gpu: int, handle: Any, uuid: str, model: GpuModel) -> list[NvmlProfile]:
+        """Every GPU-instance profile the driver has on this GPU, matched to geometry."""
+        if uuid in self._tables:
+            return self._tables[uuid]
+        nvml = self.nvml
+        names = {
+            v: k.removeprefix("NVML_GPU_INSTANCE_PROFILE_")
+            for k, v in vars(nvml).items()
+            if k.startswith("NVML_GPU_INSTANCE_PROFILE_") and not k.endswith("_COUNT")
+        }
+        found = []
+        for const in range(_MAX_PROFILE_CONSTANT):
+            try:
+                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, const)
+            except nvml.NVMLError as exc:
+                code = self._code_name(getattr(exc, "value", -1))
+                if code == "INVALID_ARGUMENT":
+                    break
+                if code == "NOT_SUPPORTED":
+                    continue
+                raise self._error(exc, "read the MIG profiles", gpu) from None
+            cls = names.get(const)
+            geo = _match(model, cls, info.sliceCount, info.memorySizeMB * _MIB)
+            nvml_name = _text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
+            found.append(
+                NvmlProfile(
+                    constant=const,
+                    nvml_class=cls,
+                    id=int(info.id),
+                    name=geo.name if geo else (nvml_name or f"profile-{info.id}"),
+                    slice_count=int(info.sliceCount),
+                    instance_count=int(info.instanceCount),
+                    memory_bytes=int(info.memorySizeMB) * _MIB,
+                    geometry=geo,
+                )
+            )
+        self._tables[uuid] = found
+        return found
+
+    def _placements(self, gpu: int, handle: Any, prof: NvmlProfile) -> list[Placement]:
+        nvml = self.nvml
+        count = ctypes.c_uint(0)
+        what = f"list the placements of {prof.name}"
+        self._call(
+            what,
+            gpu,
+            "nvmlDeviceGetGpuInstancePossiblePlacements",
+            handle,
+            prof.id,
+            None,
+            ctypes.byref(count),
+        )
+        n = count.value
+        array = (nvml.c_nvmlGpuInstancePlacement_t * max(n, 1))()
+        count = ctypes.c_uint(n)
+        self._call(
+            what,
+            gpu,
+            "nvmlDeviceGetGpuInstancePossiblePlacements",
+            handle,
+            prof.id,
+            array,
+            ctypes.byref(count),
+        )
+        return [Placement(array[i].start, array[i].size) for i in range(count.value)]
+
+    def _gpu_instances(self, gpu: int, handle: Any, table: list[NvmlProfile]) -> list[tuple]:
+        """(GI handle, gi id, profile, placement) of every GPU instance on the GPU."""
+        nvml = self.nvml
+        out = []
+        for prof in table:
+            array = (nvml.c_nvmlGpuInstance_t * max(prof.instance_count, 1))()
+            count = ctypes.c_uint(0)
+            self._call(
+                "list GPU instances",
+                gpu,
+                "nvmlDeviceGetGpuInstances",
+                handle,
+                prof.id,
+                array,
+                ctypes.byref(count),
+            )
+            for i in range(count.value):
+                gi = array[i]
+                info = self._call("read a GPU instance", gpu, "nvmlGpuInstanceGetInfo", gi)
+                pl = Placement(int(info.placement.start), int(info.placement.size))
+                out.append((gi, int(info.id), prof, pl))
+        return sorted(out, key=lambda t: t[3])
+
+    def _compute_instances(self, gpu: int | None, gi: Any) -> list[tuple[Any, int]]:
+        """(CI handle, ci id) of every compute instance of a GPU instance."""
+        nvml = self.nvml
+        out = []
+        seen_ids = set()
+        known = getattr(nvml, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", 0)
+        for const in range(_MAX_PROFILE_CONSTANT):
+            try:
+                info = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi, const, nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+                )
+            except nvml.NVMLError as exc:
+                code = self._code_name(getattr(exc, "value", -1))
+                if code == "INVALID_ARGUMENT" and const >= known:
+                    break  # past every profile the driver has
+                if code in ("NOT_SUPPORTED", "INVALID_ARGUMENT"):
+                    continue  # not in a GPU instance of this size
+                raise self._error(exc, "read the compute-instance profiles", gpu) from None
+            if info.id in seen_ids:
+                continue
+            seen_ids.add(info.id)
+            array = (nvml.c_nvmlComputeInstance_t * max(int(info.instanceCount), 1))()
+            count = ctypes.c_uint(0)
+            self._call(
+                "list compute instances",
+                gpu,
+                "nvmlGpuInstanceGetComputeInstances",
+                gi,
+                info.id,
+                array,
+                ctypes.byref(count),
+            )
+            for i in range(count.value):
+                ci = array[i]
+                cinfo = self._call("read a compute instance", gpu, "nvmlComputeInstanceGetInfo", ci)
+                out.append((ci, int(cinfo.id)))
+        return sorted(out, key=lambda t: t[1])
+
+    def _mig_uuids(self, gpu: int, handle: Any) -> dict[tuple[int, int], str]:
+        """(gi id, ci id) -> "MIG-..." for every MIG device of the GPU."""
+        nvml = self.nvml
+        n = self._call("count MIG devices", gpu, "nvmlDeviceGetMaxMigDeviceCount", handle)
+        out = {}
+        for i in range(n):
+            try:
+                mig = self._try("nvmlDeviceGetMigDeviceHandleByIndex", handle, i, ok=("NOT_FOUND",))
+                if mig is None:
+                    continue
+                gi_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
+                ci_id = nvml.nvmlDeviceGetComputeInstanceId(mig)
+                out[(int(gi_id), int(ci_id))] = _text(nvml.nvmlDeviceGetUUID(mig))
+            except nvml.NVMLError as exc:
+                raise self._error(exc, "list MIG devices", gpu) from None
+        return out
+
+    def _state(self, gpu: int) -> tuple[Any, str, GpuModel, list[NvmlProfile]]:
+        """Handle, uuid, model and profiles of a MIG GPU; MigDisabled if it is not one."""
+        handle = self._handle(gpu)
+        name, uuid, model_name, on, _ = self._describe(gpu, handle)
+        if model_name is None:
+            raise MigDisabled(
+                f"GPU {gpu} ({name}) is not a MIG GPU slurm-mig knows",
+                hint="list only MIG GPUs (A30, A100, H100, H200, B200) in [nodes] of the config",
+            )
+        if not on:
+            raise MigDisabled(
+                f"GPU {gpu} ({name}): MIG mode is off",
+                hint=f"nvidia-smi -i {gpu} -mig 1 on an idle GPU",
+            )
+        model = geometry.get_model(model_name)
+        return handle, uuid, model, self._profiles(gpu, handle, uuid, model)
+
+    def _live(self, gpu: int, handle: Any, table: list[NvmlProfile]) -> list[tuple]:
+        """(Instance, GI handle, [CI handles]) of every GPU instance of the GPU.
+
+        A GPU instance without a compute instance (left by a crash or by hand) has no
+        MIG device; it is reported with uuid ``gi<N>-no-ci`` so it can be destroyed."""
+        uuids = self._mig_uuids(gpu, handle)
+        out = []
+        for gi, gi_id, prof, pl in self._gpu_instances(gpu, handle, table):
+            cis = self._compute_instances(gpu, gi)
+            if cis:
+                ci_id = cis[0][1]
+                uuid = uuids.get((gi_id, ci_id), f"gi{gi_id}-ci{ci_id}-no-uuid")
+            else:
+                ci_id, uuid = -1, f"gi{gi_id}-no-ci"
+            inst = Instance(gpu, prof.name, pl, uuid, gi_id, ci_id)
+            out.append((inst, gi, [c for c, _ in cis]))
+        return out
+
+    # -- the interface --------------------------------------------------------------
+
+    def gpus(self) -> list[GpuInfo]:
+        """The node's GPUs in index order; ``model`` is NVML's name where geometry has none."""
+        with self._session():
+            count = self._call("count GPUs", None, "nvmlDeviceGetCount")
+            out = []
+            for i in range(count):
+                handle = self._call("open the GPU", i, "nvmlDeviceGetHandleByIndex", i)
+                name, uuid, model, on, _ = self._describe(i, handle)
+                out.append(GpuInfo(i, model or name, uuid, on))
+            return out
+
+    def instances(self, gpu: int | None = None) -> list[Instance]:
+        """Live instances (GPU instance + its compute instance), sorted by (gpu, placement);
+        none on a GPU whose MIG mode is off."""
+        with self._session():
+            if gpu is None:
+                indices = range(self._call("count GPUs", None, "nvmlDeviceGetCount"))
+            else:
+                indices = [gpu]
+            out = []
+            for i in indices:
+                try:
+                    handle, _, _, table = self._state(i)
+                except MigDisabled:
+                    continue  # MIG off or not a MIG GPU: no instances
+                out.extend(inst for inst, _, _ in self._live(i, handle, table))
+            return sorted(out, key=lambda x: (x.gpu, x.placement))
+
+    def create(
+        self, gpu: int, profile: str, placement: Placement, job_id: str | None = None
+    ) -> Instance:
+        """GPU instance of ``profile`` at ``placement``, then its full compute instance."""
+        nvml = self.nvml
+        with self._session():
+            handle, _, model, table = self._state(gpu)
+            prof = self._profile(gpu, model, table, profile)
+            legal = self._placements(gpu, handle, prof)
+            if placement not in legal:
+                text = ", ".join(f"{p.start}:{p.size}" for p in legal)
+                raise InvalidRequest(
+                    f"GPU {gpu} ({model.name}): {prof.name} cannot be placed at "
+                    f"{placement.start}:{placement.size}: NVML Invalid Argument",
+                    hint=f"{prof.name} placements (start:size in memory slices) are {text}",
+                )
+            c_pl = nvml.c_nvmlGpuInstancePlacement_t()
+            c_pl.start, c_pl.size = placement.start, placement.size
+            what = f"create {prof.name} at {placement.start}:{placement.size}"
+            try:
+                gi = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
+                    handle, prof.id, ctypes.byref(c_pl)
+                )
+            except nvml.NVMLError as exc:
+                err = self._error(exc, what, gpu)
+                if isinstance(err, PlacementConflict):
+                    err = self._conflict(gpu, handle, table, placement, err)
+                raise err from None
+            try:
+                ci = self._create_ci(gpu, gi, prof)
+                gi_id = int(self._call(what, gpu, "nvmlGpuInstanceGetInfo", gi).id)
+                ci_id = int(self._call(what, gpu, "nvmlComputeInstanceGetInfo", ci).id)
+                uuid = self._mig_uuids(gpu, handle).get((gi_id, ci_id))
+                if uuid is None:
+                    raise DeviceUnavailable(
+                        f"GPU {gpu}: {what}: NVML shows no MIG device for GPU instance "
+                        f"{gi_id} / compute instance {ci_id}",
+                        hint=_DEFAULT_HINT,
+                    )
+            except DeviceError:
+                self._rollback(gi)
+                raise
+            return Instance(gpu, prof.name, placement, uuid, gi_id, ci_id)
+
+    def destroy(self, gpu: int, uuid: str, job_id: str | None = None) -> None:
+        """Destroy the compute instance(s), then the GPU instance; InstanceNotFound if absent."""
+        with self._session():
+            handle, _, _, table = self._state(gpu)
+            for inst, gi, cis in self._live(gpu, handle, table):
+                if inst.uuid != uuid:
+                    continue
+                what = f"destroy {inst.profile} at {inst.placement.start}:{inst.placement.size}"
+                for ci in cis:
+                    self._call(what, gpu, "nvmlComputeInstanceDestroy", ci)
+                self._call(what, gpu, "nvmlGpuInstanceDestroy", gi)
+                return
+            raise InstanceNotFound(
+                f"GPU {gpu}: no MIG instance {uuid}: NVML Not Found",
+                hint="it is gone already; nothing to destroy",
+            )
+
+    def health(self) -> list[str]:
+        """MIG mode off or pending, unknown GPUs, GPU instances without a compute
+        instance, and any NVML failure; [] when all is well."""
+        problems = []
+        try:
+            with self._session():
+                count = self._call("count GPUs", None, "nvmlDeviceGetCount")
+                for i in range(count):
+                    try:
+                        problems.extend(self._gpu_health(i))
+                    except DeviceError as exc:
+                        problems.append(str(exc))
+        except DeviceError as exc:
+            problems.append(str(exc))
+        return problems
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _gpu_health(self, gpu: int) -> list[str]:
+        handle = self._call("open the GPU", gpu, "nvmlDeviceGetHandleByIndex", gpu)
+        name, uuid, model_name, on, pending = self._describe(gpu, handle)
+        out = []
+        if model_name is None:
+            return [f"GPU {gpu} ({name}): not a MIG GPU slurm-mig knows; it is left alone"]
+        if pending:
+            out.append(
+                f"GPU {gpu} ({name}): a MIG mode change is pending "
+                f"(hint: reset the GPU: nvidia-smi -r -i {gpu})"
+            )
+        if not on:
+            out.append(
+                f"GPU {gpu} ({name}): MIG mode is off "
+                f"(hint: nvidia-smi -i {gpu} -mig 1 on an idle GPU)"
+            )
+            return out
+        model = geometry.get_model(model_name)
+        table = self._profiles(gpu, handle, uuid, model)
+        planned = {p.geometry.name for p in table if p.geometry}
+        missing = [p.name for p in model.profiles if p.name not in planned]
+        if missing:
+            out.append(
+                f"GPU {gpu} ({name}): NVML has no profile matching {', '.join(missing)} "
+                f"of {model.name} (hint: compare nvidia-smi mig -lgip -i {gpu} with the model)"
+            )
+        for inst, _, cis in self._live(gpu, handle, table):
+            if not cis:
+                out.append(
+                    f"GPU {gpu}: GPU instance {inst.gi_id} ({inst.profile} at "
+                    f"{inst.placement.start}:{inst.placement.size}) has no compute instance "
+                    f"(hint: slurm-mig destroys it as {inst.uuid} when it needs the slices)"
+                )
+        return out
+
+    def _profile(
+        self, gpu: int, model: GpuModel, table: list[NvmlProfile], name: str
+    ) -> NvmlProfile:
+        try:
+            wanted = model.profile(name)
+        except GeometryError:
+            names = ", ".join(p.name for p in model.profiles)
+            raise InvalidRequest(
+                f"GPU {gpu} ({model.name}) has no MIG profile {name!r}: NVML Invalid Argument",
+                hint=f"profiles of {model.name}: {names}",
+            ) from None
+        for p in table:
+            if p.geometry == wanted:
+                return p
+        raise InvalidRequest(
+            f"GPU {gpu} ({model.name}): the driver reports no profile like {name} "
+            f"({wanted.compute_slices} slices, {wanted.memory_bytes / _GIB:.1f} GiB)",
+            hint=f"compare nvidia-smi mig -lgip -i {gpu} with the model in [nodes]",
+        )
+
+    def _create_ci(self, gpu: int, gi: Any, prof: NvmlProfile) -> Any:
+        """The compute instance spanning the whole GPU instance."""
+        nvml = self.nvml
+        what = f"create the compute instance of {prof.name}"
+        const = getattr(nvml, f"NVML_COMPUTE_INSTANCE_PROFILE_{prof.slice_count}_SLICE", None)
+        if const is None:
+            raise DeviceUnavailable(
+                f"GPU {gpu}: {what}: pynvml has no compute-instance profile of "
+                f"{prof.slice_count} slices",
+                hint="upgrade nvidia-ml-py",
+            )
+        info = self._call(
+            what,
+            gpu,
+            "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+            gi,
+            const,
+            nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+        )
+        return self._call(what, gpu, "nvmlGpuInstanceCreateComputeInstance", gi, info.id)
+
+    def _rollback(self, gi: Any) -> None:
+        """Destroy a GPU instance whose compute instance could not be set up."""
+        nvml = self.nvml
+        try:
+            for ci, _ in self._compute_instances(None, gi):
+                nvml.nvmlComputeInstanceDestroy(ci)
+            nvml.nvmlGpuInstanceDestroy(gi)
+        except (nvml.NVMLError, DeviceError):
+            pass  # health() reports a GPU instance left without compute instance
+
+    def _conflict(
+        self, gpu: int, handle: Any, table: list, placement: Placement, err: DeviceError
+    ) -> DeviceError:
+        """Name the instances in the way in a PlacementConflict."""
+        try:
+            in_way = [
+                inst
+                for inst, _, _ in self._live(gpu, handle, table)
+                if inst.placement.overlaps(placement)
+            ]
+        except DeviceError:
+            return err
+        if not in_way:
+            same = ", ".join(sorted({p.name for p in table}))
+            return PlacementConflict(
+                f"{err.message}; no instance overlaps it, the profile's instance count "
+                f"is used up (profiles: {same})",
+                hint=err.hint,
+            )
+        desc = "; ".join(
+            f"{i.profile} at {i.placement.start}:{i.placement.size} ({i.uuid})" for i in in_way
+        )
+        return PlacementConflict(f"{err.message}; in the way: {desc}", hint=err.hint)
+
+
+def _match(model: GpuModel, nvml_class: str | None, slices: int, memory: int) -> Profile | None:
+    """The geometry profile of an NVML profile: same constant class, slice count, and
+    memory within 25 % (geometry's figures are estimates, NVML's exact)."""
+    if nvml_class is None:
+        return None
+    for p in model.profiles:
+        if p.nvml_class == nvml_class and p.compute_slices == slices:
+            if 0.75 <= memory / p.memory_bytes <= 1.25:
+                return p
+    return None

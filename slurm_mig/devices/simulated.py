@@ -1,0 +1,455 @@
+"""A MIG backend with no GPU: NVIDIA's placement rules from ``geometry``, state on disk.
+
+The state of a node's simulated GPUs lives in ``state_dir/state.json`` so that separate
+hook processes (prolog, epilog) and restarts see the same instances, as they would on
+real hardware. Files under ``state_dir``:
+
+- ``state.json``: GPUs (model, uuid, MIG mode), live instances, a generation counter.
+- ``lock``: every read or write of ``state.json`` holds an ``fcntl.flock`` on it.
+- ``gpu<N>.lock``: held for the whole of a create/destroy/mode change on GPU N, so that
+  reconfigurations of one GPU run one after another, as NVML serialises them. The Table 1
+  latency is slept while holding it (but not ``lock``, so other GPUs go on).
+- ``audit.jsonl``: one JSON line per successful create/destroy: ``op, gpu, profile,
+  placement {start, size}, uuid, job_id, start, end, pid`` (``start``: the GPU lock was
+  taken and the operation began; ``end``: its instance exists or is gone).
+- ``fault.json`` (optional, simulator feature for tests and demos of failure handling):
+  ``{"op": "create"|"destroy"|"any", "error": "<DeviceError subclass name>",
+  "message": "...", "hint": "...", "gpu": N, "times": K}``. While it exists the named
+  operation (on GPU N only when ``gpu`` is given) raises that error class with that
+  message; with ``times`` it fires K times and then removes itself.
+
+Only the standard library is used: the Slurm hooks import this module.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from .. import geometry
+from ..geometry import GeometryError, Placement
+from .base import (
+    DeviceError,
+    DeviceUnavailable,
+    GpuInfo,
+    Instance,
+    InstanceInUse,
+    InstanceNotFound,
+    InvalidRequest,
+    MigBackend,
+    MigDisabled,
+    NoPermission,
+    PlacementConflict,
+)
+
+STATE_VERSION = 1
+_UUID_NAMESPACE = uuidlib.UUID("4f1c7d2e-8a59-5b0e-9c3a-6d2b7e0f1a55")
+_FAULT_OPS = ("create", "destroy", "any")
+FAULT_ERRORS: dict[str, type[DeviceError]] = {
+    cls.__name__: cls
+    for cls in (
+        DeviceError,
+        PlacementConflict,
+        InstanceNotFound,
+        InvalidRequest,
+        InstanceInUse,
+        NoPermission,
+        MigDisabled,
+        DeviceUnavailable,
+    )
+}
+
+
+def gpu_uuid_for(node_key: str, index: int) -> str:
+    """The simulated ``GPU-...`` uuid of GPU ``index`` of the node whose state dir is named ``node_key``."""
+    return "GPU-" + str(uuidlib.uuid5(_UUID_NAMESPACE, f"{node_key}/gpu/{index}"))
+
+
+def mig_uuid_for(gpu_uuid: str, gi_id: int, generation: int) -> str:
+    """Deterministic ``MIG-...`` uuid: uuid5 of (GPU uuid, GPU instance id, generation)."""
+    return "MIG-" + str(uuidlib.uuid5(_UUID_NAMESPACE, f"{gpu_uuid}/{gi_id}/{generation}"))
+
+
+def _model_names(models: Sequence[str]) -> list[str]:
+    out = []
+    for i, name in enumerate(models):
+        try:
+            out.append(geometry.get_model(name).name)
+        except GeometryError as exc:
+            raise DeviceError(
+                f"simulated GPU {i}: {exc}",
+                hint="use a model name of slurm_mig.geometry (e.g. A100-40GB) in [nodes]",
+            ) from None
+    return out
+
+
+class SimulatedBackend(MigBackend):
+    """MIG GPUs simulated on disk with NVIDIA's placement rules and Table 1 latencies."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        models: Sequence[str] | None = None,
+        latency_scale: float = 0.0,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if latency_scale < 0:
+            raise ValueError(f"latency_scale must be >= 0, got {latency_scale}")
+        self.state_dir = Path(state_dir)
+        self.latency_scale = float(latency_scale)
+        self._clock = clock
+        self._sleep = sleep
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DeviceUnavailable(
+                f"cannot create the simulated GPU directory {self.state_dir}: {exc.strerror}",
+                hint="create it, writable by the user the hooks run as (root)",
+            ) from None
+        wanted = None if models is None else _model_names(models)
+        with self._locked(exclusive=True):
+            if not self.state_path.exists():
+                if wanted is None:
+                    raise DeviceError(
+                        f"no simulated GPUs in {self.state_dir} (no state.json)",
+                        hint="give the GPU models (config [nodes]) on first use",
+                    )
+                self._write(self._fresh_state(wanted))
+                return
+            state = self._read()
+        on_disk = [g["model"] for g in state["gpus"]]
+        if wanted is not None and wanted != on_disk:
+            raise DeviceError(
+                f"simulated GPUs in {self.state_path} are {on_disk} but the config names {wanted}",
+                hint=f"fix [nodes] in the config, or remove {self.state_dir} to start "
+                "with fresh GPUs",
+            )
+
+    # -- paths and state ------------------------------------------------------------
+
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def audit_path(self) -> Path:
+        return self.state_dir / "audit.jsonl"
+
+    @property
+    def fault_path(self) -> Path:
+        return self.state_dir / "fault.json"
+
+    def _fresh_state(self, models: list[str]) -> dict:
+        key = self.state_dir.name
+        return {
+            "version": STATE_VERSION,
+            "generation": 0,
+            "gpus": [
+                {"index": i, "model": m, "uuid": gpu_uuid_for(key, i), "mig_enabled": True}
+                for i, m in enumerate(models)
+            ],
+            "instances": [],
+        }
+
+    @contextmanager
+    def _flock(self, path: Path, exclusive: bool) -> Iterator[None]:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except PermissionError:
+            fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _locked(self, exclusive: bool = True):
+        return self._flock(self.state_dir / "lock", exclusive)
+
+    def _gpu_locked(self, gpu: int):
+        return self._flock(self.state_dir / f"gpu{gpu}.lock", True)
+
+    def _read(self) -> dict:
+        try:
+            state = json.loads(self.state_path.read_text())
+            if state.get("version") != STATE_VERSION:
+                raise ValueError(f"version {state.get('version')!r}, expected {STATE_VERSION}")
+            return state
+        except (OSError, ValueError, AttributeError) as exc:
+            raise DeviceUnavailable(
+                f"simulated GPU state {self.state_path} is unreadable: {exc}",
+                hint=f"restore it, or remove {self.state_dir} to start with fresh GPUs",
+            ) from None
+
+    def _write(self, state: dict) -> None:
+        tmp = self.state_dir / f".state.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.state_path)
+
+    def _audit(self, record: dict) -> None:
+        with open(self.audit_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+
+    # -- checks ---------------------------------------------------------------------
+
+    def _gpu(self, state: dict, gpu: int) -> dict:
+        n = len(state["gpus"])
+        if not isinstance(gpu, int) or not 0 <= gpu < n:
+            raise InvalidRequest(
+                f"GPU {gpu} does not exist: this node has {n} simulated GPU(s)",
+                hint="check the GPU index against [nodes] in the config",
+            )
+        return state["gpus"][gpu]
+
+    def _check_fault(self, op: str, gpu: int) -> None:
+        """Raise the injected error of ``fault.json`` when it applies to ``op`` on ``gpu``."""
+        if not self.fault_path.exists():
+            return
+        try:
+            fault = json.loads(self.fault_path.read_text())
+            fop, name = fault.get("op", "any"), fault["error"]
+            cls = FAULT_ERRORS[name]
+            if fop not in _FAULT_OPS:
+                raise ValueError(f"op {fop!r} is not one of {', '.join(_FAULT_OPS)}")
+            times = None if fault.get("times") is None else int(fault["times"])
+        except FileNotFoundError:
+            return
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise DeviceError(
+                f"fault injection file {self.fault_path} is malformed: {exc!s}",
+                hint=f'write {{"op": "create", "error": one of {", ".join(FAULT_ERRORS)}, '
+                '"message": "..."} or remove the file',
+            ) from None
+        if fop not in (op, "any"):
+            return
+        if fault.get("gpu") is not None and fault["gpu"] != gpu:
+            return
+        if times is not None:
+            if times <= 1:
+                self.fault_path.unlink(missing_ok=True)
+            else:
+                fault["times"] = times - 1
+                self.fault_path.write_text(json.dumps(fault) + "\n")
+        message = fault.get("message") or f"injected {name} on {op}"
+        raise cls(f"GPU {gpu}: {message}", hint=fault.get("hint", ""))
+
+    @staticmethod
+    def _instance(rec: dict) -> Instance:
+        pl = rec["placement"]
+        return Instance(
+            gpu=rec["gpu"],
+            profile=rec["profile"],
+            placement=Placement(pl["start"], pl["size"]),
+            uuid=rec["uuid"],
+            gi_id=rec["gi_id"],
+            ci_id=rec["ci_id"],
+        )
+
+    # -- the interface --------------------------------------------------------------
+
+    def gpus(self) -> list[GpuInfo]:
+        """The simulated GPUs in index order."""
+        with self._locked(exclusive=False):
+            state = self._read()
+        return [GpuInfo(g["index"], g["model"], g["uuid"], g["mig_enabled"]) for g in state["gpus"]]
+
+    def instances(self, gpu: int | None = None) -> list[Instance]:
+        """Live instances, of one GPU or all, sorted by (gpu, placement)."""
+        with self._locked(exclusive=False):
+            state = self._read()
+        if gpu is not None:
+            self._gpu(state, gpu)
+        found = [self._instance(r) for r in state["instances"] if gpu is None or r["gpu"] == gpu]
+        return sorted(found, key=lambda i: (i.gpu, i.placement))
+
+    def create(
+        self, gpu: int, profile: str, placement: Placement, job_id: str | None = None
+    ) -> Instance:
+        """Create ``profile`` at ``placement`` on ``gpu`` as NVML would, sleeping Table 1's
+        create time x ``latency_scale`` with the GPU's reconfiguration lock held."""
+        with self._locked(exclusive=False):
+            self._gpu(self._read(), gpu)
+        with self._gpu_locked(gpu):
+            start = self._clock()
+            with self._locked():
+                state = self._read()
+                g = self._gpu(state, gpu)
+                self._check_fault("create", gpu)
+                prof = self._validate(state, g, profile, placement)
+                live_ids = {r["gi_id"] for r in state["instances"] if r["gpu"] == gpu}
+                full = prof.compute_slices == geometry.get_model(g["model"]).compute_slices
+                gi_id = _free_gi_id(live_ids, full)
+            model = geometry.get_model(g["model"])
+            self._sleep_for(model.create_time(prof.compute_slices))
+            with self._locked():
+                state = self._read()
+                g = self._gpu(state, gpu)
+                self._validate(state, g, profile, placement)  # nobody else holds the GPU lock
+                state["generation"] += 1
+                rec = {
+                    "gpu": gpu,
+                    "gi_id": gi_id,
+                    "ci_id": 0,
+                    "uuid": mig_uuid_for(g["uuid"], gi_id, state["generation"]),
+                    "profile": prof.name,
+                    "placement": placement.to_json(),
+                    "job_id": job_id,
+                    "created": self._clock(),
+                }
+                state["instances"].append(rec)
+                self._write(state)
+                end = self._clock()
+                self._audit(self._audit_record("create", rec, job_id, start, end))
+        return self._instance(rec)
+
+    def destroy(self, gpu: int, uuid: str, job_id: str | None = None) -> None:
+        """Destroy the instance ``uuid`` of ``gpu`` (its compute instance first, as NVML
+        needs), sleeping Table 1's destroy time x ``latency_scale``."""
+        with self._locked(exclusive=False):
+            self._gpu(self._read(), gpu)
+        with self._gpu_locked(gpu):
+            start = self._clock()
+            with self._locked():
+                state = self._read()
+                g = self._gpu(state, gpu)
+                self._check_fault("destroy", gpu)
+                rec = self._find(state, gpu, uuid)
+            prof = geometry.get_model(g["model"]).profile(rec["profile"])
+            self._sleep_for(geometry.get_model(g["model"]).destroy_time(prof.compute_slices))
+            with self._locked():
+                state = self._read()
+                rec = self._find(state, gpu, uuid)
+                state["instances"].remove(rec)
+                self._write(state)
+                end = self._clock()
+                self._audit(self._audit_record("destroy", rec, job_id, start, end))
+
+    def health(self) -> list[str]:
+        """MIG-off GPUs and an active fault injection; [] when all is well."""
+        with self._locked(exclusive=False):
+            state = self._read()
+        problems = [
+            f"GPU {g['index']} ({g['model']}): MIG mode is off "
+            f"(hint: nvidia-smi -i {g['index']} -mig 1 on an idle GPU)"
+            for g in state["gpus"]
+            if not g["mig_enabled"]
+        ]
+        if self.fault_path.exists():
+            try:
+                fault = json.loads(self.fault_path.read_text())
+                what = (
+                    f"{fault.get('op', 'any')} raises {fault.get('error')}: "
+                    f"{fault.get('message', '')}"
+                )
+            except (OSError, ValueError, AttributeError):
+                what = "the file is malformed"
+            problems.append(f"fault injection active ({self.fault_path}): {what}")
+        return problems
+
+    def set_mig_mode(self, gpu: int, enabled: bool) -> None:
+        """Turn MIG mode on or off (tests, demos); off needs a GPU without instances."""
+        with self._locked(exclusive=False):
+            self._gpu(self._read(), gpu)
+        with self._gpu_locked(gpu), self._locked():
+            state = self._read()
+            g = self._gpu(state, gpu)
+            live = [r for r in state["instances"] if r["gpu"] == gpu]
+            if not enabled and live:
+                raise InstanceInUse(
+                    f"GPU {gpu}: cannot turn MIG mode off: {len(live)} MIG instance(s) exist",
+                    hint="destroy the instances first",
+                )
+            g["mig_enabled"] = bool(enabled)
+            self._write(state)
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _sleep_for(self, seconds: float) -> None:
+        if self.latency_scale > 0:
+            self._sleep(seconds * self.latency_scale)
+
+    def _validate(self, state: dict, g: dict, profile: str, placement: Placement):
+        gpu, model = g["index"], geometry.get_model(g["model"])
+        if not g["mig_enabled"]:
+            raise MigDisabled(
+                f"GPU {gpu} ({model.name}): MIG mode is off",
+                hint=f"nvidia-smi -i {gpu} -mig 1 on an idle GPU",
+            )
+        try:
+            prof = model.profile(profile)
+        except GeometryError:
+            names = ", ".join(p.name for p in model.profiles)
+            raise InvalidRequest(
+                f"GPU {gpu} ({model.name}) has no MIG profile {profile!r}: Invalid Argument",
+                hint=f"profiles of {model.name}: {names}",
+            ) from None
+        if placement not in prof.placements:
+            legal = ", ".join(f"{p.start}:{p.size}" for p in prof.placements)
+            raise InvalidRequest(
+                f"GPU {gpu} ({model.name}): {prof.name} cannot be placed at "
+                f"{placement.start}:{placement.size}: Invalid Argument",
+                hint=f"{prof.name} placements (start:size in memory slices) are {legal}",
+            )
+        in_way = [
+            r
+            for r in state["instances"]
+            if r["gpu"] == gpu and placement.overlaps(Placement(**r["placement"]))
+        ]
+        if in_way:
+            raise PlacementConflict(
+                f"GPU {gpu}: cannot create {prof.name} at {placement.start}:{placement.size}: "
+                f"Insufficient Resources; in the way: {_describe(in_way)}",
+                hint="destroy the instance in the way first, or pick a free placement",
+            )
+        return prof
+
+    def _find(self, state: dict, gpu: int, uuid: str) -> dict:
+        for r in state["instances"]:
+            if r["gpu"] == gpu and r["uuid"] == uuid:
+                return r
+        elsewhere = [r["gpu"] for r in state["instances"] if r["uuid"] == uuid]
+        where = f" (it is on GPU {elsewhere[0]})" if elsewhere else ""
+        raise InstanceNotFound(
+            f"GPU {gpu}: no MIG instance {uuid}{where}: Not Found",
+            hint=f"destroy it on GPU {elsewhere[0]}" if elsewhere else "it is gone already",
+        )
+
+    @staticmethod
+    def _audit_record(op: str, rec: dict, job_id, start: float, end: float) -> dict:
+        return {
+            "op": op,
+            "gpu": rec["gpu"],
+            "profile": rec["profile"],
+            "placement": rec["placement"],
+            "uuid": rec["uuid"],
+            "job_id": job_id,
+            "start": start,
+            "end": end,
+            "pid": os.getpid(),
+        }
+
+
+def _free_gi_id(live: set[int], full: bool) -> int:
+    """GPU instance id as NVML hands them out: 0 for the whole-GPU profile, else the
+    smallest free id from 1 (NVML's ids are not tied to placements)."""
+    if full:
+        return 0
+    i = 1
+    while i in live:
+        i += 1
+    return i
+
+
+def _describe(recs: list[dict]) -> str:
+    return "; ".join(
+        f"{r['profile']} at {r['placement']['start']}:{r['placement']['size']} ({r['uuid']})"
+        for r in sorted(recs, key=lambda r: r["placement"]["start"])
+    )

@@ -1,0 +1,466 @@
+"""A real Slurm on loopback in a temporary directory, for end-to-end tests and the live demo.
+
+`LocalSlurm` starts its own munged (own key and socket), one slurmctld and one slurmd
+per node (``slurmd -N <name>``, each on a free port) from a generated slurm.conf, so two
+clusters can run side by side. Clients reach it through `env` (SLURM_CONF, PATH).
+Needs root and Debian's Slurm 22.05 (slurmctld, slurmd, slurm-client, munge). Starts in
+about 1.2 s; ``stop()`` (also run at interpreter exit) kills every daemon it started and
+every process whose environment names its slurm.conf (slurmstepds and job processes
+outlive slurmd).
+
+What Slurm 22.05.8 does, measured with this harness (pinned by tests/e2e/test_client.py):
+
+- Prolog and Epilog (root, PrologFlags=Alloc) get a clean environment: nothing of
+  slurmd's (a SLURM_MIG_CONFIG exported to slurmd is *not* seen; see `hook_env`) and
+  no PATH at all. They see SLURM_JOB_ID, SLURM_JOB_UID, SLURM_JOB_USER,
+  SLURM_JOB_PARTITION, SLURM_JOB_RESTART_COUNT (0 on the first run), SLURMD_NODENAME,
+  SLURM_NODELIST, SLURM_CLUSTER_NAME, SLURM_CONF, SLURM_SCRIPT_CONTEXT
+  (prolog_slurmd / epilog_slurmd) and SLURM_JOB_COMMENT only when the job has a comment;
+  never the job name or the admin comment. The Epilog adds SLURM_JOB_EXIT_CODE.
+- After a Prolog failure the job is requeued before the Epilog runs: that Epilog sees
+  SLURM_JOB_RESTART_COUNT already one higher than its Prolog did.
+- TaskProlog runs as the job's user with the job's environment (PATH included),
+  SLURM_JOB_ID, SLURM_JOB_NAME, SLURM_JOB_PARTITION, SLURMD_NODENAME, and
+  SLURM_RESTART_COUNT only after a requeue; no SLURM_JOB_COMMENT, no
+  SLURM_JOB_RESTART_COUNT. ``print ...`` lines go to the job's output.
+- TaskProlog exit != 0: the batch script never runs; the job ends FAILED, reason
+  NonZeroExitCode, ExitCode <status>:0; no requeue; its output gets
+  "slurmstepd-<node>: error: TaskProlog failed status=<status>"; the Epilog runs.
+- A TaskProlog (as the user, no privileges) may ``scontrol requeuehold $SLURM_JOB_ID``:
+  the job becomes PENDING, priority 0, restart count +1, state_reason JobHeldUser with
+  state_description "job requeued in held state" (scontrol: job_requeued_in_held_state).
+  It should then exit != 0: with exit 0 the batch script starts and runs until the
+  requeue's kill reaches it.
+- ``scontrol requeue`` (no hold) makes the job wait cred_expire seconds (default 120;
+  `requeue_delay` here) with reason BeginTime before it can start again.
+- Prolog that runs ``scontrol update NodeName=$SLURMD_NODENAME State=DRAIN
+  Reason="slurm-mig: ..."`` and exits 1: the node is drained with *our* reason (a
+  plain exit 1 gives "Prolog error"); the job is requeued held (PENDING, priority 0,
+  restart count +1, state_reason JobHeldUser, state_description "launch failed
+  requeued held"). Both requeue holds are user holds: the owner may release them.
+- job_submit.lua setting ``job_desc.priority = 0`` makes a *user* hold (JobHeldUser):
+  the job's owner may ``scontrol release`` it. ``scontrol hold`` by root turns it into
+  JobHeldAdmin, which the owner cannot release.
+- A job's owner may change its Comment; AdminComment is refused to the owner.
+- ``scontrol update NodeName=X State=RESUME`` leaves the node IDLE+NOT_RESPONDING until
+  slurmctld's next ping (about a second here).
+- With the default SchedulerParameters a job that became eligible by time (after a
+  requeue) waits up to a minute for the main scheduler; here sched_interval=1.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SLURM_BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "munged")
+SBIN_PATHS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
+_counter = itertools.count(1)
+# Harmless lines every start logs (no PMIx, no saved state, munge's notes).
+_LOG_NOISE = re.compile(
+    r"pmix|MPI: Cannot create context|state file|Trying backup state|Unauthorized credential"
+    r"|munged: (Info|Notice)|CPU frequency|differs from hardware"
+)
+
+
+def find_binary(name: str) -> str | None:
+    """Path of a Slurm or munge program, also where sbin is not on PATH."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), *SBIN_PATHS])
+    return shutil.which(name, path=path)
+
+
+def skip_reason() -> str | None:
+    """Why LocalSlurm cannot run here (not root, programs missing), or None."""
+    if os.geteuid() != 0:
+        return "LocalSlurm needs root (it starts munged, slurmctld and slurmd)"
+    missing = [name for name in SLURM_BINARIES if find_binary(name) is None]
+    if missing:
+        return (
+            f"Slurm is not installed ({', '.join(missing)} missing); "
+            "apt-get install slurmctld slurmd slurm-client munge"
+        )
+    return None
+
+
+def _pids_with_env(entry: str) -> list[int]:
+    """Processes (not this one) whose environment holds ``entry`` (NAME=value)."""
+    want = entry.encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            env = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if want in env.split(b"\0"):
+            pids.append(int(proc.name))
+    return pids
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ClusterError(RuntimeError):
+    """The local cluster did not start, or a command against it failed."""
+
+
+@dataclass
+class LocalSlurm:
+    """A throwaway Slurm cluster on loopback; a context manager, or start()/stop()."""
+
+    nodes: Sequence[str] = ("node1",)
+    partition: str = "mig"  # a second partition "debug" has the same nodes
+    default_partition: str = "debug"  # where jobs without --partition go
+    cpus: int = 16  # per node, whatever the machine has (SlurmdParameters=config_overrides)
+    prolog: Path | None = None
+    epilog: Path | None = None
+    task_prolog: Path | None = None
+    hook_env: Mapping[str, str] = field(default_factory=dict)  # exported to the hooks
+    job_submit_lua: Path | None = None  # copied beside slurm.conf as job_submit.lua
+    slurmd_env: Mapping[str, str] = field(default_factory=dict)
+    extra_conf: Sequence[str] = ()
+    requeue_delay: int = 5  # cred_expire: how long a requeued job waits (Slurm: 120)
+    root: Path | None = None  # default: a fresh directory under /tmp (short socket paths)
+    _procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False, repr=False)
+    _own_root: bool = field(default=False, init=False, repr=False)
+
+    # --- paths and environment -----------------------------------------------------------
+    @property
+    def conf(self) -> Path:
+        return self.root / "etc" / "slurm.conf"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.root / "munge" / "munge.socket"
+
+    @property
+    def out_dir(self) -> Path:
+        """Where `sbatch` sends job output (``<job id>.out``); writable by every user."""
+        return self.root / "out"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for client commands (sbatch, squeue, SlurmClient) of this cluster."""
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "SQUEUE_", "SINFO_", "SBATCH_"))
+        }
+        env["SLURM_CONF"] = str(self.conf)
+        env["PATH"] = os.pathsep.join([env.get("PATH", "/usr/bin:/bin"), *SBIN_PATHS])
+        return env
+
+    # --- life cycle ----------------------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> LocalSlurm:
+        """Write the configuration, start munged, slurmctld and the slurmds, and wait
+        until every node is idle."""
+        if self.requeue_delay < 5:
+            raise ClusterError("requeue_delay (AuthInfo cred_expire) must be at least 5 s")
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="slurm-e2e-"))
+            self._own_root = True
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o755)
+        atexit.register(self.stop)
+        try:
+            self._start_munge()
+            self._write_conf()
+            self._spawn("slurmctld", [find_binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+            for node in self.nodes:
+                self._spawn(
+                    f"slurmd-{node}",
+                    [find_binary("slurmd"), "-D", "-N", node, "-f", str(self.conf)],
+                    extra_env=self.slurmd_env,
+                )
+            self.wait_idle(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_munge(self) -> None:
+        mdir = self.root / "munge"
+        mdir.mkdir(exist_ok=True)
+        os.chmod(mdir, 0o755)  # job users (sbatch --uid) must reach the socket
+        key = mdir / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        os.chmod(key, 0o600)
+        self._spawn(
+            "munged",
+            [
+                find_binary("munged"),
+                "--foreground",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={mdir / 'munged.pid'}",
+                f"--log-file={mdir / 'munged.log'}",
+                f"--seed-file={mdir / 'munged.seed'}",
+            ],
+        )
+        self.wait_for(self.munge_socket.exists, 10.0, "munged to open its socket")
+
+    def _hook(self, kind: str, path: Path | None) -> Path | None:
+        """The hook itself, or a wrapper that exports `hook_env` first (Slurm gives
+        hooks a clean environment)."""
+        if path is None or not self.hook_env:
+            return path
+        hooks = self.root / "hooks"
+        hooks.mkdir(exist_ok=True)
+        os.chmod(hooks, 0o755)
+        wrapper = hooks / kind
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.hook_env.items())
+        wrapper.write_text(f'#!/bin/sh\n{exports}exec {shlex.quote(str(path))} "$@"\n')
+        os.chmod(wrapper, 0o755)
+        return wrapper
+
+    def _write_conf(self) -> None:
+        etc = self.root / "etc"
+        etc.mkdir(exist_ok=True)
+        for sub in ("state", "log", "spool", *(f"spool/{n}" for n in self.nodes)):
+            (self.root / sub).mkdir(exist_ok=True)
+        self.out_dir.mkdir(exist_ok=True)
+        os.chmod(self.out_dir, 0o1777)
+        host = socket.gethostname().split(".")[0]
+        lines = [
+            f"ClusterName=e2e{os.getpid()}x{next(_counter)}",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"SlurmctldPort={free_port()}",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket},cred_expire={self.requeue_delay}",
+            f"StateSaveLocation={self.root / 'state'}",
+            f"SlurmdSpoolDir={self.root / 'spool' / '%n'}",
+            f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
+            f"SlurmdPidFile={self.root / 'slurmd-%n.pid'}",
+            f"SlurmctldLogFile={self.root / 'log' / 'slurmctld.log'}",
+            f"SlurmdLogFile={self.root / 'log' / 'slurmd-%n.log'}",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            "MailProg=/bin/true",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "MpiDefault=none",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=bf_interval=1,sched_interval=1,sched_min_interval=0",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "SlurmdParameters=config_overrides",
+            "ReturnToService=2",
+            "MinJobAge=600",  # finished jobs stay in squeue for 10 minutes
+            "KillWait=2",
+            "InactiveLimit=0",
+            "SlurmdTimeout=60",
+            "Waittime=0",
+        ]
+        hooks = {
+            "Prolog": self._hook("prolog", self.prolog),
+            "Epilog": self._hook("epilog", self.epilog),
+            "TaskProlog": self._hook("taskprolog", self.task_prolog),
+        }
+        if any(hooks.values()):
+            lines.append("PrologFlags=Alloc")
+        lines.extend(f"{key}={path}" for key, path in hooks.items() if path)
+        if self.job_submit_lua:
+            shutil.copyfile(self.job_submit_lua, etc / "job_submit.lua")
+            lines.append("JobSubmitPlugins=lua")
+        lines.extend(self.extra_conf)
+        for node in self.nodes:
+            lines.append(
+                f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname=127.0.0.1 Port={free_port()} "
+                f"CPUs={self.cpus} RealMemory=64000 State=UNKNOWN"
+            )
+        names = ",".join(self.nodes)
+        for part in dict.fromkeys([self.partition, "debug"]):
+            default = "YES" if part == self.default_partition else "NO"
+            lines.append(
+                f"PartitionName={part} Nodes={names} Default={default} MaxTime=INFINITE State=UP"
+            )
+        self.conf.write_text("\n".join(lines) + "\n")
+
+    def _spawn(
+        self, name: str, argv: list[str | None], extra_env: Mapping[str, str] | None = None
+    ) -> None:
+        if any(a is None for a in argv):
+            raise ClusterError(f"{name}: program not found ({skip_reason()})")
+        env = self.env
+        env.update(extra_env or {})
+        with open(self.root / f"{name}.out", "wb") as out:
+            self._procs[name] = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def stop(self) -> None:
+        """Kill every daemon this cluster started (slurmds first, munged last) and
+        remove its directory (kept when $SLURM_MIG_E2E_KEEP is set)."""
+        order = sorted(self._procs, key=lambda n: (n == "munged", n == "slurmctld"))
+        for name in order:
+            proc = self._procs[name]
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 5.0
+        for name in order:
+            proc = self._procs[name]
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        self._procs.clear()
+        if self.root is not None:  # slurmstepds and job processes outlive slurmd
+            for pid in _pids_with_env(f"SLURM_CONF={self.conf}"):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        atexit.unregister(self.stop)
+        if self._own_root and self.root is not None and not os.environ.get("SLURM_MIG_E2E_KEEP"):
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalSlurm:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- commands ------------------------------------------------------------------------
+    def run(
+        self, *argv: str, check: bool = True, timeout: float = 30.0, user: str | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run a client command against this cluster (as ``user`` via runuser if given)."""
+        cmd = list(argv) if user is None else ["runuser", "-u", user, "--", *argv]
+        res = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and res.returncode != 0:
+            raise ClusterError(f"{' '.join(cmd)} exited {res.returncode}: {res.stderr.strip()}")
+        return res
+
+    def try_sbatch(
+        self,
+        wrap: str = "true",
+        *args: str,
+        partition: str | None = None,
+        comment: str | None = None,
+        name: str | None = None,
+        user: str | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Submit ``wrap`` as a batch job (output to ``out_dir/<id>.out``); sbatch's result."""
+        cmd = ["sbatch", "--parsable", f"--output={self.out_dir}/%j.out", f"--chdir={self.out_dir}"]
+        if partition is not None:
+            cmd.append(f"--partition={partition}")
+        if comment is not None:
+            cmd.append(f"--comment={comment}")
+        if name is not None:
+            cmd.append(f"--job-name={name}")
+        if user is not None:
+            cmd.append(f"--uid={user}")
+        cmd.extend(args)
+        cmd.append(f"--wrap={wrap}")
+        return self.run(*cmd, check=False)
+
+    def sbatch(self, wrap: str = "true", *args: str, **kwargs: str | None) -> str:
+        """Submit like `try_sbatch`; the job id (ClusterError if sbatch refused)."""
+        res = self.try_sbatch(wrap, *args, **kwargs)
+        if res.returncode != 0:
+            raise ClusterError(f"sbatch exited {res.returncode}: {res.stderr.strip()}")
+        return res.stdout.strip().split(";")[0]
+
+    def job_output(self, job_id: str) -> str:
+        """What a batch job wrote to its output file ("" before it wrote anything)."""
+        path = self.out_dir / f"{job_id}.out"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def job_field(self, job_id: str, name: str) -> str:
+        """One field of ``scontrol show job`` (e.g. "JobState", "Reason", "Restarts")."""
+        out = self.run("scontrol", "show", "job", "-o", str(job_id)).stdout
+        for word in out.split():
+            key, _, value = word.partition("=")
+            if key == name:
+                return value
+        raise ClusterError(f"scontrol show job {job_id} has no field {name}: {out}")
+
+    def job_state(self, job_id: str) -> str:
+        return self.job_field(job_id, "JobState")
+
+    def wait_job(
+        self, job_id: str, states: Iterable[str] = ("COMPLETED",), timeout: float = 30.0
+    ) -> str:
+        """Wait until the job reaches one of ``states``; the state reached."""
+        wanted = set(states)
+        seen = ""
+
+        def reached() -> bool:
+            nonlocal seen
+            seen = self.job_state(job_id)
+            return seen in wanted
+
+        self.wait_for(reached, timeout, f"job {job_id} to reach {sorted(wanted)} (last {seen!r})")
+        return seen
+
+    def node_states(self) -> dict[str, str]:
+        """Node name -> sinfo's long state ("idle", "drained", "mixed", ...)."""
+        res = self.run("sinfo", "-h", "-N", "-o", "%N %T", check=False)
+        return dict(line.split(None, 1) for line in res.stdout.splitlines() if " " in line)
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Wait until every node is idle: registered, not drained, no jobs."""
+
+        def idle() -> bool:
+            for name, proc in self._procs.items():
+                if proc.poll() is not None:
+                    raise ClusterError(f"{name} exited {proc.returncode}\n{self.logs()}")
+            states = self.node_states()
+            return all(states.get(n) == "idle" for n in self.nodes)
+
+        self.wait_for(idle, timeout, "the nodes to become idle")
+
+    def wait_for(
+        self, cond: Callable[[], object], timeout: float, what: str, interval: float = 0.1
+    ) -> None:
+        """Poll ``cond`` until it is true; ClusterError (with the logs) after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"timed out after {timeout:.0f} s waiting for {what}\n{self.logs()}"
+                )
+            time.sleep(interval)
+
+    def logs(self, tail: int = 40) -> str:
+        """The last lines of every daemon's log, for a failing test's report."""
+        if self.root is None:
+            return ""
+        parts = []
+        for path in sorted(self.root.glob("*.out")):  # each daemon's stdout and stderr
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            lines = [ln for ln in text.splitlines() if not _LOG_NOISE.search(ln)][-tail:]
+            parts.append(f"--- {path.name} ---\n" + "\n".join(lines))
+        return "\n".join(parts)

@@ -1,0 +1,668 @@
+"""The in-job memory probe: one ``Sample`` per iteration, appended to the file the
+``mig-run`` parent tails (``$SLURM_MIG_PROBE_OUT``).
+
+CUDA: the caching allocator's ``memory_stats()`` peaks, read and reset at every iteration
+boundary; the context overhead (``mem_get_info`` total - free - reserved) goes to the
+``.meta`` file; allocator retries are an early warning, printed once.
+CPU (what runs here, and what the emulated capacity needs): a ``TorchDispatchMode`` counts
+the bytes of every op output's storage once, and a ``weakref.finalize`` on the storage
+subtracts them when it is freed. It is pushed only while the parent's control file says
+``on`` (the forecaster still needs samples) or an emulated capacity is set; past that
+capacity it raises ``torch.OutOfMemoryError`` before the op's output reaches the program.
+
+Iteration boundaries, one source counting (highest wins): ``slurm_mig.step()`` >
+optimizer step post-hook > start of an outermost module forward > a timer.
+This module imports torch; ``mig-run``'s sitecustomize loads it once torch is imported.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import trace
+from .trace import Sample
+
+ENV_OUT = "SLURM_MIG_PROBE_OUT"
+ENV_CTL = "SLURM_MIG_PROBE_CTL"
+ENV_CAPACITY = "SLURM_MIG_CAPACITY_EMULATE"
+ENV_CONTEXT = "SLURM_MIG_CONTEXT_EMULATE"
+ENV_TIMER = "SLURM_MIG_PROBE_TIMER"
+PROBE_ENV = (ENV_OUT, ENV_CTL, ENV_CAPACITY, ENV_CONTEXT, ENV_TIMER)
+
+# Iteration sources by priority: a boundary counts only from the highest seen so far.
+SOURCES = {"timer": 0, "forward": 1, "optimizer": 2, "step": 3}
+CONTROL_PERIOD = 0.5  # seconds between two reads of the control file
+DEFAULT_TIMER = 1.0  # seconds without any boundary before the timer makes one
+TIMER_GRACE = 10  # timer periods after start before the timer may count at all
+
+_TRIED = re.compile(r"Tried to allocate ([0-9.]+) (B|bytes|KiB|MiB|GiB|TiB)")
+_UNITS = {"B": 1, "bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """What the parent told the probe through the environment."""
+
+    out: Path
+    control: Path | None = None
+    capacity: int | None = None  # emulated device memory, bytes (context included)
+    context: int = 0  # emulated context overhead, bytes
+    timer: float = DEFAULT_TIMER
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ProbeConfig | None:
+        """The probe's settings, or None when ``mig-run`` did not ask for a probe."""
+        out = env.get(ENV_OUT)
+        if not out:
+            return None
+        ctl = env.get(ENV_CTL)
+        return cls(
+            out=Path(out),
+            control=Path(ctl) if ctl else None,
+            capacity=_env_int(env, ENV_CAPACITY),
+            context=_env_int(env, ENV_CONTEXT) or 0,
+            timer=float(env.get(ENV_TIMER) or DEFAULT_TIMER),
+        )
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    text = env.get(name)
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a whole number of bytes") from None
+    if value < 0:
+        raise ValueError(f"{name}={value} must be >= 0")
+    return value
+
+
+# ---------------------------------------------------------------------------
+# CUDA: the caching allocator's statistics (pure functions, tested on captured dicts)
+
+
+def sample_from_cuda_stats(iteration: int, stats: Mapping[str, Any], wall: float) -> Sample:
+    """A sample from ``torch.cuda.memory_stats()`` (peaks since the last reset)."""
+
+    def get(key: str) -> int:
+        return int(stats.get(key, 0))
+
+    return Sample(
+        iteration=iteration,
+        requested_peak=get("requested_bytes.all.peak"),
+        requested_current=get("requested_bytes.all.current"),
+        allocated_peak=get("allocated_bytes.all.peak"),
+        allocated_current=get("allocated_bytes.all.current"),
+        reserved_peak=get("reserved_bytes.all.peak"),
+        reserved_current=get("reserved_bytes.all.current"),
+        alloc_retries=get("num_alloc_retries"),
+        ooms=get("num_ooms"),
+        wall=wall,
+    )
+
+
+def cuda_context_bytes(free: int, total: int, reserved: int) -> int:
+    """Device memory that is neither free nor PyTorch's: CUDA context, libraries, others."""
+    return max(0, total - free - reserved)
+
+
+def tried_bytes(message: str) -> int:
+    """The size in a CUDA OOM message's ``Tried to allocate 2.00 GiB``; 0 if absent."""
+    m = _TRIED.search(message)
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else 0
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``1.50 KiB``: sizes in messages."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------
+# CPU: live tensor bytes
+
+
+class LiveTensorTracker(TorchDispatchMode):
+    """Bytes of live tensor storages created by ops while the mode is on the stack.
+
+    Each new storage of an op's output is counted once (keyed by the storage's Python
+    object, which PyTorch keeps for the storage's whole life, so views and in-place
+    results share the key) and a finalizer subtracts it when the storage is freed.
+    With a capacity set, an op whose new outputs would take the live bytes plus the
+    context past it raises ``torch.OutOfMemoryError``; the outputs are dropped.
+    """
+
+    def __init__(self, capacity: int | None = None, context: int = 0) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.context = context
+        self.enabled = True
+        self.current = 0
+        self.peak = 0
+        self.ooms = 0
+        self.refused = 0  # live bytes the program would have held at its failed request
+        self._live: dict[int, tuple[int, Any]] = {}  # id(storage) -> (bytes, weak ref)
+        self._lock = threading.RLock()  # finalizers may run inside _admit (GC)
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # Let torch.compile compile; ops inside compiled graphs are not seen.
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.capacity is not None and self.enabled and func in _FACTORIES:
+            planned = planned_bytes(func, args, kwargs)
+            if self.context + self.current + planned > self.capacity:
+                self._refuse(planned, func)  # before the allocation, not after
+        out = func(*args, **kwargs)
+        if self.enabled:
+            fresh = self._fresh(out)
+            if fresh:
+                self._admit(fresh, func)
+        return out
+
+    def _fresh(self, out: Any) -> list[tuple[Any, int, int]]:
+        """(storage or None, key, added bytes) for storages not counted yet or resized."""
+        items = (out,) if isinstance(out, torch.Tensor) else out
+        if not isinstance(items, (tuple, list)):
+            return []
+        found: list[tuple[Any, int, int]] = []
+        live = self._live
+        for t in items:
+            if not isinstance(t, torch.Tensor):
+                continue
+            try:
+                storage = t.untyped_storage()
+                nbytes = storage.nbytes()
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue  # sparse, nested or functional tensors have no plain storage
+            key = id(storage)
+            known = live.get(key)
+            if known is None:
+                if nbytes and all(k != key for _, k, _ in found):
+                    found.append((storage, key, nbytes))
+            elif known[0] != nbytes:  # resize_ grew or shrank a counted storage
+                found.append((None, key, nbytes - known[0]))
+        return found
+
+    def _admit(self, fresh: list[tuple[Any, int, int]], func: Any) -> None:
+        added = sum(delta for _, _, delta in fresh)
+        with self._lock:
+            if (
+                self.capacity is not None
+                and added > 0
+                and self.context + self.current + added > self.capacity
+            ):
+                self._refuse(added, func)
+            self._register(fresh)
+            self.current += added
+            if self.current > self.peak:
+                self.peak = self.current
+
+    def _register(self, fresh: list[tuple[Any, int, int]]) -> None:
+        """Count storages; a weak reference's callback subtracts each when it is freed
+        (cheaper than weakref.finalize on this hot path)."""
+        live = self._live
+        for storage, key, delta in fresh:
+            if storage is None:
+                nbytes, ref = live[key]
+                live[key] = (nbytes + delta, ref)
+            else:
+                live[key] = (delta, weakref.ref(storage, partial(self._release, key)))
+
+    def _refuse(self, added: int, func: Any) -> None:
+        """Count and raise the emulated out-of-memory error of a request of ``added`` bytes."""
+        assert self.capacity is not None
+        self.ooms += 1
+        self.refused = max(self.refused, self.current + added)
+        raise torch.OutOfMemoryError(
+            f"emulated device out of memory (mig-run): {func} tried to allocate "
+            f"{format_bytes(added)}; {format_bytes(self.current)} in use by tensors "
+            f"and {format_bytes(self.context)} by the context, capacity "
+            f"{format_bytes(self.capacity)}"
+        )
+
+    def _release(self, key: int, ref: Any = None) -> None:
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is not None and (ref is None or entry[1] is ref):
+                del self._live[key]
+                self.current -= entry[0]
+
+    def rescan(self) -> int:
+        """Count live tensors made while the mode was off (a garbage-collector walk,
+        done once when tracking is switched back on); returns the bytes added."""
+        added = 0
+        with self._lock:
+            for obj in gc.get_objects():
+                if issubclass(type(obj), torch.Tensor):
+                    fresh = self._fresh(obj)
+                    self._register(fresh)
+                    added += sum(delta for _, _, delta in fresh)
+            self.current += added
+            self.peak = max(self.peak, self.current)
+        return added
+
+    def take_peak(self) -> tuple[int, int]:
+        """(peak since the last call, current); the next peak starts from current."""
+        with self._lock:
+            peak, current = self.peak, self.current
+            self.peak = current
+        return peak, current
+
+
+_aten = torch.ops.aten
+# Factories whose size is known before they run: the cap is checked before they allocate.
+_SIZE_FIRST = {
+    _aten.empty.memory_format,
+    _aten.empty_strided.default,
+    _aten.zeros.default,
+    _aten.ones.default,
+    _aten.full.default,
+    _aten.rand.default,
+    _aten.randn.default,
+}
+_SIZE_LAST = {_aten.randint.default, _aten.randint.low}
+_NEW = {
+    _aten.new_empty.default,
+    _aten.new_zeros.default,
+    _aten.new_ones.default,
+    _aten.new_full.default,
+}
+_LIKE = {
+    _aten.empty_like.default,
+    _aten.zeros_like.default,
+    _aten.ones_like.default,
+    _aten.full_like.default,
+    _aten.rand_like.default,
+    _aten.randn_like.default,
+}
+_FACTORIES = _SIZE_FIRST | _SIZE_LAST | _NEW | _LIKE
+
+
+def planned_bytes(func: Any, args: tuple, kwargs: Mapping[str, Any]) -> int:
+    """Bytes a factory op is about to allocate, from its size and dtype; 0 if unknown."""
+    dtype = kwargs.get("dtype")
+    if func in _LIKE:
+        src = args[0]
+        return src.numel() * (dtype or src.dtype).itemsize
+    if func in _NEW:
+        size, dtype = args[1], dtype or args[0].dtype
+    elif func in _SIZE_LAST:
+        size = next((a for a in reversed(args) if isinstance(a, (list, tuple))), ())
+        dtype = dtype or torch.int64
+    else:
+        size = args[0]
+    dtype = dtype or torch.get_default_dtype()
+    try:
+        dims = [int(d) for d in size]
+    except TypeError:
+        return 0
+    if func is _aten.empty_strided.default:
+        if any(d == 0 for d in dims):
+            return 0
+        return (1 + sum((d - 1) * int(st) for d, st in zip(dims, args[1]))) * dtype.itemsize
+    return math.prod(dims) * dtype.itemsize
+
+
+def _package() -> Any:
+    """``slurm_mig.memory``, where ``step()`` finds the running probe."""
+    return sys.modules[__name__.rpartition(".")[0]]
+
+
+def _dispatch_stack() -> list[Any]:
+    n = torch._C._len_torch_dispatch_stack()
+    return [torch._C._get_dispatch_stack_at(i) for i in range(n)]
+
+
+# ---------------------------------------------------------------------------
+# The probe: boundaries, samples, control
+
+
+class Probe:
+    """Installs the hooks in the job's main process and writes one sample per iteration."""
+
+    def __init__(self, config: ProbeConfig) -> None:
+        self.config = config
+        self.tracker = LiveTensorTracker(config.capacity, config.context)
+        self.iteration = 0  # index of the iteration running now
+        self.source_rank = -1
+        self.source: str | None = None  # the iteration source that counts now
+        self.source_since = 0  # the first iteration it ended
+        self.tracking = False
+        self.device = "cpu"
+        self.context = config.context
+        self._lock = threading.RLock()
+        self._start = time.monotonic()
+        self._last_boundary = self._start
+        self._control_read = -math.inf
+        self._want_tracking = True
+        self._tracked_before = False
+        self._forward_depth = 0
+        self._forward_seen = False
+        self._forward_handles: list[Any] = []
+        self._handles: list[Any] = []
+        self._out: Any = None
+        self._closed = True
+        self._retry_warned = False
+        self._ooms_written = 0
+        self._main = threading.get_ident()
+        self._timer: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._prev_excepthook: Any = None
+        self._pid = os.getpid()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def install(self) -> Probe:
+        """Register hooks, open the output, start tracking (if wanted) and the timer."""
+        out = self.config.out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self._out = out.open("a", encoding="utf-8", buffering=1)
+        if self._out.tell() == 0:
+            self._out.write(trace.header() + "\n")
+        self._write_meta()
+        self._closed = False
+        self._handles = [register_optimizer_step_post_hook(self._on_optimizer_step)]
+        self._forward_handles = [
+            register_module_forward_pre_hook(self._on_forward_pre),
+            register_module_forward_hook(self._on_forward, always_call=True),
+        ]
+        self._read_control(force=True)
+        if self._want_tracking:
+            self._set_tracking(True)
+        self._prev_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
+        atexit.register(self.close)
+        os.register_at_fork(after_in_child=self._after_fork)
+        self._timer = threading.Thread(target=self._timer_loop, name="mig-probe", daemon=True)
+        self._timer.start()
+        _package()._active = self
+        return self
+
+    def close(self) -> None:
+        """Write the last partial iteration, remove every hook, pop the mode."""
+        with self._lock:
+            if self._closed:
+                return
+            if self.device == "cuda" or self.tracker.ooms > self._ooms_written:
+                self._emit()  # the partial last iteration, for its OOM count
+            self._closed = True
+        self._stop.set()
+        if self._timer is not None and self._timer is not threading.current_thread():
+            self._timer.join(timeout=2)
+        self._teardown()
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+        atexit.unregister(self.close)
+
+    def _teardown(self) -> None:
+        for h in self._handles + self._forward_handles:
+            h.remove()
+        self._handles, self._forward_handles = [], []
+        if self.tracking:
+            self._set_tracking(False)
+        self.tracker.enabled = False
+        if sys.excepthook is self._excepthook:
+            sys.excepthook = self._prev_excepthook
+        if _package()._active is self:
+            _package()._active = None
+
+    def _after_fork(self) -> None:
+        """A forked child (a DataLoader worker) must not probe nor write our file."""
+        if self._closed or os.getpid() == self._pid:
+            return
+        self._closed = True
+        self._out = None  # the parent's file; flushed after every line, so nothing pending
+        self._teardown()
+
+    # -- boundaries ----------------------------------------------------------
+
+    def boundary(self, source: str) -> None:
+        """End the running iteration if ``source`` is the highest-priority source seen.
+
+        The first boundary of a source that takes over from the forward or optimizer
+        source only switches sources (it comes mid-iteration): the partial iteration is
+        folded into the next sample. Every change of source goes to the meta file
+        (``source``, and ``since``: its first iteration), so that the parent forecasts
+        from one source's samples only (timer samples of a slow start are not a trend)."""
+        rank = SOURCES[source]
+        with self._lock:
+            if self._closed or rank < self.source_rank:
+                return
+            takeover = rank > self.source_rank > SOURCES["timer"]
+            if rank > self.source_rank:
+                self.source_rank = rank
+                self.source = source
+                self.source_since = self.iteration
+                if rank > SOURCES["forward"]:
+                    self._drop_forward_hooks()
+                self._write_meta()
+            self._last_boundary = time.monotonic()
+            if takeover:
+                return
+            self._emit()
+            self.iteration += 1
+            if threading.get_ident() == self._main:
+                self._read_control()
+                if self._want_tracking != self.tracking:
+                    self._set_tracking(self._want_tracking)
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.boundary("optimizer")
+
+    def _on_forward_pre(self, module: Any, args: Any) -> None:
+        if self._forward_depth == 0 and threading.get_ident() == self._main:
+            if self._forward_seen:
+                self.boundary("forward")
+            self._forward_seen = True
+        self._forward_depth += 1
+
+    def _on_forward(self, module: Any, args: Any, output: Any) -> None:
+        self._forward_depth = max(0, self._forward_depth - 1)
+
+    def _drop_forward_hooks(self) -> None:
+        for h in self._forward_handles:
+            h.remove()
+        self._forward_handles = []
+
+    def _timer_loop(self) -> None:
+        """Last resort: a boundary every ``timer`` seconds while no other source fired,
+        from ``TIMER_GRACE`` timer periods after start (model loading is not an iteration)."""
+        period = max(0.05, self.config.timer / 4)
+        grace = TIMER_GRACE * self.config.timer
+        while not self._stop.wait(period):
+            now = time.monotonic()
+            if self.source_rank > SOURCES["timer"] or now - self._start < grace:
+                continue
+            if now - self._last_boundary >= self.config.timer:
+                self.boundary("timer")
+
+    # -- samples -------------------------------------------------------------
+
+    def _emit(self) -> None:
+        wall = time.monotonic() - self._start
+        sample: Sample | None = None
+        if torch.cuda.is_initialized():
+            sample = self._cuda_sample(wall)
+        elif self.tracking:
+            peak, current = self.tracker.take_peak()
+            sample = Sample(
+                iteration=self.iteration,
+                requested_peak=peak,
+                requested_current=current,
+                allocated_peak=peak,
+                allocated_current=current,
+                reserved_peak=peak,
+                reserved_current=current,
+                alloc_retries=0,
+                ooms=self.tracker.ooms,
+                wall=wall,
+            )
+        if sample is not None and self._out is not None:
+            self._out.write(trace.format_sample(sample) + "\n")
+            self._out.flush()
+            self._ooms_written = sample.ooms
+
+    def _cuda_sample(self, wall: float) -> Sample:
+        if self.device != "cuda":
+            self._start_cuda()
+        sample = sample_from_cuda_stats(self.iteration, torch.cuda.memory_stats(), wall)
+        torch.cuda.reset_peak_memory_stats()
+        if sample.alloc_retries and not self._retry_warned:
+            self._retry_warned = True
+            print(
+                f"mig-run: warning: the CUDA allocator retried {sample.alloc_retries} "
+                "allocation(s) after flushing its cache: the slice is nearly full",
+                file=sys.stderr,
+            )
+        return sample
+
+    def _start_cuda(self) -> None:
+        """First CUDA sample: measure the context, cap an emulated slice, stop CPU tracking."""
+        self.device = "cuda"
+        free, total = torch.cuda.mem_get_info()
+        self.context = cuda_context_bytes(free, total, torch.cuda.memory_reserved())
+        if self.config.capacity is not None:
+            usable = max(0, self.config.capacity - self.context)
+            torch.cuda.set_per_process_memory_fraction(min(1.0, usable / total))
+        self._want_tracking = False
+        if self.tracking:
+            self._set_tracking(False)
+        self._write_meta()
+
+    def _write_meta(self) -> None:
+        meta = {
+            "context_bytes": self.context,
+            "device": self.device,
+            "pid": os.getpid(),
+            "source": self.source,
+            "since": self.source_since,
+        }
+        path = Path(f"{self.config.out}.meta")
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(meta) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+    # -- control -------------------------------------------------------------
+
+    def _read_control(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._control_read < CONTROL_PERIOD:
+            return
+        self._control_read = now
+        want = True
+        if self.config.control is not None:
+            try:
+                want = self.config.control.read_text(encoding="utf-8").strip() != "off"
+            except OSError:
+                want = True
+        if self.config.capacity is not None:
+            want = True  # the emulated cap needs the count
+        if self.device == "cuda":
+            want = False  # the allocator's own statistics
+        self._want_tracking = want
+
+    def _set_tracking(self, on: bool) -> None:
+        """Push or pop the tracker, only where the dispatch stack is ours alone."""
+        stack = _dispatch_stack()
+        if on and not stack:
+            if self._tracked_before:
+                self.tracker.rescan()  # tensors made while the mode was off
+            self._tracked_before = True
+            with self.tracker._lock:
+                self.tracker.peak = self.tracker.current
+            self.tracker.__enter__()
+            self.tracking = True
+        elif not on and stack == [self.tracker]:
+            self.tracker.__exit__(None, None, None)
+            self.tracking = False
+
+    # -- the end -------------------------------------------------------------
+
+    def _excepthook(self, etype: Any, value: BaseException, tb: Any) -> None:
+        oom = _find_oom(value)
+        if oom is not None:
+            try:
+                self._write_exit(oom)
+            except Exception:  # never hide the job's own traceback
+                pass
+        hook = self._prev_excepthook or sys.__excepthook__
+        hook(etype, value, tb)
+
+    def _write_exit(self, exc: BaseException) -> None:
+        message = str(exc)
+        requested = self.tracker.refused
+        if self.device == "cuda":
+            stats = torch.cuda.memory_stats()
+            requested = int(stats.get("allocated_bytes.all.peak", 0)) + tried_bytes(message)
+        record = {
+            "exception": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": message[:2000],
+            "requested_bytes": requested,
+            "context_bytes": self.context,
+            "iteration": self.iteration,
+        }
+        Path(f"{self.config.out}.exit").write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+
+def _find_oom(exc: BaseException | None) -> BaseException | None:
+    """The ``torch.OutOfMemoryError`` in an exception's cause/context chain, if any."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, torch.OutOfMemoryError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def is_spawned_child(argv: list[str] | None = None) -> bool:
+    """True in a process that multiprocessing started by spawn or forkserver."""
+    argv = list(sys.orig_argv if argv is None else argv)
+    if "--multiprocessing-fork" in argv:
+        return True
+    code = " ".join(argv)
+    return "multiprocessing.spawn" in code or "multiprocessing.forkserver" in code
+
+
+def activate_from_env(env: Mapping[str, str] | None = None) -> Probe | None:
+    """Start the probe if ``mig-run`` asked for one; the main process only.
+
+    The probe's variables are removed from ``os.environ`` so that the job's own
+    subprocesses (nested scripts, spawned workers) do not probe into the same file."""
+    env = os.environ if env is None else env
+    config = ProbeConfig.from_env(env)
+    if config is None or is_spawned_child():
+        return None
+    for name in PROBE_ENV:
+        os.environ.pop(name, None)
+    return Probe(config).install()

@@ -1,0 +1,376 @@
+"""Learned job runtimes and memory needs, and the runtime estimate the planner uses.
+
+``RuntimeStore`` keeps, per job kind (the hint ``key``, else the job name), the
+runtimes of completed jobs on each GPU model and instance size, and the peak memory
+the ``mig-run`` wrapper saw. ``estimate_times`` turns that evidence into the
+seconds-per-size table FAR plans with. Stdlib only (sqlite3, statistics, math).
+
+The runtime model is Amdahl's law on compute slices:
+
+    t(s) = a + b / s        a = serial part (s), b = parallel part (slice-seconds)
+
+- sizes with observations keep the median of what was measured there;
+- with two or more measured sizes, a and b are the least-squares fit (a, b >= 0) to
+  the medians, one point per size;
+- with one measured size s0 (median t0), the prior serial fraction f fixes the shape:
+  t(s) = T1 * (f + (1 - f) / s) with T1 = t0 / (f + (1 - f) / s0);
+- with none, the fallback runtime (the job's ``time=`` hint, else its time limit, else
+  ``default_runtime``) is taken as its runtime on the smallest size whose memory holds
+  the job, other sizes by the same prior;
+- a size whose instance memory is below the job's memory need is ``inf`` (cannot run).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import statistics
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from .geometry import GpuModel
+
+SCHEMA_VERSION = 2  # 2: the pcie and pcie_alpha tables (PCIe model, slurm_mig.pcie)
+BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runtimes (
+    job_id   TEXT    NOT NULL,
+    restart  INTEGER NOT NULL,
+    key      TEXT    NOT NULL,
+    model    TEXT    NOT NULL,
+    size     INTEGER NOT NULL,
+    seconds  REAL    NOT NULL,
+    finished REAL    NOT NULL,
+    PRIMARY KEY (job_id, restart)
+);
+CREATE INDEX IF NOT EXISTS runtimes_by_kind ON runtimes (key, model, size);
+CREATE TABLE IF NOT EXISTS memory (
+    key        TEXT    NOT NULL,
+    job_id     TEXT    NOT NULL,
+    need_bytes INTEGER NOT NULL,
+    recorded   REAL    NOT NULL,
+    PRIMARY KEY (key, job_id)
+);
+CREATE TABLE IF NOT EXISTS pcie (
+    key      TEXT NOT NULL,
+    model    TEXT NOT NULL,
+    job_id   TEXT NOT NULL,
+    gbps     REAL NOT NULL,
+    recorded REAL NOT NULL,
+    PRIMARY KEY (key, model, job_id)
+);
+CREATE TABLE IF NOT EXISTS pcie_alpha (
+    key      TEXT    NOT NULL,
+    model    TEXT    NOT NULL,
+    alpha    REAL    NOT NULL,
+    stderr   REAL,
+    r2       REAL,
+    runs     INTEGER,
+    recorded REAL    NOT NULL,
+    PRIMARY KEY (key, model)
+);
+"""
+
+
+class StoreError(RuntimeError):
+    """The runtime store cannot be opened or is of a newer schema; names the file."""
+
+
+class RuntimeStore:
+    """Runtimes and memory needs in one SQLite file (WAL mode), safe for several
+    processes; the file and its parent directories are created on first use."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._ready = False
+
+    # -- records ------------------------------------------------------------
+
+    def record(
+        self,
+        key: str,
+        model: str,
+        size: int,
+        seconds: float,
+        job_id: str,
+        restart: int,
+        finished: float,
+    ) -> bool:
+        """Store one completed run; False (nothing written) if this (job_id, restart)
+        is already recorded, so that a daemon restart cannot count a job twice."""
+        _check_key(key)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a whole number of compute slices >= 1, got {size!r}")
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
+        with self._connect(write=True) as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO runtimes (job_id, restart, key, model, size, seconds, "
+                "finished) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (str(job_id), int(restart), key, model, size, float(seconds), float(finished)),
+            )
+            return cur.rowcount == 1
+
+    def observations(self, key: str, model: str) -> dict[int, list[float]]:
+        """Measured seconds per instance size for one job kind on one GPU model, oldest first."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT size, seconds FROM runtimes WHERE key = ? AND model = ? "
+                "ORDER BY finished, job_id, restart",
+                (key, model),
+            ).fetchall()
+        out: dict[int, list[float]] = {}
+        for size, seconds in rows:
+            out.setdefault(int(size), []).append(float(seconds))
+        return out
+
+    def record_memory(self, key: str, need_bytes: int, job_id: str) -> None:
+        """Store a job's peak memory need; a repeat for the same job keeps the larger."""
+        _check_key(key)
+        if isinstance(need_bytes, bool) or not isinstance(need_bytes, int) or need_bytes < 0:
+            raise ValueError(f"need_bytes must be a whole number >= 0, got {need_bytes!r}")
+        with self._connect(write=True) as db:
+            db.execute(
+                "INSERT INTO memory (key, job_id, need_bytes, recorded) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (key, job_id) DO UPDATE SET "
+                "need_bytes = max(need_bytes, excluded.need_bytes), recorded = excluded.recorded",
+                (key, str(job_id), need_bytes, time.time()),
+            )
+
+    def memory_need(self, key: str) -> int | None:
+        """The largest memory need recorded for a job kind, None when none is known."""
+        with self._connect() as db:
+            (need,) = db.execute(
+                "SELECT max(need_bytes) FROM memory WHERE key = ?", (key,)
+            ).fetchone()
+        return None if need is None else int(need)
+
+    # -- PCIe model inputs (slurm_mig.pcie) ---------------------------------
+
+    def record_pcie_demand(self, key: str, model: str, gbps: float, job_id: str) -> None:
+        """Store one measured PCIe demand (GB/s, the job alone on its GPU); a repeat
+        for the same job replaces it."""
+        _check_key(key)
+        if not (isinstance(gbps, (int, float)) and math.isfinite(gbps) and gbps >= 0):
+            raise ValueError(f"gbps must be a finite number >= 0, got {gbps!r}")
+        with self._connect(write=True) as db:
+            db.execute(
+                "INSERT OR REPLACE INTO pcie (key, model, job_id, gbps, recorded) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (key, model, str(job_id), float(gbps), time.time()),
+            )
+
+    def pcie_demand(self, key: str, model: str) -> float | None:
+        """Median measured PCIe demand of a job kind on a GPU model; None if unmeasured."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT gbps FROM pcie WHERE key = ? AND model = ?", (key, model)
+            ).fetchall()
+        return float(statistics.median(r[0] for r in rows)) if rows else None
+
+    def record_pcie_alpha(
+        self,
+        key: str,
+        model: str,
+        alpha: float,
+        *,
+        stderr: float | None = None,
+        r2: float | None = None,
+        runs: int | None = None,
+    ) -> None:
+        """Store the fitted alpha of a job kind (``pcie.fit_alpha``), replacing any
+        earlier fit, with its fit quality."""
+        _check_key(key)
+        if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > 0):
+            raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
+        with self._connect(write=True) as db:
+            db.execute(
+                "INSERT OR REPLACE INTO pcie_alpha (key, model, alpha, stderr, r2, runs, "
+                "recorded) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (key, model, float(alpha), stderr, r2, runs, time.time()),
+            )
+
+    def pcie_alpha(self, key: str, model: str) -> float | None:
+        """The fitted alpha of a job kind on a GPU model; None if never fitted."""
+        with self._connect() as db:
+            row = db.execute(
+                "SELECT alpha FROM pcie_alpha WHERE key = ? AND model = ?", (key, model)
+            ).fetchone()
+        return None if row is None else float(row[0])
+
+    # -- connection ---------------------------------------------------------
+
+    @contextmanager
+    def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """One short-lived connection per operation: safe across fork and threads."""
+        try:
+            if not self._ready:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"{self.path}: cannot open the runtime store ({exc})") from None
+        try:
+            db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            if not self._ready:
+                self._migrate(db)
+                self._ready = True
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield db
+            except BaseException:
+                db.rollback()
+                raise
+            db.commit()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: runtime store error ({exc})") from None
+        finally:
+            db.close()
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        """Create the schema (version SCHEMA_VERSION) once; refuse a newer one."""
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: runtime store schema {version} is newer than this "
+                    f"slurm-mig understands ({SCHEMA_VERSION}); upgrade slurm-mig"
+                )
+            if version < SCHEMA_VERSION:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.commit()
+        except BaseException:
+            db.rollback()
+            raise
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"the job kind key must be a non-empty string, got {key!r}")
+
+
+# ---------------------------------------------------------------------------
+# Estimates (pure)
+
+
+def estimate_times(
+    obs: Mapping[int, list[float]],
+    model: GpuModel,
+    *,
+    serial_fraction: float,
+    fallback: float | None,
+    min_memory: int | None = None,
+) -> dict[int, float]:
+    """Seconds per planner size of ``model``: medians where measured, Amdahl
+    t(s) = a + b/s elsewhere (see the module docstring); ``inf`` where memory is short.
+
+    ValueError when there is no observation and no fallback."""
+    if not 0.0 <= serial_fraction <= 1.0:
+        raise ValueError(f"serial_fraction must be between 0 and 1, got {serial_fraction!r}")
+    sizes = model.planner_sizes
+    fits = {
+        s: min_memory is None or model.profile_for_size(s).memory_bytes >= min_memory for s in sizes
+    }
+    medians = {s: statistics.median(v) for s, v in obs.items() if v and fits.get(s, False)}
+    if len(medians) >= 2:
+        a, b = _fit_amdahl(medians)
+    elif len(medians) == 1:
+        ((s0, t0),) = medians.items()
+        a, b = _prior(t0, s0, serial_fraction)
+    else:
+        usable = [s for s in sizes if fits[s]]
+        if not usable:
+            return dict.fromkeys(sizes, math.inf)
+        if fallback is None:
+            raise ValueError("no observation and no fallback runtime to estimate from")
+        if not (math.isfinite(fallback) and fallback > 0):
+            raise ValueError(f"fallback must be a finite number of seconds > 0, got {fallback!r}")
+        a, b = _prior(fallback, min(usable), serial_fraction)
+    out: dict[int, float] = {}
+    for s in sizes:
+        if not fits[s]:
+            out[s] = math.inf
+        elif s in medians:
+            out[s] = float(medians[s])
+        else:
+            out[s] = a + b / s
+    return out
+
+
+def _prior(t0: float, s0: int, f: float) -> tuple[float, float]:
+    """(a, b) of the Amdahl curve with serial fraction f through (s0, t0)."""
+    t1 = t0 / (f + (1.0 - f) / s0)
+    return f * t1, (1.0 - f) * t1
+
+
+def _fit_amdahl(points: Mapping[int, float]) -> tuple[float, float]:
+    """Least squares t = a + b*x, x = 1/s, under a >= 0 and b >= 0 (the optimum lies
+    inside, or on the a = 0 or the b = 0 edge, whichever fits better)."""
+    xs = [1.0 / s for s in points]
+    ts = [float(t) for t in points.values()]
+    n = len(xs)
+    mx, mt = sum(xs) / n, sum(ts) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxt = sum((x - mx) * (t - mt) for x, t in zip(xs, ts))
+    if sxx > 0:
+        b = sxt / sxx
+        a = mt - b * mx
+        if a >= 0 and b >= 0:
+            return a, b
+
+    def sse(a: float, b: float) -> float:
+        return sum((a + b * x - t) ** 2 for x, t in zip(xs, ts))
+
+    edge_b = (0.0, sum(x * t for x, t in zip(xs, ts)) / sum(x * x for x in xs))  # a = 0
+    edge_a = (mt, 0.0)  # b = 0: a constant
+    return min((edge_b, edge_a), key=lambda ab: sse(*ab))
+
+
+def estimate_for_job(
+    store: RuntimeStore | None,
+    key: str | None,
+    model: GpuModel,
+    *,
+    hint_seconds: float | None,
+    time_limit: float | None,
+    min_memory: int | None,
+    default_runtime: float,
+    serial_fraction: float,
+) -> dict[int, float]:
+    """Seconds per size for one job: learned runs of its kind on this model first,
+    else its ``time=`` hint, else its time limit, else ``default_runtime``.
+
+    The memory need is the larger of ``min_memory`` (the hint) and the need learned for
+    the kind. Sizes whose estimate exceeds a finite time limit become ``inf`` (Slurm
+    would kill the job there), unless that would leave no size at all."""
+    obs: dict[int, list[float]] = {}
+    if store is not None and key:
+        obs = store.observations(key, model.name)
+        learned = store.memory_need(key)
+        if learned is not None:
+            min_memory = max(min_memory or 0, learned)
+    limit = (
+        time_limit
+        if time_limit is not None and math.isfinite(time_limit) and time_limit > 0
+        else None
+    )
+    fallback = default_runtime
+    for candidate in (hint_seconds, limit):
+        if candidate is not None and math.isfinite(candidate) and candidate > 0:
+            fallback = candidate
+            break
+    times = estimate_times(
+        obs, model, serial_fraction=serial_fraction, fallback=fallback, min_memory=min_memory
+    )
+    if limit is not None:
+        capped = {s: (t if t <= limit else math.inf) for s, t in times.items()}
+        if any(math.isfinite(t) for t in capped.values()):
+            return capped
+    return times

@@ -1,0 +1,270 @@
+"""``slurm-mig simulate``: run a workload under one or more policies and compare them.
+
+Kept out of ``cli.py`` (which only registers it) so that the simulator is imported
+only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+
+PROG = "slurm-mig"
+
+EPILOG = """\
+workloads (--workload):
+  pcie-paper  Table 2 of the PCIe paper: ResNet50, Bloom560m, Bloom7b1; --pcie-bound
+              sets the share of PCIe-bound (Bloom) jobs (default 0.4); 1400 jobs per
+              60 GPUs unless --jobs
+  miso-trace  MISO's 100-job trace with its measured per-slice speeds (1000 jobs)
+  alibaba     Alibaba openb single-GPU pods, sized to the smallest covering profile
+  philly      Philly runtimes with Poisson arrivals (1000 jobs)
+  FILE        CSV or JSON jobs; columns id, arrival, per-size times 1,2,3,4,7 (or
+              runtime + size), optional size, memory_mib, pcie_demand, alpha,
+              restartable, kind
+  Trace presets read the shared data folder ($SLURM_MIG_SHARED_DATA, or
+  ../shared/data beside the checkout).
+
+policies (--policy, comma-separated; options as NAME:KEY=VALUE:KEY=VALUE):
+  baseline    first GPU with room for the job's size, PCIe-unaware
+  far         FAR batches on the whole cluster (far:moldable=false keeps the
+              requested sizes; far:max_batch=N caps a batch)
+  {others}
+
+The table shows per policy: jobs, sum and mean job completion time (finish -
+arrival), mean wait (first start - arrival), makespan, energy from the A100 power
+curve by busy slices (SMART-MIG), mean utilisation of the compute slices,
+create/destroy operations and the simulation's own run time.
+"""
+
+
+def add_parser(sub, formatter) -> argparse.ArgumentParser:
+    from .policies import policy_names
+
+    others = [n for n in policy_names() if n not in ("baseline", "far")]
+    si = sub.add_parser(
+        "simulate",
+        formatter_class=formatter,
+        help="simulate a MIG cluster under placement policies and compare them",
+        description=textwrap.fill(
+            "Simulate a cluster of MIG GPUs receiving a stream of jobs, once per policy, "
+            "and compare job completion time, wait, makespan, energy and utilisation. "
+            "Jobs that stream data over PCIe slow each other down while they share a "
+            "GPU (Eq. 2 of the PCIe paper); creating and destroying instances takes "
+            "Table 1's times, one operation at a time per GPU. No GPU is needed.",
+            width=79,
+        ),
+        epilog=EPILOG.format(others="also: " + ", ".join(others) if others else ""),
+    )
+    si.add_argument("--gpus", metavar="N", type=_positive_int, required=True,
+                    help="number of GPUs in the cluster")  # fmt: skip
+    si.add_argument("--nodes", metavar="M", type=_positive_int, default=1,
+                    help="nodes the GPUs are spread over, N/M each (default: 1)")  # fmt: skip
+    si.add_argument("--gpu-model", metavar="MODEL", default="A100-40GB",
+                    help="GPU model (default: A100-40GB)")  # fmt: skip
+    si.add_argument("--workload", metavar="PRESET|FILE", required=True,
+                    help="a preset (pcie-paper, miso-trace, alibaba, philly) or a job file")  # fmt: skip
+    si.add_argument("--pcie-bound", metavar="F", type=_share,
+                    help="pcie-paper: share of PCIe-bound jobs, 0..1 (default: 0.4)")  # fmt: skip
+    si.add_argument("--jobs", metavar="K", type=_positive_int,
+                    help="number of jobs (presets) or the first K of a file")  # fmt: skip
+    si.add_argument("--policy", metavar="P1,P2,...", default="baseline,far",
+                    help="policies to compare (default: baseline,far)")  # fmt: skip
+    si.add_argument("--seed", metavar="S", type=int, default=0,
+                    help="seed of the workload's random draws (default: 0)")  # fmt: skip
+    si.add_argument("--json", action="store_true",
+                    help='print {"policies": {NAME: {jct_sum, jct_mean, wait_mean, makespan, energy_j, ...}}}')  # fmt: skip
+    si.add_argument("--plot", metavar="OUT.png",
+                    help="draw the JCT CDF and the utilisation over time to this PNG")  # fmt: skip
+    si.add_argument("--check", action="store_true",
+                    help="assert the simulator's invariants after every event (slower)")  # fmt: skip
+    si.set_defaults(handler=cmd_simulate)
+    return si
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a share within 0..1 (e.g. 0.6)")
+    return value
+
+
+def _value(text: str):
+    low = text.strip().lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_policies(spec: str) -> list[tuple[str, str, dict]]:
+    """``"baseline,far:moldable=false"`` -> [(label, name, options), ...]."""
+    from .policies import UnknownPolicy
+
+    out = []
+    for part in spec.split(","):
+        label = part.strip()
+        if not label:
+            continue
+        name, *opts = label.split(":")
+        options = {}
+        for o in opts:
+            key, eq, val = o.partition("=")
+            if not eq or not key.strip():
+                raise UnknownPolicy(
+                    f"policy option {o!r} of {label!r} must be KEY=VALUE, e.g. far:max_batch=100"
+                )
+            options[key.strip().replace("-", "_")] = _value(val)
+        out.append((label, name.strip(), options))
+    if not out:
+        raise UnknownPolicy("--policy is empty; give one or more, e.g. baseline,far")
+    labels = [x[0] for x in out]
+    if len(set(labels)) != len(labels):
+        raise UnknownPolicy("--policy names a policy twice; give each once")
+    return out
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from ..geometry import get_model
+    from .api import PolicyError
+    from .cluster import InvariantError
+    from .engine import SimInputError, simulate
+    from .jobs import build_workload
+    from .policies import get_policy
+    from .progress import Progress
+
+    model = get_model(args.gpu_model)
+    if args.gpus % args.nodes:
+        raise SimInputError(
+            f"--gpus {args.gpus} does not split evenly over --nodes {args.nodes}; "
+            "give a multiple of the node count"
+        )
+    specs = parse_policies(args.policy)
+    policies = [(label, get_policy(name, **opts)) for label, name, opts in specs]
+    jobs = build_workload(args.workload, model, args.gpus, args.jobs, args.seed, args.pcie_bound)
+    results = []
+    for label, policy in policies:
+        bar = Progress(f"{PROG} simulate {label}")
+        try:
+            r = simulate(
+                jobs,
+                policy,
+                args.nodes,
+                args.gpus // args.nodes,
+                model,
+                args.seed,
+                check=args.check,
+                progress=bar,
+            )
+        except (PolicyError, InvariantError) as exc:
+            bar.close()
+            kind = "policy error" if isinstance(exc, PolicyError) else "invariant broken"
+            print(f"{PROG}: error: {label}: {kind}: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 1
+        bar.close()
+        r.policy = label
+        results.append(r)
+    if args.plot:
+        _plot(results, args)
+    header = _header(args, jobs, model)
+    if args.json:
+        print(json.dumps(to_json(results, args, header, model.name), indent=2))
+    else:
+        print(format_table(results, header, args.check))
+    return 0
+
+
+def _plot(results, args) -> None:
+    from ..plan import PlanError
+    from .plot import draw
+
+    try:
+        out = draw(results, args.plot, title=f"{args.workload} on {args.gpus} x {args.gpu_model}")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "matplotlib":
+            raise
+        raise PlanError("--plot needs matplotlib; pip install matplotlib") from None
+    print(f"{PROG}: plot written to {out}", file=sys.stderr)
+
+
+def _header(args, jobs, model) -> str:
+    bound = sum(1 for j in jobs if j.pcie_demand > 0)
+    share = f", {100 * bound / len(jobs):.0f} % PCIe-bound" if bound else ""
+    nodes = f" on {args.nodes} nodes" if args.nodes > 1 else ""
+    return (
+        f"{args.workload}: {len(jobs)} jobs{share}; {args.gpus} x {model.name}{nodes}; "
+        f"seed {args.seed}"
+    )
+
+
+def to_json(results, args, header: str, model_name: str) -> dict:
+    return {
+        "workload": args.workload,
+        "gpu_model": model_name,
+        "gpus": args.gpus,
+        "nodes": args.nodes,
+        "seed": args.seed,
+        "description": header,
+        "policies": {r.policy: r.summary() for r in results},
+    }
+
+
+def format_table(results, header: str, checked: bool = False) -> str:
+    rows = [
+        ["POLICY", "JOBS", "JCT SUM s", "JCT MEAN s", "WAIT MEAN s", "MAKESPAN s",
+         "ENERGY kWh", "UTIL", "CREATE/DESTROY", "VS FIRST", "SIM s"]
+    ]  # fmt: skip
+    base = None
+    for r in results:
+        s = r.summary()
+        if base is None:
+            base = s["jct_sum"]
+        rel = f"{100 * (s['jct_sum'] / base - 1):+.1f} %" if base else "-"
+        rows.append(
+            [
+                r.policy,
+                str(s["jobs"]),
+                f"{s['jct_sum']:.1f}",
+                f"{s['jct_mean']:.2f}",
+                f"{s['wait_mean']:.2f}",
+                f"{s['makespan']:.1f}",
+                f"{s['energy_j'] / 3.6e6:.3f}",
+                f"{100 * s['utilization']:.0f} %",
+                f"{s['creates']}/{s['destroys']}",
+                rel,
+                f"{s['wall_s']:.2f}",
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [header, ""]
+    for row in rows:
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    lines.append("")
+    lines.append("VS FIRST = JCT sum relative to the first policy; SIM s = simulator run time.")
+    if checked:
+        lines.append("--check: every invariant held after every event.")
+    return "\n".join(lines)

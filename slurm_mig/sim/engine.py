@@ -1,0 +1,642 @@
+"""Discrete-event engine: arrivals, job ends, instance creation and wake-ups on one
+heap, a policy asked what to do after each instant at which something happened.
+
+Jobs progress at rate ``1 / (T_size * slowdown)`` of their work per second, where
+the slowdown is Eq. 2 of the PCIe paper over the PCIe-bound jobs running on the same
+GPU; whenever that number changes, the remaining work of every PCIe-bound job there
+is brought up to date and its end re-predicted (stale end events are skipped).
+Create and destroy operations take Table 1's times and run one after another per
+GPU. Energy integrates the power curve over each GPU's busy compute slices.
+Deterministic: ties are broken by arrival order and event sequence number.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from types import MappingProxyType
+
+from ..geometry import GpuModel, Slot, get_model
+from ..pcie import PCIE_MAX_A100, slowdown
+from .api import (
+    Create,
+    Destroy,
+    GpuView,
+    Migrate,
+    Policy,
+    PolicyError,
+    RunningView,
+    SimJob,
+    Start,
+    Wake,
+    _GpuList,
+)
+from .cluster import (
+    EPS,
+    Gpu,
+    Inst,
+    InvariantError,
+    Run,
+    build_view,
+    check_gpu,
+    geometry_for,
+    runnable_sizes,
+)
+from .energy import power_curve
+from .metrics import SimResult
+
+# Migration overhead: MISO's simulator draws it with mean 5 s.
+MIGRATION_S = 5.0
+
+_FINISH, _START, _CREATED, _WAKE = 0, 1, 2, 3
+_FUTURE, _PENDING, _HELD, _DONE = 0, 1, 2, 3
+_PROGRESS_EVERY = 4096
+
+
+class SimInputError(ValueError):
+    """A workload or cluster the simulator cannot run; names the job and the fix."""
+
+
+def default_pcie_max(model: GpuModel) -> float:
+    """PCIe_max per GPU: the paper's measured 30.08 GB/s on PCIe 4.0 models (A30,
+    A100); twice that on the PCIe 5.0 generation (H100 and later), our assumption."""
+    return PCIE_MAX_A100 if model.timing_family in ("A30", "A100") else 2 * PCIE_MAX_A100
+
+
+def simulate(
+    jobs: Sequence[SimJob],
+    policy: Policy | str,
+    nodes: int = 1,
+    gpus_per_node: int = 1,
+    model: GpuModel | str = "A100-40GB",
+    seed: int = 0,
+    *,
+    pcie_max: float | None = None,
+    migration_s: float = MIGRATION_S,
+    check: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Run ``jobs`` on ``nodes x gpus_per_node`` GPUs under ``policy`` (an object or a
+    registered name). ``check`` asserts every invariant after every instant."""
+    if isinstance(policy, str):
+        from .policies import get_policy
+
+        policy = get_policy(policy)
+    gm = get_model(model) if isinstance(model, str) else model
+    engine = Engine(jobs, policy, nodes, gpus_per_node, gm, seed, pcie_max, migration_s, check)
+    return engine.run(progress)
+
+
+class Engine:
+    """One simulation; it is also the policy's view (``api.ClusterView``)."""
+
+    def __init__(
+        self,
+        jobs: Sequence[SimJob],
+        policy: Policy,
+        nodes: int,
+        gpus_per_node: int,
+        model: GpuModel,
+        seed: int = 0,
+        pcie_max: float | None = None,
+        migration_s: float = MIGRATION_S,
+        check: bool = False,
+    ) -> None:
+        if nodes < 1 or gpus_per_node < 1:
+            raise SimInputError(
+                f"a cluster needs at least one node and one GPU per node, not "
+                f"{nodes} x {gpus_per_node}"
+            )
+        if not hasattr(policy, "decide"):
+            raise SimInputError(f"{policy!r} is not a policy: it has no decide(view)")
+        self.policy = policy
+        self.policy_name = str(getattr(policy, "name", type(policy).__name__))
+        self.model = model
+        self.nodes = nodes
+        self.gpus_per_node = gpus_per_node
+        self.seed = seed
+        self.pcie_max = float(pcie_max) if pcie_max else default_pcie_max(model)
+        if not self.pcie_max > 0:
+            raise SimInputError(f"pcie_max must be a positive GB/s figure, not {pcie_max}")
+        self.migration_s = float(migration_s)
+        self.check = check
+        self.geom = geometry_for(model)
+        self.curve = power_curve(model)
+        order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, i))
+        self.jobs: list[SimJob] = [jobs[i] for i in order]
+        _validate_jobs(self.jobs, model)
+        self.index = {j.id: i for i, j in enumerate(self.jobs)}
+        n = len(self.jobs)
+        t0 = self.jobs[0].arrival if n else 0.0
+        self.t0 = t0
+        self.now = t0
+        g_total = nodes * gpus_per_node
+        self.gpu_state = [
+            Gpu(k, k // gpus_per_node, model.memory_slices, t0) for k in range(g_total)
+        ]
+        self.state = bytearray(n)
+        self.first_start = [math.nan] * n
+        self.finish_t = [math.nan] * n
+        self.exec_s = [0.0] * n
+        self.held: dict[int, Inst] = {}  # job index -> its instance
+        self._pending: dict[str, SimJob] = {}
+        self.pending = MappingProxyType(self._pending)
+        self.heap: list = []
+        self._wakes: set[float] = set()  # wake-up times already on the heap
+        self.seq = 0
+        self.done = 0
+        self.arrived_count = 0
+        self.creates = self.destroys = self.migrations = 0
+        self.events = self.decisions = 0
+        self.total_busy = 0
+        self.util_t = array("d", [t0])
+        self.util_busy = array("d", [0.0])
+        self._changed: set[int] = set(range(g_total))
+        self._arrived: list[SimJob] = []
+        self._finished: list[str] = []
+        self.arrived: tuple[SimJob, ...] = ()
+        self.finished: tuple[str, ...] = ()
+        self.changed: frozenset[int] = frozenset()
+        self.gpus = _GpuList(self._view_of, g_total)
+        self._check_dirty: set[int] = set(range(g_total))
+
+    # -- the policy's view -------------------------------------------------
+
+    def _view_of(self, k: int) -> GpuView:
+        g = self.gpu_state[k]
+        v = g.view
+        if v is None:
+            v = g.view = build_view(g, self.jobs)
+        return v
+
+    def waited(self, job: str | SimJob) -> float:
+        j = job if isinstance(job, SimJob) else self.jobs[self.index[job]]
+        return self.now - j.arrival
+
+    def job(self, job: str) -> SimJob:
+        return self.jobs[self.index[job]]
+
+    def running(self, job: str) -> RunningView | None:
+        idx = self.index.get(job)
+        inst = self.held.get(idx) if idx is not None else None
+        if inst is None:
+            return None
+        j = self.jobs[idx]
+        run = inst.run
+        if run is not None:
+            rem = run.remaining_at(self.now)
+            return RunningView(j, inst.gpu, inst.slot, run.started, rem, run.sd, run.finish)
+        start = max(inst.ready_at, inst.start_at)
+        n = self.gpu_state[inst.gpu].pcie_n + (1 if j.pcie_demand > 0 else 0)
+        sd = slowdown(j.alpha, j.pcie_demand, n, self.pcie_max)
+        end = start + inst.rem * j.time(inst.slot.size) * sd
+        return RunningView(j, inst.gpu, inst.slot, None, inst.rem, sd, end)
+
+    # -- the loop ----------------------------------------------------------
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
+        wall0 = time.perf_counter()
+        jobs, heap = self.jobs, self.heap
+        n = len(jobs)
+        arr = [j.arrival for j in jobs]
+        ai = 0
+        pop = heapq.heappop
+        state = self.state
+        pending = self._pending
+        arrived = self._arrived
+        loops = 0
+        inf = math.inf
+        while True:
+            th = heap[0][0] if heap else inf
+            ta = arr[ai] if ai < n else inf
+            t = th if th < ta else ta
+            if t == inf:
+                break
+            if t < self.now - EPS:
+                raise InvariantError(f"time went back from {self.now} to {t}")
+            self.now = t
+            trigger = False
+            while ai < n and arr[ai] <= t:
+                j = jobs[ai]
+                state[ai] = _PENDING
+                pending[j.id] = j
+                arrived.append(j)
+                ai += 1
+                self.events += 1
+                trigger = True
+            self.arrived_count = ai
+            while heap and heap[0][0] <= t:
+                _, _, kind, obj, tok = pop(heap)
+                self.events += 1
+                if kind == _FINISH:
+                    if obj.ver != tok:
+                        continue
+                    self._finish(obj)
+                elif kind == _START:
+                    if obj.job != tok or obj.run is not None:
+                        continue
+                    self._begin(obj)
+                elif kind == _WAKE:
+                    self._wakes.discard(tok)
+                trigger = True
+            if trigger:
+                self._decide()
+                if self.check:
+                    self._check_now()
+            loops += 1
+            if progress is not None and loops % _PROGRESS_EVERY == 0:
+                progress(self.done, n)
+        if self.done != n:
+            self._stuck()
+        if progress is not None:
+            progress(self.done, n)
+        if self.check:
+            self._check_end()
+        return self._result(time.perf_counter() - wall0)
+
+    def _decide(self) -> None:
+        self.arrived = tuple(self._arrived)
+        self.finished = tuple(self._finished)
+        self.changed = frozenset(self._changed)
+        self._arrived.clear()
+        self._finished.clear()
+        self._changed.clear()
+        self.decisions += 1
+        cmds = self.policy.decide(self)  # type: ignore[arg-type]
+        if cmds is None:
+            return
+        for c in cmds:
+            tp = type(c)
+            if tp is Start:
+                self._cmd_start(c)
+            elif tp is Destroy:
+                self._cmd_destroy(c)
+            elif tp is Create:
+                self._cmd_create(c)
+            elif tp is Migrate:
+                self._cmd_migrate(c)
+            elif tp is Wake:
+                if not isinstance(c.at, (int, float)) or math.isnan(c.at):
+                    self._bad(c, "its time is not a number")
+                if c.at > self.now and c.at not in self._wakes:
+                    self._wakes.add(c.at)
+                    self._push(c.at, _WAKE, None, c.at)
+            else:
+                raise PolicyError(
+                    f"policy {self.policy_name!r} returned {c!r}, which is not a command "
+                    "(Start, Create, Destroy, Migrate or Wake)"
+                )
+
+    def _push(self, t: float, kind: int, obj, tok) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, obj, tok))
+
+    def _touch(self, g: Gpu) -> None:
+        g.view = None
+        self._changed.add(g.index)
+        if self.check:
+            self._check_dirty.add(g.index)
+
+    # -- state changes -----------------------------------------------------
+
+    def _energy(self, g: Gpu) -> None:
+        now = self.now
+        if now > g.last_t:
+            g.energy += self.curve[g.busy_slices] * (now - g.last_t)
+            g.last_t = now
+
+    def _busy_change(self, g: Gpu, delta: int) -> None:
+        self._energy(g)
+        g.busy_slices += delta
+        self.total_busy += delta
+        if self.util_t[-1] == self.now:
+            self.util_busy[-1] = self.total_busy
+        else:
+            self.util_t.append(self.now)
+            self.util_busy.append(self.total_busy)
+
+    def _pace(self, g: Gpu) -> None:
+        """Re-predict the end of every PCIe-bound job on ``g`` after its count changed."""
+        now, n, pmax = self.now, g.pcie_n, self.pcie_max
+        for r in g.runs:
+            if not r.pcie:
+                continue
+            sd = slowdown(r.job.alpha, r.job.pcie_demand, n, pmax)
+            if sd == r.sd:
+                continue
+            if r.sd > 0.0:
+                rem = r.rem - (now - r.t0) / (r.T * r.sd)
+                r.rem = rem if rem > 0.0 else 0.0
+                r.t0 = now
+            r.sd = sd
+            r.finish = now + r.rem * r.T * sd
+            r.inst.view = None
+            r.ver += 1
+            self._push(r.finish, _FINISH, r, r.ver)
+        self._touch(g)
+
+    def _begin(self, inst: Inst) -> None:
+        """The bound job starts running on its (now existing) instance."""
+        now = self.now
+        idx = inst.job
+        job = self.jobs[idx]
+        g = self.gpu_state[inst.gpu]
+        run = Run(idx, job, inst, job.times[inst.slot.size], inst.rem, now)
+        inst.run = run
+        inst.view = None
+        g.runs.append(run)
+        if math.isnan(self.first_start[idx]):
+            self.first_start[idx] = now
+        self._busy_change(g, inst.slot.size)
+        if run.pcie:
+            g.pcie_n += 1
+            self._pace(g)
+        else:
+            run.sd = 1.0
+            run.finish = now + run.rem * run.T
+            self._push(run.finish, _FINISH, run, run.ver)
+            self._touch(g)
+
+    def _release(self, run: Run) -> Inst:
+        """Take a running job off its instance (it finished or migrates)."""
+        inst = run.inst
+        g = self.gpu_state[inst.gpu]
+        g.runs.remove(run)
+        inst.run = None
+        inst.job = -1
+        inst.view = None
+        g.busy &= ~inst.mask
+        self.exec_s[run.idx] += self.now - run.started
+        run.ver += 1  # any pending end event is now stale
+        self._busy_change(g, -inst.slot.size)
+        if run.pcie:
+            g.pcie_n -= 1
+            g.pcie_held -= 1
+            self._pace(g)
+        else:
+            self._touch(g)
+        del self.held[run.idx]
+        return inst
+
+    def _finish(self, run: Run) -> None:
+        idx = run.idx
+        if self.state[idx] != _HELD:
+            raise InvariantError(f"job {run.job.id!r} finished twice")
+        self._release(run)
+        self.state[idx] = _DONE
+        self.finish_t[idx] = self.now
+        self.done += 1
+        self._finished.append(run.job.id)
+
+    def _bind(self, g: Gpu, inst: Inst, idx: int, rem: float, not_before: float) -> None:
+        job = self.jobs[idx]
+        inst.job = idx
+        inst.rem = rem
+        inst.start_at = not_before
+        inst.view = None
+        g.busy |= inst.mask
+        if job.pcie_demand > 0.0:
+            g.pcie_held += 1
+        self.held[idx] = inst
+        self.state[idx] = _HELD
+        t = inst.ready_at if inst.ready_at > not_before else not_before
+        if t <= self.now:
+            self._begin(inst)
+        else:
+            self._push(t, _START, inst, idx)
+            self._touch(g)
+
+    def _create(self, g: Gpu, order: int, cmd) -> Inst:
+        slot, mask = self.geom.slots[order], self.geom.masks[order]
+        if mask & g.held:
+            others = [str(i.slot) for i in g.insts.values() if i.mask & mask]
+            self._bad(
+                cmd,
+                f"its memory slices overlap live instance(s) {', '.join(others)} on gpu "
+                f"{g.index}; destroy idle ones first (sim.policies.start_commands does)",
+            )
+        start = self.now if self.now > g.channel else g.channel
+        end = start + self.model.create_time(slot.size)
+        if self.check:
+            for m in range(slot.placement.start, slot.placement.end):
+                if start < g.released[m] - EPS:
+                    raise InvariantError(
+                        f"gpu {g.index}: memory slice {m} re-used at {start} before its "
+                        f"previous instance was destroyed at {g.released[m]}"
+                    )
+        g.channel = end
+        g.held |= mask
+        inst = Inst(g.index, order, slot, mask, end)
+        g.insts[order] = inst
+        self.creates += 1
+        return inst
+
+    # -- commands ----------------------------------------------------------
+
+    def _bad(self, cmd, why: str):
+        raise PolicyError(f"policy {self.policy_name!r} at t={self.now:.3f}: {cmd!r}: {why}")
+
+    def _gpu(self, cmd, k) -> Gpu:
+        if not isinstance(k, int) or not 0 <= k < len(self.gpu_state):
+            self._bad(cmd, f"no gpu {k!r}; gpus are 0..{len(self.gpu_state) - 1}")
+        return self.gpu_state[k]
+
+    def _order(self, cmd, slot) -> int:
+        order = self.geom.index_of(slot) if isinstance(slot, Slot) else None
+        if order is None:
+            self._bad(
+                cmd, f"{slot!r} is not a legal instance of a planner size on {self.model.name}"
+            )
+        return order
+
+    def _target(self, cmd, idx: int) -> tuple[Gpu, Inst | None, int]:
+        g = self._gpu(cmd, cmd.gpu)
+        order = self._order(cmd, cmd.slot)
+        job = self.jobs[idx]
+        size = cmd.slot.size
+        if math.isinf(job.time(size)):
+            self._bad(cmd, f"job {job.id!r} cannot run on size {size}")
+        if job.memory > self.geom.memory[size]:
+            self._bad(cmd, f"job {job.id!r} needs more memory than size {size} has")
+        inst = g.insts.get(order)
+        if inst is not None and inst.job >= 0:
+            self._bad(cmd, f"the instance is busy with job {self.jobs[inst.job].id!r}")
+        return g, inst, order
+
+    def _cmd_start(self, c: Start) -> None:
+        idx = self.index.get(c.job)
+        if idx is None:
+            self._bad(c, f"no job {c.job!r}")
+        if self.state[idx] != _PENDING:
+            what = {0: "not arrived yet", 2: "already started", 3: "finished"}[self.state[idx]]
+            self._bad(c, f"job {c.job!r} is not pending ({what})")
+        g, inst, order = self._target(c, idx)
+        if inst is None:
+            inst = self._create(g, order, c)
+        del self._pending[c.job]
+        self._bind(g, inst, idx, 1.0, self.now)
+
+    def _cmd_create(self, c: Create) -> None:
+        g = self._gpu(c, c.gpu)
+        inst = self._create(g, self._order(c, c.slot), c)
+        self._push(inst.ready_at, _CREATED, None, 0)
+        self._touch(g)
+
+    def _cmd_destroy(self, c: Destroy) -> None:
+        g = self._gpu(c, c.gpu)
+        order = self._order(c, c.slot)
+        inst = g.insts.get(order)
+        if inst is None:
+            self._bad(c, f"gpu {c.gpu} has no instance at {c.slot}")
+        if inst.job >= 0:
+            self._bad(c, f"the instance holds job {self.jobs[inst.job].id!r}")
+        start = max(self.now, g.channel, inst.ready_at)
+        end = start + self.model.destroy_time(c.slot.size)
+        g.channel = end
+        del g.insts[order]
+        g.held &= ~inst.mask
+        for m in range(c.slot.placement.start, c.slot.placement.end):
+            g.released[m] = end
+        self.destroys += 1
+        self._touch(g)
+
+    def _cmd_migrate(self, c: Migrate) -> None:
+        idx = self.index.get(c.job)
+        if idx is None:
+            self._bad(c, f"no job {c.job!r}")
+        src = self.held.get(idx)
+        if src is None or src.run is None:
+            self._bad(c, f"job {c.job!r} is not running")
+        if not self.jobs[idx].restartable:
+            self._bad(c, f"job {c.job!r} is not restartable")
+        if src.gpu == c.gpu and src.slot == c.slot:
+            self._bad(c, "the job already runs there")
+        run = src.run
+        g, inst, order = self._target(c, idx)
+        rem = run.remaining_at(self.now)
+        self._release(run)
+        if inst is None:
+            inst = self._create(g, order, c)
+        self.migrations += 1
+        self._bind(g, inst, idx, rem, self.now + self.migration_s)
+
+    # -- end ---------------------------------------------------------------
+
+    def _stuck(self) -> None:
+        waiting = [j.id for j in self._pending.values()]
+        held = [self.jobs[i].id for i in self.held]
+        sample = ", ".join(repr(x) for x in (waiting + held)[:5])
+        raise PolicyError(
+            f"policy {self.policy_name!r} left {len(waiting)} job(s) pending and "
+            f"{len(held)} on instances with nothing left to happen at t={self.now:.3f} "
+            f"(e.g. {sample}); a policy must start every job eventually"
+        )
+
+    def _check_now(self) -> None:
+        for k in self._check_dirty:
+            check_gpu(self.gpu_state[k], self.geom, self.curve, self.now, self.jobs)
+        self._check_dirty.clear()
+        if len(self._pending) + len(self.held) + self.done != self.arrived_count:
+            raise InvariantError(
+                f"t={self.now}: {len(self._pending)} pending + {len(self.held)} on "
+                f"instances + {self.done} done != {self.arrived_count} arrived"
+            )
+        for idx, inst in self.held.items():
+            if inst.job != idx or self.state[idx] != _HELD:
+                raise InvariantError(f"t={self.now}: job {self.jobs[idx].id!r} lost its instance")
+        if self.total_busy != sum(g.busy_slices for g in self.gpu_state):
+            raise InvariantError(f"t={self.now}: cluster busy slices out of step")
+
+    def _check_end(self) -> None:
+        for g in self.gpu_state:
+            check_gpu(g, self.geom, self.curve, self.now, self.jobs)
+            if g.runs or g.busy:
+                raise InvariantError(f"gpu {g.index} still busy at the end")
+        if any(s != _DONE for s in self.state) or self.done != len(self.jobs):
+            raise InvariantError("a job did not finish exactly once")
+        for i, j in enumerate(self.jobs):
+            s, f = self.first_start[i], self.finish_t[i]
+            if not (j.arrival - EPS <= s <= f + EPS):
+                raise InvariantError(f"job {j.id!r}: arrival {j.arrival}, start {s}, end {f}")
+            fastest = min(j.time(s) for s in runnable_sizes(j, self.model))
+            if self.exec_s[i] < fastest * (1 - 1e-9) - 1e-9:
+                raise InvariantError(f"job {j.id!r} ran shorter than its fastest time")
+
+    def _result(self, wall: float) -> SimResult:
+        t_end = max(self.finish_t, default=self.t0)
+        if not self.jobs:
+            t_end = self.t0
+        energy = 0.0
+        for g in self.gpu_state:
+            self.now = t_end
+            self._energy(g)
+            energy += g.energy
+        span = t_end - self.t0
+        return SimResult(
+            policy=self.policy_name,
+            model=self.model.name,
+            nodes=self.nodes,
+            gpus=len(self.gpu_state),
+            ids=[j.id for j in self.jobs],
+            kinds=[j.kind for j in self.jobs],
+            arrival=[j.arrival for j in self.jobs],
+            start=list(self.first_start),
+            finish=list(self.finish_t),
+            exec_s=list(self.exec_s),
+            energy_j=energy,
+            idle_energy_j=self.curve[0] * len(self.gpu_state) * span,
+            t0=self.t0,
+            t_end=t_end,
+            creates=self.creates,
+            destroys=self.destroys,
+            migrations=self.migrations,
+            events=self.events,
+            decisions=self.decisions,
+            wall_s=wall,
+            slices_total=self.model.compute_slices * len(self.gpu_state),
+            util_t=self.util_t,
+            util_busy=self.util_busy,
+        )
+
+
+def _validate_jobs(jobs: list[SimJob], model: GpuModel) -> None:
+    seen: set[str] = set()
+    sizes = set(model.planner_sizes)
+    for j in jobs:
+        if not j.id:
+            raise SimInputError("a job has an empty id; give every job an id")
+        if j.id in seen:
+            raise SimInputError(f"duplicate job id {j.id!r}; ids must be unique")
+        seen.add(j.id)
+        if not (isinstance(j.arrival, (int, float)) and math.isfinite(j.arrival)):
+            raise SimInputError(f"job {j.id!r}: arrival {j.arrival!r} must be a finite number")
+        if j.arrival < 0:
+            raise SimInputError(f"job {j.id!r}: arrival {j.arrival} must be >= 0 seconds")
+        for s, t in j.times.items():
+            if s not in sizes:
+                raise SimInputError(
+                    f"job {j.id!r}: time for size {s}, which {model.name} does not have; sizes "
+                    f"are {', '.join(map(str, model.planner_sizes))}"
+                )
+            if not isinstance(t, (int, float)) or math.isnan(t) or t <= 0:
+                raise SimInputError(f"job {j.id!r}: time {t!r} on size {s} must be > 0 seconds")
+        ok = runnable_sizes(j, model)
+        if not ok:
+            raise SimInputError(
+                f"job {j.id!r}: no size of {model.name} can run it (no finite time, or "
+                "more memory than every profile has)"
+            )
+        if j.size is not None and j.size not in ok:
+            raise SimInputError(
+                f"job {j.id!r}: requested size {j.size} cannot run it on {model.name}; "
+                f"runnable sizes: {', '.join(map(str, ok))}"
+            )
+        if not (j.pcie_demand >= 0 and math.isfinite(j.pcie_demand)):
+            raise SimInputError(f"job {j.id!r}: pcie_demand {j.pcie_demand} must be >= 0 GB/s")
+        if not (j.alpha > 0 and math.isfinite(j.alpha)):
+            raise SimInputError(f"job {j.id!r}: alpha {j.alpha} must be > 0")
+        if j.memory < 0:
+            raise SimInputError(f"job {j.id!r}: memory {j.memory} must be >= 0 bytes")

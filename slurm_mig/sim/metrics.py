@@ -1,0 +1,118 @@
+"""What a simulation measured: per-job times, energy, reconfigurations, and the
+cluster's busy compute slices over time; the summary the CLI prints."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SimResult:
+    """One policy's run over one workload. Times in seconds, energy in joules."""
+
+    policy: str
+    model: str
+    nodes: int
+    gpus: int
+    ids: list[str]
+    kinds: list[str]
+    arrival: list[float]
+    start: list[float]  # first start
+    finish: list[float]
+    exec_s: list[float]  # seconds each job held an instance while running
+    energy_j: float
+    idle_energy_j: float  # idle power x GPUs x horizon: the floor of energy_j
+    t0: float  # first arrival
+    t_end: float  # last finish
+    creates: int
+    destroys: int
+    migrations: int
+    events: int
+    decisions: int
+    wall_s: float
+    slices_total: int
+    util_t: array = field(default_factory=lambda: array("d"))
+    util_busy: array = field(default_factory=lambda: array("d"))  # busy slices from util_t[i]
+
+    @property
+    def jobs(self) -> int:
+        return len(self.ids)
+
+    @property
+    def jct(self) -> list[float]:
+        return [f - a for f, a in zip(self.finish, self.arrival)]
+
+    @property
+    def wait(self) -> list[float]:
+        return [s - a for s, a in zip(self.start, self.arrival)]
+
+    @property
+    def makespan(self) -> float:
+        return self.t_end - self.t0
+
+    @property
+    def utilization(self) -> float:
+        """Time-averaged share of the cluster's compute slices running a job."""
+        span = self.makespan
+        if span <= 0 or not self.util_t:
+            return 0.0
+        area = 0.0
+        t, b = self.util_t, self.util_busy
+        for i in range(len(t)):
+            end = t[i + 1] if i + 1 < len(t) else self.t_end
+            area += b[i] * (end - t[i])
+        return area / (self.slices_total * span)
+
+    @property
+    def event_rate(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else math.inf
+
+    def summary(self) -> dict:
+        """The JSON of one policy: the issue's five fields first, then the rest."""
+        jct = self.jct
+        n = len(jct)
+        ordered = sorted(jct)
+        jct_sum = math.fsum(jct)
+        return {
+            "jct_sum": jct_sum,
+            "jct_mean": jct_sum / n if n else 0.0,
+            "wait_mean": math.fsum(self.wait) / n if n else 0.0,
+            "makespan": self.makespan,
+            "energy_j": self.energy_j,
+            "jct_p50": _quantile(ordered, 0.5),
+            "jct_p95": _quantile(ordered, 0.95),
+            "exec_mean": math.fsum(self.exec_s) / n if n else 0.0,
+            "utilization": self.utilization,
+            "jobs": n,
+            "creates": self.creates,
+            "destroys": self.destroys,
+            "migrations": self.migrations,
+            "events": self.events,
+            "wall_s": self.wall_s,
+            "events_per_s": self.event_rate,
+        }
+
+    def by_kind(self) -> dict[str, dict[str, float]]:
+        """Mean JCT, wait and execution time per job kind (e.g. Bloom560m)."""
+        groups: dict[str, list[int]] = {}
+        for i, k in enumerate(self.kinds):
+            groups.setdefault(k or "-", []).append(i)
+        out = {}
+        for k, idx in sorted(groups.items()):
+            m = len(idx)
+            out[k] = {
+                "jobs": m,
+                "jct_mean": math.fsum(self.finish[i] - self.arrival[i] for i in idx) / m,
+                "wait_mean": math.fsum(self.start[i] - self.arrival[i] for i in idx) / m,
+                "exec_mean": math.fsum(self.exec_s[i] for i in idx) / m,
+            }
+        return out
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    if not ordered:
+        return 0.0
+    k = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return ordered[k]

@@ -1,0 +1,452 @@
+"""Slurm as slurm-mig sees it: jobs and nodes read from ``squeue --json`` and
+``sinfo --json``, and the few changes the planner makes, through ``scontrol``.
+
+Standard library only (the hooks import it). Commands get an argument vector, never a
+shell, so values need no quoting: a Comment may hold spaces, quotes or ``$``.
+Reads accept the JSON of Slurm 22.05 (numbers, ``job_state`` a string, node
+``state`` + ``state_flags``) and of 23.x/24.x (numbers as ``{"set", "infinite",
+"number"}``, states as lists, ``sinfo`` as grouped records). Where pyslurm (>= 23.2,
+``pyslurm.Jobs``) imports and no explicit environment was given, ``jobs()`` reads
+through it instead of squeue; everything else always uses the commands.
+
+What Slurm 22.05.8 does, measured on a loopback cluster (tests/e2e):
+- ``squeue --json`` ignores ``-p``/``--states`` and lists every job slurmctld still
+  keeps (finished ones for MinJobAge seconds); ``sinfo --json`` ignores ``-p``. We
+  filter here.
+- ``time_limit`` is in minutes, null for an unlimited pending job and 525600
+  (365 days) once an unlimited job started: both read as None (unlimited).
+- ``exit_code`` is the raw wait status (768 = exit 3).
+- a pending job's ``start_time``/``end_time`` are estimates or left over from a run
+  before a requeue: read as None.
+- a job requeued held after a Prolog failure or by ``scontrol requeuehold`` has
+  ``state_reason`` JobHeldUser (its owner may release it) and the detail in
+  ``state_description`` ("launch failed requeued held", "job requeued in held state"),
+  which scontrol shows as the Reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Jobs in these states have not ended: no end time, no exit code.
+UNFINISHED_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "STOPPED",
+    }
+)
+# When a 23.x+ job_state list holds several names, the first of these wins (as
+# Slurm's own job_state_string does); else the base state.
+_STATE_FLAG_ORDER = (
+    "COMPLETING",
+    "CONFIGURING",
+    "RESIZING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "REVOKED",
+    "SIGNALING",
+    "STAGE_OUT",
+)
+HELD_REASONS = frozenset(
+    {
+        "JobHeldUser",
+        "JobHeldAdmin",
+        "job_requeued_in_held_state",
+        "launch_failed_requeued_held",
+    }
+)
+# Node states in which no new job should be planned onto the node.
+UNUSABLE_NODE_STATES = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "FUTURE",
+        "INVAL",
+        "MAINTENANCE",
+        "NOT_RESPONDING",
+        "NO_RESPOND",
+        "POWERED_DOWN",
+        "POWER_DOWN",
+        "POWERING_DOWN",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "UNKNOWN",
+    }
+)
+_UNLIMITED_MINUTES = 525600  # 365 days: how 22.05 reports an unlimited job once started
+_NO_VAL32 = 0xFFFFFFFE  # INFINITE / NO_VAL in raw 32-bit fields
+_JOB_ID_RE = re.compile(r"[0-9]+(?:_[0-9]+)?")
+_FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command that failed or is missing; the message says which and why."""
+
+    def __init__(self, message: str, command: Sequence[str] = (), stderr: str = "") -> None:
+        super().__init__(message)
+        self.command = tuple(command)
+        self.stderr = stderr
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as slurmctld reports it (times in epoch seconds, None when unknown)."""
+
+    job_id: str
+    name: str
+    user: str
+    partition: str
+    state: str  # PENDING RUNNING CONFIGURING COMPLETING COMPLETED FAILED CANCELLED ...
+    reason: str  # state_reason, e.g. JobHeldAdmin, JobHeldUser, None
+    held: bool  # pending with priority 0 (held by an admin, the user, or a requeue)
+    comment: str
+    admin_comment: str
+    nodes: str  # allocated nodes ("" when pending)
+    required_nodes: str  # ReqNodeList
+    time_limit: float | None  # seconds; None = unlimited
+    submit_time: float | None
+    start_time: float | None  # None while pending
+    end_time: float | None  # None until the job ended
+    restart_count: int
+    exit_code: int | None  # exit status, 128 + signal when killed; None until ended
+    reason_detail: str = ""  # state_description, e.g. "launch failed requeued held"
+
+    @property
+    def finished(self) -> bool:
+        """True once the job ended (COMPLETING included)."""
+        return self.state not in UNFINISHED_STATES
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node: its state names (upper case, base state and flags), drain reason,
+    CPU count and partitions."""
+
+    name: str
+    state: frozenset[str]
+    reason: str
+    cpus: int
+    partitions: tuple[str, ...]
+
+    @property
+    def drained(self) -> bool:
+        return bool(self.state & {"DRAIN", "DRAINED", "DRAINING"})
+
+    @property
+    def usable(self) -> bool:
+        """False when the node is down, drained, failing or not responding."""
+        return not (self.state & UNUSABLE_NODE_STATES)
+
+
+# --- JSON of any version -> plain values -------------------------------------------
+def _number(value: Any) -> float | None:
+    """A number from a 22.05 plain value or a 23.x+ ``{"set", "infinite", "number"}``;
+    None when unset or infinite."""
+    if isinstance(value, dict):
+        if value.get("set") is False or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def _time(value: Any) -> float | None:
+    n = _number(value)
+    return float(n) if n else None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _job_state(value: Any) -> str:
+    if isinstance(value, list):
+        names = [str(v).upper() for v in value]
+        for flag in _STATE_FLAG_ORDER:
+            if flag in names:
+                return flag
+        return names[0] if names else "UNKNOWN"
+    return str(value).upper() if value else "UNKNOWN"
+
+
+def _exit_code(value: Any) -> int | None:
+    if isinstance(value, dict):  # 23.x+: {"status": [...], "return_code": .., "signal": ..}
+        signal = value.get("signal")
+        sig = _number(signal.get("id") if isinstance(signal, dict) else signal)
+        if sig:
+            return 128 + int(sig)
+        code = _number(value.get("return_code"))
+        return None if code is None else int(code)
+    raw = _number(value)
+    if raw is None or raw >= _NO_VAL32 or raw < 0:
+        return None
+    raw = int(raw)
+    return 128 + (raw & 0x7F) if raw & 0x7F else raw >> 8
+
+
+def _time_limit(value: Any) -> float | None:
+    minutes = _number(value)
+    if minutes is None or minutes >= _UNLIMITED_MINUTES or minutes >= _NO_VAL32:
+        return None
+    return float(minutes) * 60.0
+
+
+def job_from_json(data: Mapping[str, Any]) -> Job:
+    """A Job from one entry of ``squeue --json``'s "jobs" (22.05 to 24.x)."""
+    state = _job_state(data.get("job_state"))
+    reason = _text(data.get("state_reason"))
+    priority = _number(data.get("priority"))
+    held = state == "PENDING" and (
+        data.get("hold") is True or priority == 0 or reason in HELD_REASONS
+    )
+    ended = state not in UNFINISHED_STATES
+    return Job(
+        job_id=str(data.get("job_id", "")),
+        name=_text(data.get("name")),
+        user=_text(data.get("user_name")) or str(data.get("user_id", "")),
+        partition=_text(data.get("partition")),
+        state=state,
+        reason=reason,
+        held=held,
+        comment=_text(data.get("comment")),
+        admin_comment=_text(data.get("admin_comment")),
+        nodes=_text(data.get("nodes")),
+        required_nodes=_text(data.get("required_nodes")),
+        time_limit=_time_limit(data.get("time_limit")),
+        submit_time=_time(data.get("submit_time")),
+        start_time=None if state == "PENDING" else _time(data.get("start_time")),
+        end_time=_time(data.get("end_time")) if ended else None,
+        restart_count=int(_number(data.get("restart_cnt")) or 0),
+        exit_code=_exit_code(data.get("exit_code")) if ended else None,
+        reason_detail=_text(data.get("state_description")),
+    )
+
+
+def _node_states(base: Any, flags: Any) -> frozenset[str]:
+    names = base if isinstance(base, list) else [base]
+    names = [*names, *(flags if isinstance(flags, list) else [])]
+    return frozenset(str(n).upper() for n in names if n)
+
+
+def nodes_from_json(data: Mapping[str, Any]) -> list[Node]:
+    """Nodes from ``sinfo --json``: 22.05/23.02's "nodes" list or 23.11+'s grouped
+    "sinfo" records (merged per node)."""
+    if isinstance(data.get("nodes"), list):
+        return [
+            Node(
+                name=_text(n.get("name")),
+                state=_node_states(n.get("state"), n.get("state_flags")),
+                reason=_text(n.get("reason")),
+                cpus=int(_number(n.get("cpus")) or 0),
+                partitions=tuple(n.get("partitions") or ()),
+            )
+            for n in data["nodes"]
+        ]
+    merged: dict[str, Node] = {}
+    for rec in data.get("sinfo") or ():
+        names = (rec.get("nodes") or {}).get("nodes") or []
+        part = _text((rec.get("partition") or {}).get("name"))
+        reason = rec.get("reason")
+        reason = _text(reason.get("description") if isinstance(reason, dict) else reason)
+        cpus_rec = rec.get("cpus") or {}
+        cpus = _number(cpus_rec.get("maximum")) if isinstance(cpus_rec, dict) else None
+        state = _node_states((rec.get("node") or {}).get("state"), None)
+        for name in names:
+            old = merged.get(name)
+            parts = (*old.partitions, part) if old else (part,)
+            merged[name] = Node(
+                name=name,
+                state=state,
+                reason=reason,
+                cpus=int(cpus or (old.cpus if old else 0)),
+                partitions=tuple(p for p in dict.fromkeys(parts) if p),
+            )
+    return list(merged.values())
+
+
+def _load_pyslurm() -> Any | None:
+    """The pyslurm module when it imports and has the 23.x ``Jobs`` API, else None."""
+    try:
+        import pyslurm  # type: ignore[import-not-found]
+    except Exception:  # not installed, or built against another libslurm
+        return None
+    return pyslurm if hasattr(pyslurm, "Jobs") else None
+
+
+def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
+    """pyslurm Job objects as squeue-JSON-shaped dicts, for job_from_json."""
+    records = []
+    for j in pyslurm.Jobs.load().values():
+        records.append(
+            {
+                "job_id": j.id,
+                "name": j.name,
+                "user_name": j.user_name,
+                "partition": j.partition,
+                "job_state": j.state,
+                "state_reason": j.state_reason,  # pyslurm: the description when set
+                "priority": j.priority,
+                "comment": j.comment,
+                "admin_comment": j.admin_comment,
+                "nodes": j.allocated_nodes,
+                "required_nodes": j.required_nodes,
+                "time_limit": j.time_limit,
+                "submit_time": j.submit_time,
+                "start_time": j.start_time,
+                "end_time": j.end_time,
+                "restart_cnt": j.requeue_count,
+                "exit_code": {"return_code": j.exit_code, "signal": j.exit_code_signal},
+            }
+        )
+    return records
+
+
+# --- the client ----------------------------------------------------------------------
+class SlurmClient:
+    """Reads jobs and nodes and makes slurm-mig's changes (hold, release, requeue,
+    job updates, drain) through Slurm's commands."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 30.0) -> None:
+        self.env = dict(env) if env is not None else None
+        self.timeout = timeout
+        self._pyslurm = _load_pyslurm() if env is None else None
+
+    def _run(self, *argv: str) -> str:
+        cmd = list(argv)
+        try:
+            res = subprocess.run(
+                cmd, env=self.env, capture_output=True, text=True, timeout=self.timeout
+            )
+        except FileNotFoundError:
+            raise SlurmError(
+                f"'{cmd[0]}' not found: Slurm's client tools are not installed or not on "
+                "PATH (install slurm-client, e.g. apt-get install slurm-client)",
+                cmd,
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise SlurmError(
+                f"'{' '.join(cmd)}' did not finish within {self.timeout:.0f} s "
+                "(is slurmctld up and reachable?)",
+                cmd,
+            ) from None
+        except ValueError as exc:  # e.g. an embedded NUL byte
+            raise SlurmError(f"'{' '.join(cmd)}': invalid argument: {exc}", cmd) from None
+        if res.returncode != 0:
+            err = res.stderr.strip() or res.stdout.strip() or f"exit status {res.returncode}"
+            raise SlurmError(f"'{' '.join(cmd)}' failed: {err}", cmd, res.stderr)
+        return res.stdout
+
+    def _json(self, *argv: str) -> dict[str, Any]:
+        out = self._run(*argv)
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError as exc:
+            raise SlurmError(
+                f"'{' '.join(argv)}' printed no JSON ({exc}); Slurm 21.08 or newer is needed",
+                argv,
+            ) from None
+        errors = [_error_text(e) for e in data.get("errors") or () if e]
+        if errors:  # 22.05 exits 0 with these when slurmctld cannot be reached
+            raise SlurmError(f"'{' '.join(argv)}' failed: {'; '.join(errors)}", argv)
+        return data
+
+    # reads
+    def jobs(self, partition: str | None = None) -> list[Job]:
+        """Every job slurmctld knows (finished ones too, for MinJobAge), optionally
+        only those of one partition."""
+        records = None
+        if self._pyslurm is not None:
+            try:
+                records = _pyslurm_job_records(self._pyslurm)
+            except Exception:  # pyslurm and libslurm out of step: use the commands
+                records = None
+        if records is None:
+            records = self._json("squeue", "--json", "--states=all").get("jobs") or []
+        jobs = [job_from_json(r) for r in records]
+        if partition is not None:
+            jobs = [j for j in jobs if j.partition == partition]
+        return jobs
+
+    def nodes(self, partition: str | None = None) -> list[Node]:
+        """Every node (optionally only those of one partition) with its state."""
+        nodes = nodes_from_json(self._json("sinfo", "--json"))
+        if partition is not None:
+            nodes = [n for n in nodes if partition in n.partitions]
+        return nodes
+
+    # changes
+    def hold(self, job_id: str | int) -> None:
+        """Hold a pending job (an admin hold when run as root: the user cannot release it)."""
+        self._run("scontrol", "hold", _job_id(job_id))
+
+    def release(self, job_id: str | int) -> None:
+        self._run("scontrol", "release", _job_id(job_id))
+
+    def requeue(self, job_id: str | int, hold: bool = False) -> None:
+        """Put a running or finished batch job back in the queue (held with hold=True);
+        its restart count goes up by one."""
+        self._run("scontrol", "requeuehold" if hold else "requeue", _job_id(job_id))
+
+    def update_job(self, job_id: str | int, **fields: str) -> None:
+        """``scontrol update JobId=.. Key=Value ...`` (NodeList, Comment, AdminComment,
+        Gres, ...); an empty value clears the field."""
+        if not fields:
+            raise ValueError("update_job: give at least one field, e.g. Comment='...'")
+        args = []
+        for key, value in fields.items():
+            if not _FIELD_RE.fullmatch(key):
+                raise ValueError(f"update_job: {key!r} is not a Slurm job field name")
+            args.append(f"{key}={value}")
+        self._run("scontrol", "update", f"JobId={_job_id(job_id)}", *args)
+
+    def drain_node(self, node: str, reason: str) -> None:
+        """Drain a node: running jobs finish, no new ones start; ``reason`` shows in sinfo."""
+        if not reason.strip():
+            raise ValueError("drain_node: Slurm needs a reason to drain a node")
+        self._run(
+            "scontrol", "update", f"NodeName={_node_name(node)}", "State=DRAIN", f"Reason={reason}"
+        )
+
+    def resume_node(self, node: str) -> None:
+        """Undo a drain."""
+        self._run("scontrol", "update", f"NodeName={_node_name(node)}", "State=RESUME")
+
+
+def _error_text(error: Any) -> str:
+    if not isinstance(error, dict):
+        return str(error)
+    parts = [str(error[k]) for k in ("description", "error") if error.get(k)]
+    return " (".join(parts) + ")" * (len(parts) - 1) if parts else str(error)
+
+
+def _job_id(job_id: str | int) -> str:
+    text = str(job_id)
+    if not _JOB_ID_RE.fullmatch(text):
+        raise ValueError(f"{text!r} is not a Slurm job id (digits, or 123_4 for an array task)")
+    return text
+
+
+def _node_name(node: str) -> str:
+    if not node or any(c.isspace() for c in node) or "=" in node:
+        raise ValueError(f"{node!r} is not a node name")
+    return node

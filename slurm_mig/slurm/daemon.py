@@ -1,0 +1,474 @@
+"""The planner daemon: every ``cycle`` seconds read Slurm, plan, apply through scontrol.
+
+Each cycle builds a `cycle.Snapshot` from ``squeue``/``sinfo`` (SlurmClient), the config
+and the learned runtimes (RuntimeStore), calls the pure `cycle.plan_cycle` and applies
+its actions in order. One failing scontrol logs an error and the others still run,
+except later actions of the same job (a release never follows a failed AdminComment
+write). The daemon keeps nothing between cycles that safety depends on: killed at any
+moment and restarted, it rebuilds its view from Slurm. SIGTERM/SIGINT end it between
+actions; SIGHUP starts the next cycle at once.
+
+After every cycle it writes ``<state_dir>/planner-status.json`` (cycle count, when it
+finished, what it did) for monitoring and tests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from ..geometry import get_model
+from .assignment import comment_with_token, load_key, sign
+from .cycle import (
+    Action,
+    CycleResult,
+    Estimate,
+    Hold,
+    Learn,
+    Note,
+    Release,
+    Snapshot,
+    UpdateJob,
+    job_phase,
+    plan_cycle,
+)
+
+log = logging.getLogger("slurm_mig.planner")
+
+STATUS_FILE = "planner-status.json"
+
+
+class Client(Protocol):
+    """What the daemon needs of `slurm_mig.slurm.client.SlurmClient`."""
+
+    def jobs(self, partition: str | None = None) -> list: ...
+    def nodes(self, partition: str | None = None) -> list: ...
+    def hold(self, job_id: str) -> None: ...
+    def release(self, job_id: str) -> None: ...
+    def update_job(self, job_id: str, **fields: str) -> None: ...
+
+
+# ---------------------------------------------------------------------------
+# Snapshot
+
+
+def usable_nodes(
+    configured: Mapping[str, Sequence[str]], nodes: Iterable[Any]
+) -> dict[str, tuple[str, ...]]:
+    """Configured nodes that sinfo shows and that take jobs, with their GPU models."""
+    seen = {n.name: n for n in nodes}
+    out = {}
+    for name, models in configured.items():
+        node = seen.get(name)
+        if node is None:
+            continue
+        if not node.usable:
+            continue
+        out[name] = tuple(models)
+    return out
+
+
+class _CycleStore:
+    """The runtime store's reads, remembered for one cycle (jobs of a kind share them)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._obs: dict[tuple[str, str], dict[int, list[float]]] = {}
+        self._mem: dict[str, int | None] = {}
+
+    def observations(self, key: str, model: str) -> dict[int, list[float]]:
+        if (key, model) not in self._obs:
+            self._obs[(key, model)] = self.store.observations(key, model)
+        return self._obs[(key, model)]
+
+    def memory_need(self, key: str) -> int | None:
+        if key not in self._mem:
+            self._mem[key] = self.store.memory_need(key)
+        return self._mem[key]
+
+
+class Estimator:
+    """Runtime estimates of jobs (`profiles.estimate_for_job`: learned runtimes of the
+    job's kind, else its ``time=`` hint, else its time limit, else default_runtime)."""
+
+    def __init__(self, config: Any, store: Any) -> None:
+        self.config = config
+        self.store = _CycleStore(store) if store is not None else None
+        self._memo: dict[tuple, Estimate] = {}
+
+    @staticmethod
+    def key_of(job: Any) -> tuple[str, Any]:
+        """The job's kind (hint ``key``, else its name) and its hints (or the HintError)."""
+        from .hints import HintError, parse_hints
+
+        try:
+            hints = parse_hints(job.comment)
+        except HintError as exc:
+            return job.name or f"job-{job.job_id}", exc
+        return hints.key or job.name or f"job-{job.job_id}", hints
+
+    def __call__(self, job: Any, models: Iterable[str]) -> Estimate:
+        from ..profiles import estimate_for_job
+
+        key, hints = self.key_of(job)
+        if isinstance(hints, Exception):
+            return Estimate(key, problem=" ".join(str(hints).split()))
+        names = tuple(sorted({get_model(m).name for m in models}))
+        memo = (key, names, hints.time, job.time_limit, hints.mem)
+        if memo not in self._memo:
+            times = {
+                name: estimate_for_job(
+                    self.store,
+                    key,
+                    get_model(name),
+                    hint_seconds=hints.time,
+                    time_limit=job.time_limit,
+                    min_memory=hints.mem,
+                    default_runtime=self.config.default_runtime,
+                    serial_fraction=self.config.serial_fraction,
+                )
+                for name in names
+            }
+            learned = self.store.memory_need(key) if self.store is not None else None
+            mem = max(hints.mem or 0, learned or 0) or None
+            self._memo[memo] = Estimate(key, times, mem)
+        return self._memo[memo]
+
+
+def build_snapshot(
+    config: Any,
+    jobs: Sequence[Any],
+    nodes: Sequence[Any],
+    store: Any,
+    now: float,
+    previous_nodes: frozenset[str] | None = None,
+) -> Snapshot:
+    """The cycle's input from what squeue and sinfo said and the learned runtimes."""
+    configured = {name: tuple(models) for name, models in config.nodes.items()}
+    all_models = sorted({get_model(m).name for ms in configured.values() for m in ms})
+    estimator = Estimator(config, store)
+    estimates = {}
+    for job in jobs:
+        if job.partition and config.partition not in job.partition.split(","):
+            continue
+        if job_phase(job.state) == "pending":
+            estimates[job.job_id] = estimator(job, all_models)
+        else:  # running or finished: only the key, to learn its runtime
+            estimates[job.job_id] = Estimate(estimator.key_of(job)[0])
+    return Snapshot(
+        now=now,
+        jobs=tuple(jobs),
+        nodes=usable_nodes(configured, nodes),
+        estimates=estimates,
+        partition=config.partition,
+        algorithm=config.algorithm,
+        batch_window=config.batch_window,
+        batch_size=config.batch_size,
+        previous_nodes=previous_nodes,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Applying actions
+
+
+@dataclass
+class ApplyReport:
+    applied: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (job id, error)
+    skipped: int = 0  # later actions of a job whose earlier action failed, or stopped
+    learned: int = 0
+
+
+def apply_actions(
+    actions: Sequence[Action],
+    client: Client,
+    *,
+    key: bytes,
+    store: Any = None,
+    clock: Callable[[], float] = time.time,
+    stop: threading.Event | None = None,
+) -> ApplyReport:
+    """Apply ``actions`` in order; a failure is logged and skips only that job's later
+    actions. Stops between actions once ``stop`` is set."""
+    from .client import SlurmError
+
+    report = ApplyReport()
+    failed_jobs: set[str] = set()
+    for i, action in enumerate(actions):
+        if stop is not None and stop.is_set():
+            report.skipped += len(actions) - i
+            log.info("stopping: %d actions left for the next run", len(actions) - i)
+            break
+        if action.job_id in failed_jobs:
+            report.skipped += 1
+            log.warning("%s: skipped (an earlier action on the job failed)", action.describe())
+            continue
+        try:
+            if isinstance(action, Learn):
+                if store is not None and store.record(
+                    action.key,
+                    action.model,
+                    action.size,
+                    action.seconds,
+                    action.job_id,
+                    action.restart,
+                    action.finished,
+                ):
+                    report.learned += 1
+                    log.info("%s", action.describe())
+                continue
+            _apply_one(action, client, key, clock)
+            report.applied += 1
+            log.log(
+                logging.WARNING if isinstance(action, Note) else logging.INFO,
+                "%s",
+                action.describe(),
+            )
+        except (SlurmError, OSError) as exc:
+            failed_jobs.add(action.job_id)
+            text = " ".join(str(exc).split()) or exc.__class__.__name__
+            report.failed.append((action.job_id, text))
+            log.error("%s: failed: %s", action.describe(), text)
+        except Exception as exc:  # e.g. sqlite errors while learning: log, go on
+            if not isinstance(action, Learn):
+                raise
+            log.error("%s: not recorded: %s", action.describe(), exc)
+    return report
+
+
+def _apply_one(action: Action, client: Client, key: bytes, clock: Callable[[], float]) -> None:
+    if isinstance(action, Hold):
+        client.hold(action.job_id)
+    elif isinstance(action, UpdateJob | Note):
+        client.update_job(action.job_id, **dict(action.fields))
+    elif isinstance(action, Release):
+        token = sign(replace(action.assignment, issued=clock()), key)
+        client.update_job(action.job_id, Comment=comment_with_token(action.comment, token))
+        client.release(action.job_id)
+    else:  # pragma: no cover - every Action type is handled above
+        raise TypeError(f"unknown action {action!r}")
+
+
+# ---------------------------------------------------------------------------
+# The daemon
+
+
+@dataclass
+class CycleReport:
+    number: int
+    started: float
+    finished: float
+    result: CycleResult | None
+    apply: ApplyReport | None
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        r, a = self.result, self.apply
+        return {
+            "cycle": self.number,
+            "pid": os.getpid(),
+            "started": self.started,
+            "finished": self.finished,
+            "seconds": round(self.finished - self.started, 6),
+            "error": self.error,
+            "actions": len(r.actions) if r else 0,
+            "applied": a.applied if a else 0,
+            "failed": [list(f) for f in a.failed] if a else [],
+            "skipped": a.skipped if a else 0,
+            "learned": a.learned if a else 0,
+            "planned": len(r.planned) if r else 0,
+            "released": list(r.released) if r else [],
+            "batches": list(r.batches) if r else [],
+            "replanned": list(r.replanned) if r else [],
+            "busy": r.busy if r else 0,
+            "waiting": r.waiting if r else 0,
+            "noted": r.noted if r else 0,
+            "makespan": round(r.makespan, 3) if r else 0.0,
+            "nodes": sorted(r.nodes) if r else [],
+        }
+
+
+class PlannerDaemon:
+    """Runs cycles: snapshot, plan, apply (or print, in a dry run), status file."""
+
+    def __init__(
+        self,
+        config: Any,
+        client: Client,
+        store: Any,
+        key: bytes | None,
+        *,
+        dry_run: bool = False,
+        out: TextIO | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.store = store
+        self.key = key
+        self.dry_run = dry_run
+        self.out = out or sys.stdout
+        self.clock = clock
+        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self.cycles = 0
+        self.previous_nodes: frozenset[str] | None = None
+
+    def status_path(self) -> Path:
+        return Path(self.config.state_dir) / STATUS_FILE
+
+    def run_cycle(self) -> CycleReport:
+        """One cycle; Slurm errors are reported in the result, not raised."""
+        from ..profiles import StoreError
+        from .client import SlurmError
+
+        self.cycles += 1
+        started = self.clock()
+        try:
+            now = self.clock()  # before squeue: anything it shows happened by then
+            jobs = self.client.jobs(self.config.partition)
+            nodes = self.client.nodes()
+            snap = build_snapshot(self.config, jobs, nodes, self.store, now, self.previous_nodes)
+            result = plan_cycle(snap)
+        except (SlurmError, StoreError) as exc:
+            text = " ".join(str(exc).split())
+            what = "Slurm" if isinstance(exc, SlurmError) else "the runtime store"
+            log.error("cycle %d: cannot read %s: %s", self.cycles, what, text)
+            report = CycleReport(self.cycles, started, self.clock(), None, None, text)
+            self._write_status(report)
+            return report
+        if self.dry_run:
+            for action in result.actions:
+                print(action.describe(), file=self.out)
+            applied = None
+        else:
+            assert self.key is not None, "a key is needed to release jobs"
+            applied = apply_actions(
+                result.actions,
+                self.client,
+                key=self.key,
+                store=self.store,
+                clock=self.clock,
+                stop=self.stop,
+            )
+            self.previous_nodes = result.nodes
+        report = CycleReport(self.cycles, started, self.clock(), result, applied)
+        log.info(
+            "cycle %d done in %.2f s: %d actions, %d failed; %d planned, %d released, "
+            "%d waiting, %d noted, %d busy; plan ends in %.0f s%s",
+            self.cycles,
+            report.finished - report.started,
+            len(result.actions),
+            len(applied.failed) if applied else 0,
+            len(result.planned),
+            len(result.released),
+            result.waiting,
+            result.noted,
+            result.busy,
+            result.makespan,
+            f"; re-planned: {', '.join(result.replanned)}" if result.replanned else "",
+        )
+        if not self.dry_run:
+            self._write_status(report)
+        return report
+
+    def _write_status(self, report: CycleReport) -> None:
+        path = self.status_path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
+
+    def run(self, once: bool = False) -> int:
+        """Cycle until stopped (or once); exit status 0, or 1 when ``once`` failed."""
+        while True:
+            self.wake.clear()
+            report = self.run_cycle()
+            if once:
+                if report.error:
+                    return 1
+                return 1 if report.apply is not None and report.apply.failed else 0
+            if self.stop.is_set():
+                break
+            self.wake.wait(self.config.cycle)
+            if self.stop.is_set():
+                break
+        log.info("planner stopped after %d cycles", self.cycles)
+        return 0
+
+    def install_signals(self) -> None:
+        """SIGTERM/SIGINT: stop between actions; SIGHUP: next cycle now."""
+
+        def _stop(signum: int, _frame: object) -> None:
+            log.info("signal %s: stopping", signal.Signals(signum).name)
+            self.stop.set()
+            self.wake.set()
+
+        def _wake(_signum: int, _frame: object) -> None:
+            self.wake.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGHUP, _wake)
+
+
+def run_planner(
+    config_path: str | Path | None = None,
+    *,
+    once: bool = False,
+    dry_run: bool = False,
+    client: Client | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """``slurm-mig planner``: load config, key and runtime store, then run."""
+    from ..config import load_config
+    from ..profiles import RuntimeStore
+
+    config = load_config(config_path)
+    _log_to_file(config)
+    key = None if dry_run else load_key(config.key_file)
+    if client is None:
+        from .client import SlurmClient
+
+        client = SlurmClient()
+    path = Path(config.state_dir) / "profiles.sqlite"
+    # a dry run writes nothing, not even a new runtime store
+    store = RuntimeStore(path) if path.exists() or not dry_run else None
+    daemon = PlannerDaemon(config, client, store, key, dry_run=dry_run, out=out)
+    if threading.current_thread() is threading.main_thread():
+        daemon.install_signals()
+    log.info(
+        "planner: partition %s, %d nodes, %s, cycle %.1f s%s",
+        config.partition,
+        len(config.nodes),
+        config.algorithm,
+        config.cycle,
+        " (dry run)" if dry_run else "",
+    )
+    return daemon.run(once=once or dry_run)
+
+
+def _log_to_file(config: Any) -> None:
+    path = getattr(config, "log_file", None)
+    if not path:
+        return
+    root = logging.getLogger("slurm_mig")
+    if any(getattr(h, "_slurm_mig_planner", False) for h in root.handlers):
+        return
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s slurm-mig planner: %(message)s"))
+    handler._slurm_mig_planner = True  # type: ignore[attr-defined]
+    root.addHandler(handler)

@@ -1,0 +1,189 @@
+"""The ``mig:`` hint a user may put in a job's ``--comment``, parsed strictly.
+
+Grammar: one whitespace-separated word ``mig:k=v,k=v,...`` among free text (the word
+``migplan=...`` is the planner's token and is ignored here). Keys, each at most once:
+
+- ``key``: the job kind runtimes are learned under, 1-64 of ``[A-Za-z0-9_.-]``;
+- ``mem``: memory the job needs: plain bytes, or a number with a binary unit
+  K, M, G, T (also written KiB/KB, MiB/MB, ...; any case; G = GB = GiB = 2**30 bytes,
+  as MIG profile names use "gb"); above 0, at most 1 PiB;
+- ``iters``: a positive whole number;
+- ``time``: expected runtime: seconds (``90``), a number with a unit s/m/h/d
+  (``90s``, ``15m``, ``1.5h``), or ``M:SS`` / ``H:MM:SS``; above 0, at most 366 days;
+- ``pcie``: PCIe bandwidth the job needs in GB/s, a decimal number >= 0;
+- ``alpha``: a decimal number > 0;
+- ``restartable``: ``yes`` or ``no``.
+
+The input is untrusted: anything else is a `HintError` whose message names the setting,
+shows the bad text and says the fix. ``contrib/job_submit.lua`` implements the same
+grammar with the same messages; ``tests/test_hints.py`` holds the cases both must agree on.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+PREFIX = "mig:"
+TOKEN_PREFIX = "migplan="
+KEYS = ("key", "mem", "iters", "time", "pcie", "alpha", "restartable")
+
+MAX_SIZE = 2**50  # bytes (1 PiB): beyond it a size is a typo, and no longer exact
+MAX_DURATION = 366 * 86400.0  # seconds
+SIZE_FIX = "write bytes or a size like 12G or 512MiB"
+TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
+_KIND_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_DECIMAL_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)")
+_SIZE_UNITS = {"": 0, "b": 0}
+_SIZE_UNITS.update({u + s: e for e, u in enumerate("kmgt", 1) for s in ("", "b", "ib")})
+_WORD_RE = re.compile(r"[^ \t\n\v\f\r]+")  # ASCII whitespace splits words, as Lua's %s
+_TIME_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
+_TIME_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_CLOCK_RE = re.compile(r"(?:([0-9]+):)?([0-9]{1,2}):([0-9]{1,2})")
+
+
+class HintError(ValueError):
+    """A ``mig:`` hint (or a size or duration) that does not follow the grammar."""
+
+
+@dataclass(frozen=True)
+class Hints:
+    """What a job says about itself; None where it said nothing."""
+
+    key: str | None = None
+    mem: int | None = None  # bytes
+    iters: int | None = None
+    time: float | None = None  # seconds
+    pcie: float | None = None  # GB/s
+    alpha: float | None = None
+    restartable: bool | None = None
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``12G``, ``12GiB``, ``512M``, ``1.5T`` or ``4096`` (binary units);
+    HintError (problem; fix) otherwise."""
+    m = _SIZE_RE.fullmatch(text)
+    if not m:
+        raise HintError(f"'{text}' is not a size; {SIZE_FIX}")
+    number, unit = m.groups()
+    exponent = _SIZE_UNITS.get(unit.lower())
+    if exponent is None:
+        raise HintError(f"unknown unit '{unit}'; {SIZE_FIX}")
+    if exponent == 0 and "." in number:
+        raise HintError(f"'{text}' is not a whole number of bytes; {SIZE_FIX}")
+    raw = float(number) * 1024**exponent
+    if raw > MAX_SIZE:
+        raise HintError(f"'{text}' is more than 1 PiB; {SIZE_FIX}")
+    value = math.floor(raw + 0.5)
+    if value <= 0:
+        raise HintError(f"'{text}' is not above 0; {SIZE_FIX}")
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``30:00`` or ``1:30:00``;
+    HintError (problem; fix) otherwise."""
+    m = _TIME_RE.fullmatch(text)
+    if m:
+        seconds = float(m.group(1)) * _TIME_UNITS[m.group(2)]
+    else:
+        c = _CLOCK_RE.fullmatch(text)
+        if not c:
+            raise HintError(f"'{text}' is not a duration; {TIME_FIX}")
+        hours, minutes, secs = int(c.group(1) or 0), int(c.group(2)), int(c.group(3))
+        if secs >= 60 or (c.group(1) is not None and minutes >= 60):
+            raise HintError(f"'{text}': minutes and seconds must be below 60; {TIME_FIX}")
+        seconds = float(hours * 3600 + minutes * 60 + secs)
+    if seconds > MAX_DURATION:
+        raise HintError(f"'{text}' is more than 366 days; {TIME_FIX}")
+    if seconds <= 0:
+        raise HintError(f"'{text}' is not above 0; {TIME_FIX}")
+    return seconds
+
+
+def _parse_kind(text: str) -> str:
+    if not _KIND_RE.fullmatch(text):
+        raise HintError(f"'{text}' is not a job kind; use 1 to 64 letters, digits, '_', '.' or '-'")
+    return text
+
+
+def _parse_iters(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or int(text) <= 0:
+        raise HintError(f"'{text}' is not a whole number above 0; write e.g. iters=1000")
+    return int(text)
+
+
+def _parse_pcie(text: str) -> float:
+    if not _DECIMAL_RE.fullmatch(text) or not math.isfinite(float(text)):
+        raise HintError(f"'{text}' is not a bandwidth in GB/s; write a number >= 0, e.g. pcie=12.5")
+    return float(text)
+
+
+def _parse_alpha(text: str) -> float:
+    if not _DECIMAL_RE.fullmatch(text) or not 0 < float(text) < math.inf:
+        raise HintError(f"'{text}' is not a number above 0; write e.g. alpha=0.9")
+    return float(text)
+
+
+def _parse_restartable(text: str) -> bool:
+    if text not in ("yes", "no"):
+        raise HintError(f"'{text}' is not yes or no; write restartable=yes or restartable=no")
+    return text == "yes"
+
+
+_PARSERS = {
+    "key": _parse_kind,
+    "mem": parse_size,
+    "iters": _parse_iters,
+    "time": parse_duration,
+    "pcie": _parse_pcie,
+    "alpha": _parse_alpha,
+    "restartable": _parse_restartable,
+}
+
+
+def _fail(shown: str, problem: str) -> HintError:
+    return HintError(f"slurm-mig: hint '{shown}': {problem}")
+
+
+def hint_word(comment: str | None) -> str | None:
+    """The ``mig:`` word of a comment, or None; HintError if there are several."""
+    words = [w for w in _WORD_RE.findall(comment or "") if w.startswith(PREFIX)]
+    if len(words) > 1:
+        raise _fail(
+            words[1], "a second mig: word; put all settings in one mig: word, separated by commas"
+        )
+    return words[0] if words else None
+
+
+def parse_hints(comment: str | None) -> Hints:
+    """The hints in a job comment; ``Hints()`` (all None) when it has no ``mig:`` word."""
+    word = hint_word(comment)
+    if word is None:
+        return Hints()
+    body = word[len(PREFIX) :]
+    if not body:
+        raise _fail(word, "no settings; write mig:key=value,... e.g. mig:mem=12G,time=2h")
+    values: dict[str, object] = {}
+    for item in body.split(","):
+        if not item:
+            raise _fail(
+                word,
+                "an empty setting (two commas in a row, or one at an end); separate settings with single commas",
+            )
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise _fail(item, f"no '='; write {item}=value")
+        if key not in _PARSERS:
+            raise _fail(item, f"unknown key '{key}'; use one of {', '.join(KEYS)}")
+        if key in values:
+            raise _fail(item, f"'{key}' is given twice; give each key once")
+        if not value:
+            raise _fail(item, f"no value; write {key}=value")
+        try:
+            values[key] = _PARSERS[key](value)
+        except HintError as exc:
+            raise _fail(item, str(exc)) from None
+    return Hints(**values)  # type: ignore[arg-type]

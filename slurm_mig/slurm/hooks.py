@@ -1,0 +1,702 @@
+"""The Slurm Prolog, TaskProlog and Epilog: create, hand out and destroy MIG instances.
+
+The hooks decide from their environment and node-local records only (no Slurm calls on
+the normal path): the Prolog (root) checks the job's signed assignment token, creates or
+adopts its instance under the node lock and writes a record; the TaskProlog (the job's
+user) turns the record into ``export CUDA_VISIBLE_DEVICES=<MIG uuid>``; the Epilog (root)
+destroys the instance or keeps it for the next job. The only Slurm calls: draining the
+node on a device fault, and ``scontrol requeuehold`` from the TaskProlog.
+
+`prolog`, `task_prolog` and `epilog` decide and return an `Outcome` (exit status, lines
+to print, log lines, a drain reason, a requeue request); the ``*_main`` functions read the
+environment and the config, run them and carry the outcome out. This module is on the job
+start path: only the standard library, ``geometry``, ``config``, the assignment, the node
+state and the device backends are imported (no numpy, no planner).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..config import Config, ConfigError, load_config
+from ..devices.base import DeviceError, Instance, InstanceNotFound, MigBackend
+from ..geometry import GeometryError, Placement, get_model
+from .assignment import Assignment, AssignmentError, load_key, token_from_comment, verify
+from .nodestate import JobRecord, KeptInstance, NodeState, NodeStateError, Refusal
+
+if TYPE_CHECKING:
+    from .hints import Hints
+
+# syslog priorities (the numbers of <syslog.h>), kept here so deciding needs no syslog.
+ERR, WARNING, INFO = 3, 4, 6
+HOOKS = ("prolog", "epilog", "taskprolog")
+_JOB_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+_EXTRA_PATH = "/usr/bin:/usr/local/bin:/bin:/usr/sbin:/sbin"
+
+Clock = Callable[[], float]
+
+
+class HookInputError(ValueError):
+    """The hook's environment lacks what Slurm always sets (not run by Slurm?)."""
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """What a hook knows of its job, from the environment Slurm gives it."""
+
+    job_id: str
+    restart: int
+    node: str
+    partition: str
+    comment: str
+    problem: str | None = None  # a malformed variable: the prolog refuses the job
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> JobEnv:
+        """Read SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_PARTITION, SLURM_JOB_COMMENT and
+        the restart count (SLURM_JOB_RESTART_COUNT, or SLURM_RESTART_COUNT in a task)."""
+        job_id = env.get("SLURM_JOB_ID", "").strip()
+        if not job_id:
+            raise HookInputError(
+                "no SLURM_JOB_ID in the environment; install this as Slurm's Prolog, "
+                "Epilog or TaskProlog (slurm.conf), it is not meant to be run by hand"
+            )
+        if not _JOB_ID.match(job_id):
+            raise HookInputError(f"SLURM_JOB_ID {job_id!r} is not a Slurm job id")
+        node = env.get("SLURMD_NODENAME", "").strip()
+        if not node:
+            raise HookInputError("no SLURMD_NODENAME in the environment (is slurmd running it?)")
+        problem = None
+        raw = env.get("SLURM_JOB_RESTART_COUNT", env.get("SLURM_RESTART_COUNT", "")).strip()
+        try:
+            restart = int(raw) if raw else 0
+            if restart < 0:
+                raise ValueError
+        except ValueError:
+            restart = 0
+            problem = f"the restart count {raw!r} from Slurm is not a whole number >= 0"
+        return cls(
+            job_id=job_id,
+            restart=restart,
+            node=node,
+            partition=env.get("SLURM_JOB_PARTITION", "").strip(),
+            comment=env.get("SLURM_JOB_COMMENT", ""),
+            problem=problem,
+        )
+
+
+@dataclass
+class Outcome:
+    """What a hook decided: its exit status, stdout lines, log lines and side effects."""
+
+    exit_code: int = 0
+    stdout: list[str] = field(default_factory=list)
+    log: list[tuple[int, str]] = field(default_factory=list)  # (syslog priority, text)
+    drain: str | None = None  # drain the node with this reason
+    requeue: bool = False  # TaskProlog: scontrol requeuehold the job
+
+    def say(self, text: str, level: int = INFO) -> None:
+        self.log.append((level, text))
+
+    def warn(self, text: str) -> None:
+        self.say(text, WARNING)
+
+    def fault(self, text: str) -> Outcome:
+        """A node fault: drain the node with ``text`` and exit 1."""
+        text = " ".join(str(text).split())
+        self.drain = text
+        self.exit_code = 1
+        self.say(f"node fault, draining the node: {text}", ERR)
+        return self
+
+
+def describe(profile: str, placement: Placement, gpu: int, uuid: str | None = None) -> str:
+    """``3g.20gb at 4:4 on gpu 1 (MIG-...)``: one instance, as the logs name it."""
+    where = f"{profile} at {placement.start}:{placement.size} on gpu {gpu}"
+    return f"{where} ({uuid})" if uuid else where
+
+
+def _describe(item: Instance | JobRecord | KeptInstance) -> str:
+    return describe(item.profile, item.placement, item.gpu, item.uuid)
+
+
+def in_partition(job: JobEnv, config: Config) -> bool:
+    """True when the job runs in the partition whose jobs slurm-mig plans."""
+    return job.partition == config.partition
+
+
+def _not_ours(job: JobEnv, config: Config) -> Outcome:
+    out = Outcome()
+    out.say(f"partition {job.partition or '(none)'} is not {config.partition}; nothing to do")
+    return out
+
+
+# -- the assignment ------------------------------------------------------------------
+
+
+def check_assignment(
+    job: JobEnv, key: bytes, models: tuple[str, ...], token_ttl: float, now: float
+) -> Assignment | Refusal:
+    """The job's assignment if its token is genuine, current and possible on this node;
+    else a refusal: requeue when the planner can fix it (missing, stale, other node),
+    fail when the job cannot run as it is (forged, malformed, impossible, bad hint)."""
+    if job.problem:
+        return Refusal(job.job_id, "fail", job.problem)
+    token = token_from_comment(job.comment)
+    if token is None:
+        return Refusal(
+            job.job_id,
+            "requeue",
+            "no assignment token (migplan=...) in the job comment: the slurm-mig planner "
+            "has not released this job (was it released by hand?)",
+        )
+    try:
+        a = verify(
+            token,
+            key,
+            job_id=job.job_id,
+            restart=job.restart,
+            node=job.node,
+            now=now,
+            max_age=token_ttl,
+        )
+    except AssignmentError as exc:
+        return Refusal(job.job_id, _token_action(token, key, job.job_id), str(exc))
+    problem = impossible(a, models)
+    if problem:
+        return Refusal(job.job_id, "fail", problem)
+    _, hint_problem = _hints(job.comment)
+    if hint_problem:
+        return Refusal(job.job_id, "fail", hint_problem)
+    return a
+
+
+def _hints(comment: str) -> tuple[Hints | None, str | None]:
+    """(the comment's hints, what is wrong with them); (None, None) without a ``mig:``
+    word. The grammar is imported only then: its regular expressions cost milliseconds."""
+    if "mig:" not in comment:
+        return None, None
+    from .hints import HintError, parse_hints
+
+    try:
+        return parse_hints(comment), None
+    except HintError as exc:
+        return None, str(exc).removeprefix("slurm-mig: ")
+
+
+def _token_action(token: str, key: bytes, job_id: str) -> str:
+    """``requeue`` for a genuine token of this job that is stale or for another node,
+    ``fail`` for a forged or malformed token or one copied from another job."""
+    try:
+        payload = token.split(".")[1]
+        claimed = Assignment.from_json(
+            json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        )
+        verify(
+            token,
+            key,
+            job_id=claimed.job_id,
+            restart=claimed.restart,
+            node=claimed.node,
+            now=claimed.issued,
+            max_age=math.inf,
+        )
+    except (AssignmentError, ValueError, TypeError, IndexError, AttributeError):
+        return "fail"
+    return "requeue" if claimed.job_id == job_id else "fail"
+
+
+def impossible(a: Assignment, models: tuple[str, ...]) -> str | None:
+    """Why ``a`` cannot be carried out on a node with GPUs ``models``, or None."""
+    if not 0 <= a.gpu < len(models):
+        return (
+            f"the assignment names gpu {a.gpu} of {a.node}, which has {len(models)} GPU(s) "
+            "in the slurm-mig config (are the planner's and the node's configs the same?)"
+        )
+    try:
+        model = get_model(models[a.gpu])
+        if get_model(a.model).name != model.name:
+            return (
+                f"the assignment is for a {a.model} but gpu {a.gpu} of {a.node} is a "
+                f"{model.name} in the slurm-mig config"
+            )
+        profile = model.profile(a.profile)
+    except GeometryError as exc:
+        return f"the assignment is impossible on gpu {a.gpu}: {exc}"
+    if a.placement not in profile.placements:
+        legal = ", ".join(f"{p.start}:{p.size}" for p in profile.placements)
+        return (
+            f"the assignment places {profile.name} at {a.placement.start}:{a.placement.size} "
+            f"on gpu {a.gpu}; {model.name} allows {legal}"
+        )
+    return None
+
+
+# -- Prolog ----------------------------------------------------------------------------
+
+
+def prolog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time.time) -> Outcome:
+    """Prepare the job's planned MIG instance (create, adopt a kept one, or reuse the one
+    of an earlier try), or write why not; exit 1 only on a node fault."""
+    if not in_partition(job, config):
+        return _not_ours(job, config)
+    out = Outcome()
+    try:
+        models = config.gpu_models(job.node)
+        key = load_key(config.key_file)
+        state = NodeState(config.run_dir_for(job.node), warn=out.warn)
+        with state.lock():
+            _prolog_locked(job, config, models, key, backend, state, clock, out)
+    except (ConfigError, AssignmentError, NodeStateError) as exc:
+        out.fault(str(exc))
+    return out
+
+
+def _prolog_locked(
+    job: JobEnv,
+    config: Config,
+    models: tuple[str, ...],
+    key: bytes,
+    backend: MigBackend,
+    state: NodeState,
+    clock: Clock,
+    out: Outcome,
+) -> None:
+    now = clock()
+    try:
+        rec = state.job(job.job_id)
+        if rec is not None and rec.restart == job.restart:
+            if any(i.uuid == rec.uuid for i in backend.instances(rec.gpu)):
+                state.remove_refusal(job.job_id)
+                out.say(f"reusing {_describe(rec)}, prepared by an earlier try of this prolog")
+                return
+            out.warn(f"its record names {_describe(rec)}, which is gone; preparing it again")
+            state.remove_job(job.job_id)
+        elif rec is not None:
+            # An earlier run of this job left its instance: reusable or reclaimable now.
+            state.remove_job(job.job_id)
+            state.put_kept(_kept(rec, for_job=job.job_id, until=now))
+            out.say(f"run {rec.restart} of this job left {_describe(rec)}; reclaiming it")
+        verdict = check_assignment(job, key, models, config.token_ttl, now)
+        if isinstance(verdict, Refusal):
+            _refuse(state, verdict, out)
+            return
+        placed = _place(verdict, job, state, backend, clock, out)
+    except DeviceError as exc:
+        if exc.node_fault:
+            out.fault(str(exc))
+        else:
+            _refuse(
+                state, Refusal(job.job_id, "requeue", f"cannot prepare the instance: {exc}"), out
+            )
+        return
+    if isinstance(placed, Refusal):
+        _refuse(state, placed, out)
+        return
+    state.put_job(placed)
+    state.remove_refusal(job.job_id)
+    fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
+    if fault is not None:
+        out.warn(f"could not reclaim an expired kept instance (the epilog will retry): {fault}")
+
+
+def _refuse(state: NodeState, refusal: Refusal, out: Outcome) -> None:
+    state.put_refusal(refusal)
+    out.warn(f"refused (action {refusal.action}): {refusal.reason}")
+
+
+def _kept(rec: JobRecord, for_job: str | None, until: float) -> KeptInstance:
+    return KeptInstance(
+        rec.gpu, rec.profile, rec.placement, rec.uuid, for_job, until, created=rec.created
+    )
+
+
+def _place(
+    a: Assignment,
+    job: JobEnv,
+    state: NodeState,
+    backend: MigBackend,
+    clock: Clock,
+    out: Outcome,
+) -> JobRecord | Refusal:
+    """Adopt a kept instance identical to the assignment, or clear the placement of kept
+    and orphan instances and create it; refuse (requeue) when a live job is in the way."""
+    start = clock()
+    live = {r.uuid: r for r in state.jobs() if r.job_id != job.job_id}
+    kept = {k.uuid: k for k in state.kept()}
+    instances = backend.instances(a.gpu)
+    adopt = next(
+        (
+            i
+            for i in instances
+            if i.uuid in kept and i.profile == a.profile and i.placement == a.placement
+        ),
+        None,
+    )
+    in_way = [i for i in instances if i.placement.overlaps(a.placement) and i != adopt]
+    for i in in_way:
+        if i.uuid in live:
+            return Refusal(
+                job.job_id,
+                "requeue",
+                f"slices still in use by job {live[i.uuid].job_id}: {_describe(i)} overlaps "
+                f"the planned {describe(a.profile, a.placement, a.gpu)}",
+            )
+    for i in in_way:
+        k = kept.get(i.uuid)
+        what = f"instance {_whose(k)}" if k else "orphan instance (no job record)"
+        _destroy(backend, i.gpu, i.uuid, job.job_id)
+        if k:
+            state.remove_kept(i.uuid)
+        out.say(f"destroyed {what} {_describe(i)}: it overlaps the planned placement")
+    common = {
+        "job_id": job.job_id,
+        "restart": job.restart,
+        "gpu": a.gpu,
+        "profile": a.profile,
+        "placement": a.placement,
+        "keep_for": a.keep_for,
+    }
+    if adopt is not None:
+        k = kept[adopt.uuid]
+        state.remove_kept(adopt.uuid)
+        ready = clock()
+        out.say(f"adopted {_describe(adopt)}, {_whose(k)}; {_plan(a)}")
+        return JobRecord(
+            uuid=adopt.uuid, created=k.created or start, ready=ready, reused=True, **common
+        )
+    inst = backend.create(a.gpu, a.profile, a.placement, job_id=job.job_id)
+    ready = clock()
+    out.say(f"created {_describe(inst)} in {ready - start:.2f} s; {_plan(a)}")
+    return JobRecord(uuid=inst.uuid, created=ready, ready=ready, reused=False, **common)
+
+
+def _whose(k: KeptInstance) -> str:
+    return f"kept for job {k.for_job}" if k.for_job else "kept after a failed destroy"
+
+
+def _plan(a: Assignment) -> str:
+    text = f"planned {a.planned_seconds:.0f} s (batch {a.batch}, order {a.order})"
+    return f"{text}, kept afterwards for job {a.keep_for}" if a.keep_for else text
+
+
+def _destroy(backend: MigBackend, gpu: int, uuid: str, job_id: str) -> bool:
+    """Destroy an instance; False when it was gone already."""
+    try:
+        backend.destroy(gpu, uuid, job_id=job_id)
+    except InstanceNotFound:
+        return False
+    return True
+
+
+def _reclaim_expired(
+    state: NodeState, backend: MigBackend, now: float, job_id: str, out: Outcome
+) -> DeviceError | None:
+    """Destroy kept instances whose wait is over; the first node fault is returned."""
+    for k in state.kept():
+        if k.until > now:
+            continue
+        try:
+            gone = not _destroy(backend, k.gpu, k.uuid, job_id)
+        except DeviceError as exc:
+            if exc.node_fault:
+                return exc
+            out.warn(f"dropping the kept record of {_describe(k)}: {exc}")
+            state.remove_kept(k.uuid)
+            continue
+        state.remove_kept(k.uuid)
+        done = "was gone already" if gone else "destroyed"
+        out.say(f"reclaimed {_describe(k)}, {_whose(k)} until its wait ran out: {done}")
+    return None
+
+
+# -- TaskProlog ------------------------------------------------------------------------
+
+NO_GPU = "export CUDA_VISIBLE_DEVICES="
+
+
+def task_prolog(job: JobEnv, config: Config) -> Outcome:
+    """``export CUDA_VISIBLE_DEVICES=<uuid>`` from the job's record; for a refused job
+    print the reason, ask for a requeue (action requeue) and exit 1."""
+    if not in_partition(job, config):
+        return Outcome()
+    out = Outcome()
+    state = NodeState(config.run_dir_for(job.node), warn=out.warn)
+    rec = state.job(job.job_id)
+    if rec is not None and rec.restart == job.restart:
+        out.stdout.append(f"export CUDA_VISIBLE_DEVICES={rec.uuid}")
+        out.say(f"CUDA_VISIBLE_DEVICES={rec.uuid}: {describe(rec.profile, rec.placement, rec.gpu)}")
+        return out
+    refusal = state.refusal(job.job_id)
+    if refusal is not None:
+        out.stdout += [NO_GPU, f"print slurm-mig: {refusal.reason}"]
+        if refusal.action == "requeue":
+            out.stdout.append(
+                f"print slurm-mig: job {job.job_id} is requeued and held for the planner"
+            )
+            out.requeue = True
+        else:
+            out.stdout.append(f"print slurm-mig: job {job.job_id} cannot run as submitted")
+        out.exit_code = 1
+        out.warn(f"refused (action {refusal.action}): {refusal.reason}")
+        return out
+    text = (
+        f"no MIG instance was prepared for job {job.job_id} on {job.node}; "
+        "the job runs without a GPU"
+    )
+    out.stdout += [NO_GPU, f"print slurm-mig: {text}"]
+    out.warn(text)
+    return out
+
+
+# -- Epilog ----------------------------------------------------------------------------
+
+
+def epilog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time.time) -> Outcome:
+    """Destroy the job's instance (or keep it for the job planned next on it), record the
+    runtime, drop the job's records and reclaim expired kept instances. Idempotent."""
+    if not in_partition(job, config):
+        return _not_ours(job, config)
+    out = Outcome()
+    try:
+        models = config.gpu_models(job.node)
+        state = NodeState(config.run_dir_for(job.node), warn=out.warn)
+        with state.lock():
+            rec = state.job(job.job_id)
+            state.remove_refusal(job.job_id)
+            if rec is None:
+                out.say("no instance recorded for this job; nothing to destroy")
+            else:
+                _release(rec, job, config, models, backend, state, clock, out)
+            if out.drain is None:
+                fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
+                if fault is not None:
+                    out.fault(f"cannot reclaim an expired kept instance: {fault}")
+    except (ConfigError, NodeStateError) as exc:
+        out.fault(str(exc))
+    return out
+
+
+def _release(
+    rec: JobRecord,
+    job: JobEnv,
+    config: Config,
+    models: tuple[str, ...],
+    backend: MigBackend,
+    state: NodeState,
+    clock: Clock,
+    out: Outcome,
+) -> None:
+    end = clock()
+    seconds = max(0.0, end - rec.ready)
+    ran = f"after {seconds:.1f} s"
+    if rec.keep_for:
+        until = end + config.reuse_wait
+        state.put_kept(_kept(rec, for_job=rec.keep_for, until=until))
+        out.say(
+            f"kept {_describe(rec)} for job {rec.keep_for} (up to {config.reuse_wait:.0f} s) {ran}"
+        )
+    else:
+        try:
+            gone = not _destroy(backend, rec.gpu, rec.uuid, job.job_id)
+            done = "found gone already" if gone else "destroyed"
+            out.say(f"{done} {_describe(rec)} {ran}")
+        except DeviceError as exc:
+            if exc.node_fault:
+                # Keep it on record, expired, so that the next hook on the node retries.
+                state.put_kept(_kept(rec, for_job=None, until=end))
+                out.fault(f"cannot destroy {_describe(rec)}: {exc}")
+            else:
+                out.warn(f"cannot destroy {_describe(rec)}, leaving it: {exc}")
+    entry = {
+        "job_id": rec.job_id,
+        "restart": rec.restart,
+        "key": _hint_key(job.comment),
+        "gpu": rec.gpu,
+        "model": models[rec.gpu] if 0 <= rec.gpu < len(models) else None,
+        "profile": rec.profile,
+        "seconds": round(seconds, 3),
+        "end": end,
+    }
+    try:
+        state.append_runtime(entry)
+    except NodeStateError as exc:
+        out.warn(f"runtime not recorded: {exc}")
+    state.remove_job(rec.job_id)
+
+
+def _hint_key(comment: str) -> str | None:
+    """The job kind of the comment's ``mig:key=...`` hint, None without a valid one."""
+    hints, _ = _hints(comment)
+    return hints.key if hints else None
+
+
+# -- carrying the outcome out -----------------------------------------------------------
+
+
+def scontrol_path(env: Mapping[str, str]) -> str:
+    """$SLURM_MIG_SCONTROL, else scontrol on PATH or in the usual places (Slurm runs the
+    prolog without PATH)."""
+    import shutil
+
+    if env.get("SLURM_MIG_SCONTROL"):
+        return env["SLURM_MIG_SCONTROL"]
+    path = ":".join(p for p in (env.get("PATH", ""), _EXTRA_PATH) if p)
+    return shutil.which("scontrol", path=path) or "scontrol"
+
+
+def run_scontrol(
+    args: list[str], env: Mapping[str, str], scontrol: str | None = None
+) -> str | None:
+    """Run ``scontrol ARGS``; None on success, else what went wrong (never raises)."""
+    import subprocess
+
+    exe = scontrol or scontrol_path(env)
+    try:
+        done = subprocess.run(
+            [exe, *args], env=dict(env), capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{exe}: {exc}"
+    if done.returncode != 0:
+        return f"{exe} exited {done.returncode}: {' '.join(done.stderr.split())[:300]}"
+    return None
+
+
+def emit(
+    hook: str, job_id: str, node: str, log: list[tuple[int, str]], config: Config | None
+) -> None:
+    """Write each log line, prefixed ``slurm-mig <hook> job <id>:``, to stderr, to the
+    config's log_file when set, and to syslog (all best effort)."""
+    if not log:
+        return
+    lines = [(level, f"{hook} job {job_id}: {text}") for level, text in log]
+    for _, line in lines:
+        print(f"slurm-mig {line}", file=sys.stderr)
+    if config is not None and config.log_file is not None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        try:
+            with open(config.log_file, "a", encoding="utf-8") as f:
+                f.writelines(f"{stamp} {node} slurm-mig {line}\n" for _, line in lines)
+        except OSError:
+            pass
+    try:
+        import syslog
+
+        syslog.openlog("slurm-mig", 0, syslog.LOG_DAEMON)
+        for level, line in lines:
+            syslog.syslog(level, line)
+        syslog.closelog()
+    except (ImportError, OSError):
+        pass
+
+
+def _run(
+    hook: str,
+    env: Mapping[str, str] | None,
+    scontrol: str | None,
+    clock: Clock,
+    open_backend: Callable[[Config, str], MigBackend] | None,
+) -> int:
+    env = os.environ if env is None else env
+    try:
+        job = JobEnv.from_env(env)
+    except HookInputError as exc:
+        emit(hook, env.get("SLURM_JOB_ID", "?") or "?", "", [(WARNING, str(exc))], None)
+        return 0
+    config = None
+    try:
+        config = load_config(env.get("SLURM_MIG_CONFIG") or None)
+        out = _decide(hook, job, config, clock, open_backend)
+    except ConfigError as exc:
+        out = _broken(hook, f"slurm-mig config: {exc}")
+    except Exception as exc:  # a bug must not leave a job on the wrong GPU silently
+        out = _broken(hook, f"internal error: {type(exc).__name__}: {exc}")
+    if out.drain is not None:
+        failed = run_scontrol(
+            ["update", f"NodeName={job.node}", "State=DRAIN", f"Reason=slurm-mig: {out.drain}"],
+            env,
+            scontrol,
+        )
+        if failed:
+            out.warn(f"could not drain the node: {failed}")
+    if out.requeue:
+        failed = run_scontrol(["requeuehold", job.job_id], env, scontrol)
+        if failed:
+            out.warn(f"could not requeue the job: {failed}")
+    emit(hook, job.job_id, job.node, out.log, config)
+    if out.stdout:
+        sys.stdout.write("".join(f"{line}\n" for line in out.stdout))
+        sys.stdout.flush()
+    return out.exit_code
+
+
+def _decide(
+    hook: str,
+    job: JobEnv,
+    config: Config,
+    clock: Clock,
+    open_backend: Callable[[Config, str], MigBackend] | None,
+) -> Outcome:
+    if hook == "taskprolog":
+        return task_prolog(job, config)
+    if not in_partition(job, config):
+        return _not_ours(job, config)
+    if open_backend is None:
+        from ..devices.open import open_backend
+    try:
+        backend = open_backend(config, job.node)
+    except DeviceError as exc:
+        return Outcome().fault(f"cannot open the MIG devices: {exc}")
+    return (prolog if hook == "prolog" else epilog)(job, config, backend, clock)
+
+
+def _broken(hook: str, text: str) -> Outcome:
+    """The hook could not decide: the Prolog and Epilog drain the node, the TaskProlog
+    gives the task no GPU rather than a wrong one."""
+    if hook == "taskprolog":
+        out = Outcome(stdout=[NO_GPU, f"print slurm-mig: {text}; the job runs without a GPU"])
+        out.warn(text)
+        return out
+    return Outcome().fault(text)
+
+
+def prolog_main(
+    env: Mapping[str, str] | None = None,
+    *,
+    scontrol: str | None = None,
+    clock: Clock = time.time,
+    open_backend: Callable[[Config, str], MigBackend] | None = None,
+) -> int:
+    """Slurm Prolog (console script ``slurm-mig-prolog``); returns the exit status."""
+    return _run("prolog", env, scontrol, clock, open_backend)
+
+
+def epilog_main(
+    env: Mapping[str, str] | None = None,
+    *,
+    scontrol: str | None = None,
+    clock: Clock = time.time,
+    open_backend: Callable[[Config, str], MigBackend] | None = None,
+) -> int:
+    """Slurm Epilog (console script ``slurm-mig-epilog``); returns the exit status."""
+    return _run("epilog", env, scontrol, clock, open_backend)
+
+
+def task_prolog_main(
+    env: Mapping[str, str] | None = None,
+    *,
+    scontrol: str | None = None,
+    clock: Clock = time.time,
+) -> int:
+    """Slurm TaskProlog (console script ``slurm-mig-taskprolog``); returns the exit status."""
+    return _run("taskprolog", env, scontrol, clock, None)

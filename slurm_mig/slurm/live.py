@@ -1,0 +1,296 @@
+"""A whole slurm-mig installation on a loopback Slurm: config, key, hooks, simulated MIG
+GPUs and the planner daemon, for the end-to-end tests and the live ``make demo``.
+
+`LiveCluster` writes a config for ``nodes`` x ``gpus`` simulated GPUs, starts Slurm
+(slurm_mig.localslurm) with our Prolog, Epilog, TaskProlog and job_submit.lua, seeds
+the runtime store with profiled runtimes, runs ``slurm-mig planner`` as a separate
+process, submits jobs that sleep their kernel's time on the slice they were given
+(slurm_mig/slurm/demo_job.py) and collects what ran: the jobs' own records, the
+simulated devices' audit logs and each job's planned assignment (its AdminComment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..geometry import Placement
+from ..localslurm import LocalSlurm
+from ..profiles import RuntimeStore
+from ..workload import Task
+from .assignment import Assignment, generate_key
+from .client import SlurmClient
+from .cycle import parse_admin_comment
+
+ROOT = Path(__file__).resolve().parents[2]
+DONE_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+)
+
+
+@dataclass
+class LiveCluster:
+    """slurm-mig on a loopback Slurm; ``with LiveCluster(root) as lc: ...``."""
+
+    root: Path
+    nodes: Sequence[str] = ("node1",)
+    gpus: int = 2
+    model: str = "A100-40GB"
+    latency_scale: float = 1.0
+    planner: Mapping[str, object] = field(default_factory=dict)  # [planner] overrides
+    cluster: LocalSlurm | None = field(default=None, init=False)
+    daemon: subprocess.Popen | None = field(default=None, init=False)
+
+    # --- paths ---------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.root / "etc" / "config.toml"
+
+    @property
+    def sim_root(self) -> Path:
+        return self.root / "sim"
+
+    @property
+    def run_root(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def job_log(self) -> Path:
+        return self.root / "jobs.jsonl"
+
+    @property
+    def daemon_log(self) -> Path:
+        return self.root / "planner.log"
+
+    @property
+    def env(self) -> dict[str, str]:
+        assert self.cluster is not None
+        return self.cluster.env
+
+    # --- life cycle ----------------------------------------------------------------------
+    def start(self) -> LiveCluster:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for d in (self.root, self.root / "etc", self.sim_root, self.run_root, self.state_dir):
+            d.mkdir(parents=True, exist_ok=True)
+            os.chmod(d, 0o755)  # the TaskProlog runs as the job's user
+        self.job_log.touch()
+        os.chmod(self.job_log, 0o666)
+        key = self.root / "etc" / "key"
+        if not key.exists():
+            generate_key(key)
+        self._write_config(key)
+        hooks = {"SLURM_MIG_CONFIG": str(self.config_path)}
+        self.cluster = LocalSlurm(
+            nodes=tuple(self.nodes),
+            cpus=8 * self.gpus,
+            prolog=ROOT / "prolog" / "slurm-mig-prolog",
+            epilog=ROOT / "epilog" / "slurm-mig-epilog",
+            task_prolog=ROOT / "prolog" / "slurm-mig-taskprolog",
+            hook_env=hooks,
+            job_submit_lua=ROOT / "contrib" / "job_submit.lua",
+            root=self.root / "slurm",
+        )
+        self.cluster.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_planner()
+        if self.cluster is not None:
+            self.cluster.stop()
+
+    def __enter__(self) -> LiveCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _write_config(self, key: Path) -> None:
+        planner = {"batch_window": 2.0, "cycle": 0.3, "default_runtime": 60.0, **self.planner}
+        lines = ["[slurm]", 'partition = "mig"', "", "[nodes]"]
+        lines += [f'"{n}" = {json.dumps([self.model] * self.gpus)}' for n in self.nodes]
+        lines += [
+            "",
+            "[paths]",
+            f'state_dir = "{self.state_dir}"',
+            f'run_dir = "{self.run_root}/%n"',
+            f'key_file = "{key}"',
+            f'log_file = "{self.root / "hooks.log"}"',
+            "",
+            "[planner]",
+            *(f"{k} = {json.dumps(v)}" for k, v in planner.items()),
+            "",
+            "[device]",
+            'backend = "simulated"',
+            f'simulated_dir = "{self.sim_root}/%n"',
+            f"latency_scale = {self.latency_scale}",
+            "",
+            "[hooks]",
+            "reuse_wait = 30.0",
+        ]
+        self.config_path.write_text("\n".join(lines) + "\n")
+        os.chmod(self.config_path, 0o644)
+
+    # --- planner -------------------------------------------------------------------------
+    def learn(self, tasks: Sequence[Task], scale: float) -> None:
+        """Seed the runtime store as if every kernel had run once on every size."""
+        store = RuntimeStore(self.state_dir / "profiles.sqlite")
+        now = time.time()
+        for t in tasks:
+            for size, seconds in t.times.items():
+                store.record(t.id, self.model, size, seconds * scale, f"seed-{t.id}-{size}", 0, now)
+
+    def start_planner(self) -> None:
+        log = open(self.daemon_log, "a")  # noqa: SIM115 - the daemon's lifetime
+        self.daemon = subprocess.Popen(
+            [sys.executable, "-m", "slurm_mig", "-v", "planner", "--config", str(self.config_path)],
+            env={**self.env, "PYTHONPATH": str(ROOT)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop_planner(self, sig: int = signal.SIGTERM) -> None:
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.send_signal(sig)
+            try:
+                self.daemon.wait(10)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait()
+        self.daemon = None
+
+    def status(self) -> dict:
+        """The planner's last cycle (planner-status.json), {} before the first."""
+        try:
+            return json.loads((self.state_dir / "planner-status.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_plan(self, n: int, timeout: float = 120.0) -> dict:
+        """The status of the first planner cycle that has planned ``n`` jobs."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.status()
+            if st.get("planned", 0) >= n:
+                return st
+            time.sleep(0.05)
+        raise TimeoutError(f"the planner did not plan the {n} jobs in {timeout:.0f} s")
+
+    # --- jobs ----------------------------------------------------------------------------
+    def submit(self, kernel: str, scale: float, user: str | None = None) -> str:
+        assert self.cluster is not None
+        wrap = (
+            f"env PYTHONPATH={ROOT} {sys.executable} -m slurm_mig.slurm.demo_job "
+            f"{kernel} {scale} {self.sim_root} {self.job_log}"
+        )
+        return self.cluster.sbatch(
+            wrap, partition="mig", comment=f"mig:key={kernel}", name=kernel, user=user
+        )
+
+    def jobs(self) -> dict[str, object]:
+        return {j.job_id: j for j in SlurmClient(env=self.env).jobs("mig")}
+
+    def wait_done(self, job_ids: Sequence[str], timeout: float) -> dict[str, object]:
+        """Wait until every job has ended (and its epilog ran); their last records."""
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = self.jobs()
+            if all(j in jobs and jobs[j].state in DONE_STATES for j in job_ids):
+                return jobs
+            if time.monotonic() > deadline:
+                left = {j: jobs[j].state if j in jobs else "?" for j in job_ids}
+                left = {j: s for j, s in left.items() if s not in DONE_STATES}
+                raise TimeoutError(f"jobs not done after {timeout:.0f} s: {left}")
+            time.sleep(0.5)
+
+    def assignments(self, job_ids: Sequence[str]) -> dict[str, Assignment]:
+        """Each job's planned assignment as its AdminComment holds it."""
+        jobs = self.jobs()
+        out = {}
+        for j in job_ids:
+            a = parse_admin_comment(jobs[j].admin_comment) if j in jobs else None
+            if a is not None:
+                out[j] = a
+        return out
+
+    def records(self) -> list[dict]:
+        """What the jobs themselves saw and did (one line per finished job)."""
+        return [json.loads(ln) for ln in self.job_log.read_text().splitlines() if ln.strip()]
+
+    def audit(self) -> list[dict]:
+        """Every create and destroy on every node's simulated GPUs, in time order."""
+        out = []
+        for node in self.nodes:
+            path = self.sim_root / node / "audit.jsonl"
+            if path.exists():
+                for ln in path.read_text().splitlines():
+                    if ln.strip():
+                        out.append({**json.loads(ln), "node": node})
+        return sorted(out, key=lambda r: r["start"])
+
+    def live_instances(self) -> list[tuple[str, object]]:
+        from ..devices.simulated import SimulatedBackend
+
+        return [
+            (node, inst)
+            for node in self.nodes
+            if (self.sim_root / node / "state.json").exists()
+            for inst in SimulatedBackend(self.sim_root / node).instances()
+        ]
+
+
+def overlapping_lifetimes(audit: Sequence[dict]) -> list[str]:
+    """Pairs of instances that lived at the same time on overlapping memory slices."""
+    lives: dict[tuple[str, int, str], list] = {}
+    for r in audit:
+        k = (r["node"], r["gpu"], r["uuid"])
+        pl = (r["placement"]["start"], r["placement"]["start"] + r["placement"]["size"])
+        if r["op"] == "create":
+            lives[k] = [pl, r["start"], float("inf")]
+        elif k in lives:
+            lives[k][2] = r["end"]
+    items = list(lives.items())
+    bad = []
+    for i, ((n1, g1, u1), (p1, s1, e1)) in enumerate(items):
+        for (n2, g2, u2), (p2, s2, e2) in items[i + 1 :]:
+            if (n1, g1) == (n2, g2) and p1[0] < p2[1] and p2[0] < p1[1] and s1 < e2 and s2 < e1:
+                bad.append(f"{n1} gpu {g1}: {u1} and {u2} overlap in slices and time")
+    return bad
+
+
+def handoff_gaps(records: Sequence[dict]) -> list[float]:
+    """Seconds from a slice being freed to the next job on it starting (Slurm, hooks and
+    planner cycle together), one per job that had a predecessor on its slices."""
+    gaps = []
+    for r in records:
+        p = Placement(*r["placement"])
+        before = [
+            o["end"]
+            for o in records
+            if (o["node"], o["gpu"]) == (r["node"], r["gpu"])
+            and Placement(*o["placement"]).overlaps(p)
+            and o["end"] <= r["start"]
+        ]
+        if before:
+            gaps.append(r["start"] - max(before))
+    return gaps
+
+
+def chain_length(assignments: Mapping[str, Assignment]) -> int:
+    """Most jobs that run one after another on any one memory slice of a GPU."""
+    count: dict[tuple[str, int, int], int] = {}
+    for a in assignments.values():
+        for m in range(a.placement.start, a.placement.end):
+            key = (a.node, a.gpu, m)
+            count[key] = count.get(key, 0) + 1
+    return max(count.values(), default=0)

@@ -1,0 +1,11 @@
+"""The loopback Slurm of the end-to-end tests lives in the package (``make demo`` starts
+one too): slurm_mig/localslurm.py."""
+
+from slurm_mig.localslurm import (  # noqa: F401
+    SLURM_BINARIES,
+    ClusterError,
+    LocalSlurm,
+    find_binary,
+    free_port,
+    skip_reason,
+)

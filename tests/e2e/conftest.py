@@ -1,0 +1,76 @@
+"""Fixtures that start real Slurm clusters on loopback (see cluster.LocalSlurm).
+
+    def test_something(slurm):
+        cluster = slurm(nodes=("gpu01", "gpu02"), prolog=Path(...), hook_env={...})
+        job = cluster.sbatch("sleep 1", partition="mig", comment="mig:mem=4G")
+        jobs = SlurmClient(env=cluster.env).jobs("mig")
+
+``slurm`` starts clusters for one test; ``slurm_shared`` for all tests of a module
+(faster; the tests must then leave the nodes as they found them). Every cluster is
+stopped afterwards, also when a test fails, and a failing test's report carries its
+daemons' logs. Skipped where LocalSlurm cannot run (not root, Slurm not installed);
+on CI ($CI set) as root, missing Slurm is a failure instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from .cluster import LocalSlurm, skip_reason
+
+_SHARED: dict[str, list[LocalSlurm]] = {}  # module name -> its shared clusters
+
+
+def require_local_slurm() -> None:
+    """Skip (or, on CI as root, fail) the calling test when LocalSlurm cannot run."""
+    reason = skip_reason()
+    if reason is None:
+        return
+    if os.environ.get("CI") and os.geteuid() == 0:
+        pytest.fail(f"end-to-end tests must run on CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Attach the daemon logs of the test's clusters to a failed setup or call."""
+    report = yield
+    if report.failed and report.when in ("setup", "call"):
+        module = getattr(getattr(item, "module", None), "__name__", "")
+        for cluster in [*getattr(item, "_local_slurms", ()), *_SHARED.get(module, ())]:
+            report.sections.append((f"slurm logs ({cluster.root})", cluster.logs()))
+    return report
+
+
+def _factory(clusters: list[LocalSlurm]) -> Callable[..., LocalSlurm]:
+    def start(**kwargs) -> LocalSlurm:
+        cluster = LocalSlurm(**kwargs)
+        clusters.append(cluster)
+        return cluster.start()
+
+    return start
+
+
+@pytest.fixture
+def slurm(request: pytest.FixtureRequest) -> Iterator[Callable[..., LocalSlurm]]:
+    """A factory: ``slurm(**LocalSlurm fields)`` starts a cluster for this test."""
+    require_local_slurm()
+    clusters: list[LocalSlurm] = []
+    request.node._local_slurms = clusters
+    yield _factory(clusters)
+    for cluster in clusters:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def slurm_shared(request: pytest.FixtureRequest) -> Iterator[Callable[..., LocalSlurm]]:
+    """Like ``slurm``, but the clusters live until the module's last test."""
+    require_local_slurm()
+    clusters = _SHARED.setdefault(request.module.__name__, [])
+    yield _factory(clusters)
+    for cluster in clusters:
+        cluster.stop()
+    _SHARED.pop(request.module.__name__, None)

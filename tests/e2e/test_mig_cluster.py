@@ -1,0 +1,187 @@
+"""slurm-mig end to end on a real Slurm (loopback, temp dir): job_submit.lua holds MIG
+jobs, the planner daemon plans and releases them, the Prolog creates each job's slice on
+simulated A100s, the TaskProlog points the job at it, the Epilog destroys it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_mig.cli import load_task_source
+from slurm_mig.geometry import get_model
+from slurm_mig.slurm.assignment import comment_with_token
+from slurm_mig.slurm.live import LiveCluster, chain_length, handoff_gaps, overlapping_lifetimes
+
+from .conftest import require_local_slurm
+
+A100 = get_model("A100-40GB")
+RODINIA = load_task_source("rodinia-a100", A100)
+SCALE = 2.0  # seconds of sleep per profiled second: above Slurm's 1 s time resolution
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def live():
+    require_local_slurm()
+    clusters: list[LiveCluster] = []
+
+    def start(**kw) -> LiveCluster:
+        # not under pytest's 0700 tmp dirs: jobs of other users must read the config
+        root = Path(tempfile.mkdtemp(prefix="slurm-mig-live-"))
+        os.chmod(root, 0o755)
+        lc = LiveCluster(root, **kw).start()
+        clusters.append(lc)
+        return lc
+
+    yield start
+    for lc in clusters:
+        lc.stop()
+        if not os.environ.get("SLURM_MIG_E2E_KEEP"):
+            shutil.rmtree(lc.root, ignore_errors=True)
+
+
+def test_batch_runs_as_planned_on_two_simulated_a100s(live):
+    lc = live(nodes=("node1",), gpus=2)
+    lc.learn(RODINIA, SCALE)
+    kernels = [t.id for t in RODINIA] + [t.id for t in RODINIA[:8]]
+    ids = [lc.submit(k, SCALE) for k in kernels]
+    assert len(ids) >= 20
+    # job_submit.lua holds every MIG job until the planner releases it
+    assert all(j.held for j in lc.jobs().values())
+    lc.start_planner()
+    plan = lc.wait_plan(len(ids), 60)
+    jobs = lc.wait_done(ids, 300)
+    assert {jobs[j].state for j in ids} == {"COMPLETED"}, lc.cluster.logs()
+
+    records = {r["job"]: r for r in lc.records()}
+    assert sorted(records) == sorted(ids, key=str)
+    planned = lc.assignments(ids)
+    assert len(planned) == len(ids)
+    for j in ids:
+        r, a = records[j], planned[j]
+        # the job saw its own planned slice, alive from before it started to its end
+        assert (r["profile"], r["gpu"]) == (a.profile, a.gpu), (j, r, a)
+        assert r["placement"] == [a.placement.start, a.placement.size]
+        assert r["uuid"].startswith("MIG-") and r["alive_at_end"]
+    audit = lc.audit()
+    creates = {e["uuid"]: e for e in audit if e["op"] == "create"}
+    for r in records.values():
+        assert creates[r["uuid"]]["end"] <= r["start"]
+        assert creates[r["uuid"]]["profile"] == r["profile"]
+    assert overlapping_lifetimes(audit) == []
+    assert lc.live_instances() == []  # no instance left behind
+
+    # realized against planned makespan, allowing Slurm's hand-off latency per step
+    t_plan = plan["started"]
+    realized = max(r["end"] for r in records.values()) - t_plan
+    gaps = handoff_gaps(list(records.values()))
+    chain = chain_length(planned)
+    allowance = statistics.median(gaps) * chain
+    report = {
+        "jobs": len(ids),
+        "planned_makespan": plan["makespan"],
+        "realized_makespan": round(realized, 2),
+        "handoff_gap_median": round(statistics.median(gaps), 3),
+        "handoff_gap_p95": round(sorted(gaps)[int(0.95 * (len(gaps) - 1))], 3),
+        "chain": chain,
+    }
+    (ROOT / ".benchmarks").mkdir(exist_ok=True)
+    (ROOT / ".benchmarks" / "e2e_makespan.json").write_text(json.dumps(report, indent=2))
+    print(report)
+    assert realized <= 1.15 * plan["makespan"] + allowance, report
+
+
+def test_malformed_hint_is_rejected_at_submit_with_its_message(live):
+    lc = live()
+    res = lc.cluster.try_sbatch("true", partition="mig", comment="mig:mem=12X")
+    assert res.returncode != 0
+    assert "hint 'mem=12X'" in res.stderr and "12G" in res.stderr
+
+
+def test_forged_assignment_fails_the_job_and_the_node_stays_up(live):
+    lc = live()  # no planner running: the user releases their own job
+    job = lc.cluster.sbatch("echo ran", partition="mig", comment="mig:key=x", user="nobody")
+    forged = comment_with_token("mig:key=x", "v1.eyJqb2JfaWQiOiAiMSJ9.AAAA")
+    lc.cluster.run("scontrol", "update", f"JobId={job}", f"Comment={forged}", user="nobody")
+    lc.cluster.run("scontrol", "release", job, user="nobody")
+    assert lc.cluster.wait_job(job, ["FAILED", "COMPLETED"], timeout=60) == "FAILED"
+    out = lc.cluster.job_output(job)
+    assert "slurm-mig:" in out and "ran" not in out
+    assert "signature" in out or "malformed" in out
+    assert lc.cluster.node_states()["node1"] in ("idle", "mixed")
+    assert lc.live_instances() == []
+
+
+def test_planner_killed_mid_run_and_restarted_loses_no_job(live):
+    lc = live(nodes=("node1", "node2"), gpus=2)
+    lc.learn(RODINIA, SCALE)
+    ids = [lc.submit(t.id, SCALE) for t in RODINIA]
+    lc.start_planner()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(1 for _ in lc.records()) < 3:
+        time.sleep(0.2)
+    lc.stop_planner(signal.SIGKILL)  # mid-run, no clean-up
+    time.sleep(2)
+    lc.start_planner()
+    jobs = lc.wait_done(ids, 300)
+    assert {jobs[j].state for j in ids} == {"COMPLETED"}
+    assert len(lc.records()) == len(ids)
+    assert overlapping_lifetimes(lc.audit()) == []
+    assert lc.live_instances() == []
+
+
+def test_device_error_on_create_drains_the_node_with_the_message(live):
+    lc = live()
+    lc.learn(RODINIA[:1], SCALE)
+    fault = {"op": "create", "error": "DeviceUnavailable", "message": "GPU 0: NVML GPU is lost"}
+    sim = lc.sim_root / "node1"
+    sim.mkdir(parents=True, exist_ok=True)
+    (sim / "fault.json").write_text(json.dumps(fault))
+    job = lc.submit(RODINIA[0].id, SCALE)
+    lc.start_planner()
+    lc.cluster.wait_for(
+        lambda: lc.cluster.node_states().get("node1", "").startswith("drain"), 60, "a drain"
+    )
+    reason = lc.cluster.run("sinfo", "-h", "-N", "-o", "%E").stdout
+    assert "slurm-mig:" in reason and "GPU is lost" in reason
+    # the job is not lost: Slurm requeued it (held) for when the node is back
+    lc.stop_planner()
+    assert lc.cluster.wait_job(job, ["PENDING"], timeout=60) == "PENDING"
+    assert int(lc.cluster.job_field(job, "Restarts")) == 1
+
+
+def test_epilog_run_twice_destroys_once(live):
+    lc = live()
+    lc.learn(RODINIA[:1], SCALE)
+    job = lc.submit(RODINIA[0].id, SCALE)
+    lc.start_planner()
+    lc.wait_done([job], 120)
+    destroys = [e for e in lc.audit() if e["op"] == "destroy"]
+    assert len(destroys) == 1
+    env = {
+        "SLURM_MIG_CONFIG": str(lc.config_path),
+        "SLURM_JOB_ID": job,
+        "SLURM_JOB_PARTITION": "mig",
+        "SLURMD_NODENAME": "node1",
+        "SLURM_JOB_RESTART_COUNT": "0",
+        "SLURM_JOB_COMMENT": "mig:key=x",
+    }
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "epilog" / "slurm-mig-epilog")],
+        env={**env, "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "nothing to destroy" in res.stderr
+    assert [e for e in lc.audit() if e["op"] == "destroy"] == destroys

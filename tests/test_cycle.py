@@ -1,0 +1,760 @@
+"""The planner daemon's pure cycle: snapshots of Slurm in, actions out.
+
+`World` below is Slurm as the cycle sees it (jobs with states, holds, comments and
+admin comments, nodes that drain), moved by the daemon's own apply layer
+(`daemon.apply_actions`, the code that runs against the real scontrol) and by job
+events. Jobs start the way the prolog lets them: only with a token that `verify`
+accepts for that job, run and node, and then they hold exactly the token's slices.
+The safety property checked after every step: no two jobs that hold or may hold slices
+(running, completing, released) overlap on a GPU, by `geometry.can_coexist`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_mig.geometry import GIB, Placement, can_coexist, get_model
+from slurm_mig.slurm.assignment import (
+    Assignment,
+    AssignmentError,
+    token_from_comment,
+    verify,
+)
+from slurm_mig.slurm.client import Job, Node, SlurmError
+from slurm_mig.slurm.cycle import (
+    Estimate,
+    Hold,
+    Learn,
+    Note,
+    Release,
+    Snapshot,
+    UpdateJob,
+    admin_comment_for,
+    parse_admin_comment,
+    plan_cycle,
+    strip_note,
+)
+from slurm_mig.slurm.daemon import apply_actions
+
+A100 = get_model("A100-40GB")
+A30 = get_model("A30-24GB")
+KEY = bytes(range(32))
+T0 = 1_700_000_000.0
+TTL = 3600.0
+
+
+def times_for(model, t1: float, serial: float = 0.3) -> dict[int, float]:
+    """Amdahl: t(s) = t1 * (serial + (1 - serial) / s)."""
+    return {s: t1 * (serial + (1 - serial) / s) for s in model.planner_sizes}
+
+
+def estimate(t1: float, models=(A100,), key: str = "train", serial: float = 0.3) -> Estimate:
+    return Estimate(key, {m.name: times_for(m, t1, serial) for m in models})
+
+
+@dataclass
+class SimJob:
+    job_id: str
+    submit_time: float
+    name: str = "train"
+    partition: str = "mig"
+    state: str = "PENDING"
+    reason: str = "JobHeldAdmin"
+    held: bool = True
+    comment: str = ""
+    admin_comment: str = ""
+    required_nodes: str = ""
+    nodes: str = ""
+    start_time: float | None = None
+    end_time: float | None = None
+    restart_count: int = 0
+    exit_code: int | None = None
+
+    def view(self) -> Job:
+        return Job(
+            job_id=self.job_id,
+            name=self.name,
+            user="alice",
+            partition=self.partition,
+            state=self.state,
+            reason=self.reason,
+            held=self.held,
+            comment=self.comment,
+            admin_comment=self.admin_comment,
+            nodes=self.nodes,
+            required_nodes=self.required_nodes,
+            time_limit=None,
+            submit_time=self.submit_time,
+            start_time=self.start_time,
+            end_time=self.end_time,
+            restart_count=self.restart_count,
+            exit_code=self.exit_code,
+        )
+
+
+@dataclass
+class World:
+    """A toy slurmctld: what squeue shows, changed by scontrol-like calls and events."""
+
+    nodes: dict[str, tuple[str, ...]]
+    now: float = T0
+    jobs: dict[str, SimJob] = field(default_factory=dict)
+    estimates: dict[str, Estimate] = field(default_factory=dict)
+    drained: set[str] = field(default_factory=set)
+    holding: dict[str, Assignment] = field(default_factory=dict)  # running: the token's
+    fail: set[tuple[str, str]] = field(default_factory=set)  # (job id, op) fails once
+    next_id: int = 100
+    refused: int = 0
+
+    # -- squeue / sinfo ---------------------------------------------------------
+    def snapshot(self, previous_nodes=None, **settings_) -> Snapshot:
+        opts = {"batch_window": 0.0, "batch_size": 64, **settings_}
+        return Snapshot(
+            now=self.now,
+            jobs=tuple(j.view() for j in self.jobs.values()),
+            nodes={n: m for n, m in self.nodes.items() if n not in self.drained},
+            estimates=dict(self.estimates),
+            previous_nodes=previous_nodes,
+            **opts,
+        )
+
+    def node_list(self) -> list[Node]:
+        return [
+            Node(
+                n, frozenset({"IDLE", "DRAIN"} if n in self.drained else {"IDLE"}), "", 16, ("mig",)
+            )
+            for n in self.nodes
+        ]
+
+    # -- scontrol ---------------------------------------------------------------
+    def _check(self, job_id: str, op: str) -> SimJob:
+        if (job_id, op) in self.fail:
+            self.fail.discard((job_id, op))
+            raise SlurmError(f"scontrol {op} {job_id}: Socket timed out")
+        return self.jobs[job_id]
+
+    def hold(self, job_id: str) -> None:
+        job = self._check(job_id, "hold")
+        if job.state != "PENDING":
+            raise SlurmError(f"job {job_id}: Job is no longer pending execution")
+        job.held, job.reason = True, "JobHeldAdmin"
+
+    def release(self, job_id: str) -> None:
+        job = self._check(job_id, "release")
+        if job.state == "PENDING":
+            job.held, job.reason = False, "None"
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        job = self._check(job_id, "update")
+        for k, v in fields.items():
+            if k == "AdminComment":
+                job.admin_comment = v
+            elif k == "Comment":
+                job.comment = v
+            elif k == "ReqNodeList":
+                if job.state != "PENDING":
+                    raise SlurmError(f"job {job_id}: Job is no longer pending execution")
+                job.required_nodes = v
+            else:
+                raise SlurmError(f"unknown field {k}")
+
+    # -- events -----------------------------------------------------------------
+    def submit(self, t1: float, *, key: str = "train", est: Estimate | None = None) -> str:
+        jid = str(self.next_id)
+        self.next_id += 1
+        self.jobs[jid] = SimJob(jid, self.now, name=key)
+        self.estimates[jid] = est or estimate(t1, key=key)
+        return jid
+
+    def startable(self) -> list[str]:
+        return [
+            j.job_id
+            for j in self.jobs.values()
+            if j.state == "PENDING" and not j.held and j.required_nodes not in self.drained
+        ]
+
+    def start(self, job_id: str) -> bool:
+        """Slurm starts the job; the prolog checks its token like the real one."""
+        job = self.jobs[job_id]
+        assert job.state == "PENDING" and not job.held
+        try:
+            a = verify(
+                token_from_comment(job.comment) or "",
+                KEY,
+                job_id=job_id,
+                restart=job.restart_count,
+                node=job.required_nodes,
+                now=self.now,
+                max_age=TTL,
+            )
+        except AssignmentError:  # refused: requeued and held (TaskProlog requeuehold)
+            self.refused += 1
+            job.restart_count += 1
+            job.held, job.reason = True, "JobHeldUser"
+            return False
+        job.state, job.start_time, job.nodes = "RUNNING", self.now, job.required_nodes
+        self.holding[job_id] = a
+        return True
+
+    def finish(self, job_id: str, ok: bool = True) -> None:
+        job = self.jobs[job_id]
+        job.state = "COMPLETING"
+        job.end_time = self.now
+        job.exit_code = 0 if ok else 1
+        job.reason = "None" if ok else "NonZeroExitCode"
+
+    def complete(self, job_id: str) -> None:
+        job = self.jobs[job_id]
+        assert job.state == "COMPLETING"
+        job.state = "COMPLETED" if job.exit_code == 0 else "FAILED"
+        del self.holding[job_id]
+
+    def requeue(self, job_id: str) -> None:
+        job = self.jobs[job_id]
+        job.state, job.held, job.reason = "PENDING", True, "JobHeldUser"
+        job.restart_count += 1
+        job.start_time = job.end_time = None
+        del self.holding[job_id]
+
+    # -- what holds slices ------------------------------------------------------
+    def holders(self) -> dict[str, Assignment]:
+        """Running/completing jobs' instances and released jobs' tokens."""
+        out = dict(self.holding)
+        for j in self.jobs.values():
+            if j.state == "PENDING" and not j.held:
+                token = token_from_comment(j.comment)
+                if token:
+                    out[j.job_id] = verify(
+                        token,
+                        KEY,
+                        job_id=j.job_id,
+                        restart=j.restart_count,
+                        node=j.required_nodes,
+                        now=self.now,
+                        max_age=math.inf,
+                    )
+        return out
+
+    def check_safe(self) -> None:
+        per_gpu = defaultdict(list)
+        for jid, a in self.holders().items():
+            per_gpu[(a.node, a.gpu)].append((jid, a))
+        for (node, gpu), items in per_gpu.items():
+            model = get_model(self.nodes[node][gpu])
+            placements = [a.placement for _, a in items]
+            assert can_coexist(model, placements), f"{node} gpu {gpu}: overlapping " + ", ".join(
+                f"job {j} {a.profile}@{a.placement.start}" for j, a in items
+            )
+
+    # -- the daemon -------------------------------------------------------------
+    def cycle(self, previous_nodes=None, cut: int | None = None, **settings_):
+        result = plan_cycle(self.snapshot(previous_nodes, **settings_))
+        actions = result.actions if cut is None else result.actions[:cut]
+        for a in actions:
+            if isinstance(a, Release):  # what is released is what Slurm records
+                assert parse_admin_comment(self.jobs[a.job_id].admin_comment) in (
+                    None,
+                    a.assignment,
+                    replace(a.assignment, keep_for=None, reuse_from=None),
+                ) or any(isinstance(u, UpdateJob) and u.job_id == a.job_id for u in actions)
+        report = apply_actions(actions, self, key=KEY, clock=lambda: self.now)
+        return result, report
+
+
+def two_nodes() -> dict[str, tuple[str, ...]]:
+    return {"gpu01": ("A100-40GB", "A100-40GB"), "gpu02": ("A100-40GB", "A100-40GB")}
+
+
+def held_world(n: int, nodes=None, t1s=None) -> World:
+    w = World(nodes or two_nodes())
+    for i in range(n):
+        w.submit(t1s[i] if t1s else 600.0 + 97.0 * (i % 7) + 13.0 * i)
+    return w
+
+
+def of_type(result, cls):
+    return [a for a in result.actions if isinstance(a, cls)]
+
+
+def check_plan_legal(world: World, planned) -> None:
+    for jid, a in planned.items():
+        model = get_model(world.nodes[a.node][a.gpu])
+        assert a.model == model.name
+        prof = model.profile(a.profile)
+        assert a.placement in prof.placements
+        assert a.restart == world.jobs[jid].restart_count
+        est = world.estimates[jid].times[model.name][prof.compute_slices]
+        assert a.planned_seconds == pytest.approx(est)
+
+
+# ---------------------------------------------------------------------------
+# One cycle
+
+
+def test_held_jobs_are_planned_and_the_first_wave_released():
+    w = held_world(40)
+    result, report = w.cycle()
+    assert set(result.planned) == set(w.jobs)
+    check_plan_legal(w, result.planned)
+    updates = {u.job_id: dict(u.fields) for u in of_type(result, UpdateJob)}
+    assert set(updates) == set(w.jobs)
+    for jid, fields in updates.items():
+        assert parse_admin_comment(fields["AdminComment"]) == result.planned[jid]
+        assert fields["ReqNodeList"] == result.planned[jid].node
+    released = set(result.released)
+    assert released and released < set(w.jobs)
+    # every write of a job comes before its release
+    kinds = [(type(a).__name__, a.job_id) for a in result.actions]
+    for jid in released:
+        assert kinds.index(("UpdateJob", jid)) < kinds.index(("Release", jid))
+    assert not report.failed
+    # Slurm now has them: planned, released with a token that verifies, no overlap
+    for jid in w.jobs:
+        job = w.jobs[jid]
+        assert parse_admin_comment(job.admin_comment) == result.planned[jid]
+        assert job.required_nodes == result.planned[jid].node
+        assert job.held == (jid not in released)
+    assert set(w.holders()) == released
+    w.check_safe()
+    # every held job waits for a job on its slices (else it would have been released)
+    hold_set = set(w.jobs) - released
+    for jid in hold_set:
+        a = result.planned[jid]
+        before = [
+            b
+            for b in result.planned.values()
+            if (b.node, b.gpu) == (a.node, a.gpu)
+            and (b.batch, b.order) < (a.batch, a.order)
+            and b.placement.overlaps(a.placement)
+        ]
+        assert before
+
+
+def test_plan_cycle_is_deterministic_and_pure():
+    w = held_world(20)
+    snap = w.snapshot()
+    assert plan_cycle(snap) == plan_cycle(snap)
+    assert all(j.admin_comment == "" for j in w.jobs.values())
+
+
+def test_batch_waits_for_the_window_or_a_full_batch():
+    w = held_world(3)
+    w.now += 10
+    result, _ = w.cycle(batch_window=30.0)
+    assert result.actions == () and result.waiting == 3
+    w.now += 25
+    result, _ = w.cycle(batch_window=30.0)
+    assert set(result.planned) == set(w.jobs) and result.batches == (0,)
+    # a full batch does not wait
+    w2 = held_world(5)
+    result, _ = w2.cycle(batch_window=3600.0, batch_size=4)
+    assert len(result.planned) == 4 and result.waiting == 1 and result.batches == (0,)
+
+
+def test_batches_larger_than_batch_size_are_concatenated():
+    w = held_world(10, nodes={"gpu01": ("A100-40GB",)})
+    result, _ = w.cycle(batch_size=4, batch_window=3600.0)
+    assert result.batches == (0, 1)  # 4 + 4 full; the 2 left wait for the window
+    assert result.waiting == 2
+    assert {a.batch for a in result.planned.values()} == {0, 1}
+    w.check_safe()
+    result, _ = w.cycle(batch_size=4, batch_window=0.0)
+    assert result.batches == (2,) and len(result.planned) == 10 - len(w.holders())
+    w.check_safe()
+
+
+def test_pending_job_that_is_not_held_gets_held_first():
+    w = held_world(2)
+    j = w.jobs["100"]
+    j.held, j.reason = False, "Priority"
+    result, _ = w.cycle()
+    assert result.actions[0] == Hold("100", "not planned yet")
+    assert w.jobs["101"].held is False or "101" not in result.released
+    w.check_safe()
+
+
+def test_second_cycle_is_quiet_and_releases_nothing_onto_running_slices():
+    w = held_world(40)
+    first, _ = w.cycle()
+    for jid in w.startable():
+        assert w.start(jid)
+    w.now += 5
+    second, _ = w.cycle()
+    assert second.actions == ()
+    assert second.planned == {k: v for k, v in first.planned.items() if k not in first.released}
+    w.check_safe()
+
+
+def test_a_job_finishing_frees_exactly_its_successors():
+    w = held_world(14, nodes={"gpu01": ("A100-40GB",)})
+    first, _ = w.cycle()
+    for jid in w.startable():
+        w.start(jid)
+    plan = first.planned
+    done = min(first.released, key=lambda j: plan[j].planned_seconds)
+    a = plan[done]
+    w.now = w.jobs[done].start_time + a.planned_seconds  # on time: no re-plan
+    w.finish(done)
+    result, _ = w.cycle()
+    assert result.released == ()  # COMPLETING: the epilog still owns the instance
+    w.complete(done)
+    result, _ = w.cycle()
+    assert not result.replanned
+    busy = {j: b for j, b in w.holding.items()}
+    held = [plan[j] for j in plan if j not in first.released]
+    expected = set()
+    for b in held:
+        before_b = [c for c in held if (c.batch, c.order) < (b.batch, b.order)] + list(
+            busy.values()
+        )
+        if not any(c.placement.overlaps(b.placement) for c in before_b):
+            expected.add(b.job_id)
+    assert set(result.released) == expected
+    assert expected, "the test wants a job that was waiting for the finished one"
+    for jid in expected:  # each waited for the finished job's slices
+        assert plan[jid].placement.overlaps(a.placement)
+    w.check_safe()
+
+
+def test_plan_order_holds_even_where_slices_are_free():
+    """Rebuilt from AdminComments alone: a job waits for the job planned before it on
+    its slices, though its own slices are free (no overtaking the big job)."""
+    w = World({"gpu01": ("A100-40GB",)})
+    now = w.now
+
+    def planned(jid, profile, start, order, **kw):
+        placement = Placement(start, A100.profile(profile).memory_slices)
+        a = Assignment(jid, 0, "gpu01", 0, A100.name, profile, placement, 0, order, 100.0, now - 10)
+        job = SimJob(
+            jid, now - 20, admin_comment=admin_comment_for(a), required_nodes="gpu01", **kw
+        )
+        w.jobs[jid] = job
+        w.estimates[jid] = estimate(100.0)
+        return a
+
+    planned("1", "1g.5gb", 0, 0, state="RUNNING", held=False, start_time=now - 10)
+    w.holding["1"] = parse_admin_comment(w.jobs["1"].admin_comment)
+    planned("2", "7g.40gb", 0, 1)
+    planned("3", "1g.5gb", 6, 2)
+    result, _ = w.cycle()
+    assert result.actions == () and result.released == ()
+    w.now += 100
+    w.finish("1")
+    w.complete("1")
+    result, _ = w.cycle()
+    assert result.released == ("2",) and not result.replanned
+    w.check_safe()
+
+
+def test_keep_for_and_reuse_from_link_jobs_on_the_identical_instance():
+    # scale perfectly up to 7 slices: FAR puts both on the full GPU, one after the other
+    w = World({"gpu01": ("A100-40GB",)})
+    for t in (1000.0, 900.0):
+        w.submit(
+            0,
+            est=Estimate(
+                "k", {A100.name: {s: t / s * (0.9 if s == 7 else 1.0) for s in A100.planner_sizes}}
+            ),
+        )
+    result, _ = w.cycle()
+    a, b = (result.planned[j] for j in ("100", "101"))
+    first, second = sorted((a, b), key=lambda x: x.order)
+    assert (first.profile, second.profile) == ("7g.40gb", "7g.40gb")
+    assert first.keep_for == second.job_id and second.reuse_from == first.job_id
+    assert result.released == (first.job_id,)
+    # the token carries keep_for to the node
+    assert w.holders()[first.job_id].keep_for == second.job_id
+
+
+# ---------------------------------------------------------------------------
+# Events
+
+
+def test_requeued_job_is_planned_again_for_its_new_run():
+    w = held_world(40)
+    first, _ = w.cycle()
+    jid = first.released[0]
+    w.start(jid)
+    w.now += 30
+    w.requeue(jid)  # restart count 1, held by the TaskProlog's requeuehold
+    result, _ = w.cycle()
+    a = result.planned[jid]
+    assert a.restart == 1
+    assert parse_admin_comment(w.jobs[jid].admin_comment).restart == 1
+    assert any("requeued" in r for r in result.replanned)
+    w.check_safe()
+    for j in w.startable():
+        assert w.start(j)  # the new token verifies for run 1
+    w.check_safe()
+
+
+def test_jobs_of_a_drained_node_are_planned_elsewhere():
+    w = held_world(40)
+    first, _ = w.cycle()
+    for jid in w.startable():
+        w.start(jid)
+    on_gpu02 = [
+        j for j, a in first.planned.items() if a.node == "gpu02" and j not in first.released
+    ]
+    assert on_gpu02
+    w.drained.add("gpu02")
+    result, _ = w.cycle(previous_nodes=first.nodes)
+    assert set(on_gpu02) <= {u.job_id for u in of_type(result, UpdateJob)}
+    assert all(a.node == "gpu01" for a in result.planned.values())
+    for jid in on_gpu02:
+        assert w.jobs[jid].required_nodes == "gpu01"
+    w.check_safe()
+    # the node comes back: held jobs may use it again
+    w.drained.clear()
+    w.now += 60
+    again, _ = w.cycle(previous_nodes=result.nodes)
+    assert "usable nodes changed" in again.replanned
+    w.check_safe()
+
+
+def test_released_job_on_a_drained_node_is_held_and_moved():
+    w = held_world(4)
+    first, _ = w.cycle()
+    jid = next(j for j in first.released if first.planned[j].node == "gpu02")
+    w.drained.add("gpu02")
+    result, _ = w.cycle()
+    assert Hold(jid, f"node gpu02 gpu {first.planned[jid].gpu} unusable") in result.actions
+    assert result.planned[jid].node == "gpu01"
+    w.check_safe()
+
+
+def test_early_finish_replans_held_jobs_at_most_once_per_window():
+    w = held_world(14, nodes={"gpu01": ("A100-40GB",)})
+    w.now += 30
+    first, _ = w.cycle(batch_window=30.0)
+    for jid in w.startable():
+        w.start(jid)
+    done = first.released[0]
+    w.now += 5  # far earlier than planned
+    w.finish(done)
+    w.complete(done)
+    result, _ = w.cycle(batch_window=30.0)
+    assert not result.replanned  # planned 5 s ago
+    w.now += 30
+    result, _ = w.cycle(batch_window=30.0)
+    assert result.replanned == (f"job {done} ended early",)
+    assert {a.batch for a in result.planned.values()} == {1}
+    w.now += 40
+    result, _ = w.cycle(batch_window=30.0)
+    assert not result.replanned and not of_type(result, UpdateJob)
+    w.check_safe()
+
+
+def test_memory_hint_too_large_keeps_the_job_held_with_a_note():
+    w = held_world(2)
+    huge = Estimate(
+        "big",
+        {A100.name: dict.fromkeys(A100.planner_sizes, math.inf)},
+        mem=100 * GIB,
+    )
+    jid = w.submit(0, est=huge)
+    w.jobs[jid].comment = "mig:key=big,mem=100G"
+    result, _ = w.cycle()
+    notes = of_type(result, Note)
+    assert [n.job_id for n in notes] == [jid]
+    assert "100.0 GiB" in notes[0].text and "7g.40gb" in notes[0].text
+    job = w.jobs[jid]
+    assert job.held and jid not in result.planned and result.noted == 1
+    assert job.admin_comment.startswith("slurm-mig: not planned: memory need 100.0 GiB")
+    assert job.comment.startswith("mig:key=big,mem=100G [slurm-mig: memory need")
+    assert strip_note(job.comment) == "mig:key=big,mem=100G"
+    again, _ = w.cycle()
+    assert not of_type(again, Note)  # said once
+    # the user lowers the hint: planned, and the note leaves the comment on release
+    w.estimates[jid] = estimate(300.0, key="big")
+    w.now += 1000
+    for j in list(w.holding):
+        w.finish(j)
+        w.complete(j)
+    for j in w.startable():
+        w.start(j)
+        w.finish(j)
+        w.complete(j)
+    later, _ = w.cycle()
+    assert jid in later.planned
+    if jid in later.released:
+        assert "[slurm-mig:" not in w.jobs[jid].comment
+
+
+def test_completed_jobs_are_learned():
+    w = held_world(3)
+    first, _ = w.cycle()
+    jid = first.released[0]
+    w.start(jid)
+    w.now += 321.0
+    w.finish(jid)
+    w.complete(jid)
+    result, _ = w.cycle()
+    learns = of_type(result, Learn)
+    a = first.planned[jid]
+    assert learns == [
+        Learn(jid, 0, "train", a.model, A100.profile(a.profile).compute_slices, 321.0, w.now)
+    ]
+
+
+def test_failed_actions_skip_the_rest_of_that_job_only():
+    w = held_world(6)
+    w.fail.add(("100", "update"))
+    result, report = w.cycle()
+    assert [j for j, _ in report.failed] == ["100"]
+    assert w.jobs["100"].admin_comment == "" and w.jobs["100"].held
+    others = [j for j in result.released if j != "100"]
+    assert all(not w.jobs[j].held for j in others)
+    w.check_safe()
+    again, _ = w.cycle()  # retried on the next cycle
+    assert parse_admin_comment(w.jobs["100"].admin_comment) is not None
+    w.check_safe()
+
+
+def test_two_gpu_models_share_a_batch():
+    nodes = {"a100": ("A100-40GB", "A100-40GB"), "a30": ("A30-24GB", "A30-24GB")}
+    w = World(nodes)
+    for i in range(16):
+        w.submit(0, est=estimate(300.0 + 50 * i, models=(A100, A30)))
+    result, _ = w.cycle()
+    used = {a.node for a in result.planned.values()}
+    assert used == {"a100", "a30"}
+    for a in result.planned.values():
+        assert a.model == ("A30-24GB" if a.node == "a30" else "A100-40GB")
+    check_plan_legal(w, result.planned)
+    w.check_safe()
+    # a job only the A100 can hold goes there
+    big = Estimate(
+        "big",
+        {A100.name: times_for(A100, 100.0), A30.name: dict.fromkeys(A30.planner_sizes, math.inf)},
+    )
+    jid = w.submit(0, est=big)
+    result, _ = w.cycle()
+    assert result.planned[jid].node == "a100"
+
+
+def test_admin_comment_round_trip_and_junk():
+    w = held_world(1)
+    result = plan_cycle(w.snapshot())
+    a = result.planned["100"]
+    assert parse_admin_comment(admin_comment_for(a)) == a
+    assert json.loads(admin_comment_for(a).removeprefix("slurm-mig:")) == a.to_json()
+    for junk in ("", "slurm-mig: not planned: x", "slurm-mig:{", "slurm-mig:[1]", "hello"):
+        assert parse_admin_comment(junk) is None
+    # a job whose AdminComment is junk is simply planned again
+    w.jobs["100"].admin_comment = "slurm-mig:{not json"
+    assert "100" in plan_cycle(w.snapshot()).planned
+
+
+def test_no_usable_node_plans_nothing():
+    w = held_world(3)
+    w.drained |= set(w.nodes)
+    result, _ = w.cycle()
+    assert result.planned == {} and result.waiting == 3 and not of_type(result, Note)
+
+
+# ---------------------------------------------------------------------------
+# Restart safety: random event sequences, a daemon killed mid-cycle and restarted
+
+
+STEP = st.one_of(
+    st.tuples(st.just("cycle"), st.integers(0, 60), st.booleans()),
+    st.tuples(st.just("start"), st.integers(0, 50)),
+    st.tuples(st.just("finish"), st.integers(0, 50), st.booleans()),
+    st.tuples(st.just("complete"), st.integers(0, 50)),
+    st.tuples(st.just("requeue"), st.integers(0, 50)),
+    st.tuples(st.just("drain"), st.integers(0, 2)),
+    st.tuples(st.just("resume"), st.integers(0, 2)),
+    st.tuples(st.just("submit"), st.integers(1, 6)),
+    st.tuples(st.just("advance"), st.floats(1.0, 900.0)),
+    st.tuples(st.just("fail"), st.integers(0, 50), st.sampled_from(["hold", "update", "release"])),
+)
+
+
+def _pick(items, i):
+    items = sorted(items)
+    return items[i % len(items)] if items else None
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(steps=st.lists(STEP, min_size=1, max_size=40), window=st.sampled_from([0.0, 30.0]))
+def test_no_double_booking_over_random_events_and_restarts(steps, window):
+    nodes = {
+        "n1": ("A100-40GB", "A100-40GB"),
+        "n2": ("A100-40GB",),
+        "n3": ("A30-24GB",),
+    }
+    w = World(nodes)
+    names = sorted(nodes)
+    previous = None
+    for i in range(8):
+        w.submit(0, est=estimate(120.0 + 37.0 * i, models=(A100, A30), key=f"k{i % 3}"))
+    for step in steps:
+        kind = step[0]
+        if kind == "cycle":
+            _, cut, restart = step
+            if restart:
+                previous = None  # a new daemon: nothing remembered
+            result, _ = w.cycle(previous, cut=cut, batch_window=window, batch_size=6)
+            previous = result.nodes
+        elif kind == "start":
+            jid = _pick(w.startable(), step[1])
+            if jid:
+                w.start(jid)
+        elif kind == "finish":
+            jid = _pick([j for j, s in w.jobs.items() if s.state == "RUNNING"], step[1])
+            if jid:
+                w.finish(jid, ok=step[2])
+        elif kind == "complete":
+            jid = _pick([j for j, s in w.jobs.items() if s.state == "COMPLETING"], step[1])
+            if jid:
+                w.complete(jid)
+        elif kind == "requeue":
+            jid = _pick([j for j, s in w.jobs.items() if s.state == "RUNNING"], step[1])
+            if jid:
+                w.requeue(jid)
+        elif kind == "drain":
+            w.drained.add(names[step[1]])
+        elif kind == "resume":
+            w.drained.discard(names[step[1]])
+        elif kind == "submit":
+            for k in range(step[1]):
+                w.submit(0, est=estimate(60.0 + 90.0 * k, models=(A100, A30), key=f"k{k}"))
+        elif kind == "advance":
+            w.now += step[1]
+        elif kind == "fail":
+            jid = _pick(w.jobs, step[1])
+            w.fail.add((jid, step[2]))
+        w.check_safe()
+    # then the cluster runs undisturbed: every job ends, still without overlap
+    w.drained.clear()
+    w.fail.clear()
+    for _ in range(200):
+        result, report = w.cycle(previous, batch_window=window, batch_size=6)
+        previous = result.nodes
+        w.check_safe()
+        for jid in w.startable():
+            w.start(jid)
+        w.check_safe()
+        w.now += 60.0
+        for jid, job in list(w.jobs.items()):
+            if job.state == "RUNNING" and w.now >= job.start_time + w.holding[jid].planned_seconds:
+                w.finish(jid)
+            elif job.state == "COMPLETING":
+                w.complete(jid)
+        w.check_safe()
+        if all(j.state in ("COMPLETED", "FAILED") for j in w.jobs.values()):
+            break
+    left = {j: s.state for j, s in w.jobs.items() if s.state not in ("COMPLETED", "FAILED")}
+    assert not left, f"jobs never ran: {left}"

@@ -1,0 +1,340 @@
+"""The planner daemon's I/O layer: snapshots from config, sqlite and Slurm's records;
+actions applied through scontrol against a real Slurm on loopback (tests/e2e/cluster.py,
+skipped where it cannot run: not root, no Slurm binaries); the ``slurm-mig planner``
+command, its dry run, its status file and SIGTERM."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from slurm_mig.geometry import can_coexist, get_model
+from slurm_mig.profiles import RuntimeStore
+from slurm_mig.slurm.assignment import generate_key, load_key, token_from_comment, verify
+from slurm_mig.slurm.client import Job, Node, SlurmClient
+from slurm_mig.slurm.cycle import Learn, parse_admin_comment, plan_cycle
+from slurm_mig.slurm.daemon import (
+    STATUS_FILE,
+    PlannerDaemon,
+    apply_actions,
+    build_snapshot,
+    run_planner,
+    usable_nodes,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+A100 = get_model("A100-40GB")
+
+
+def write_config(tmp: Path, nodes: dict[str, list[str]], **planner) -> Path:
+    opts = {"batch_window": 0.0, "cycle": 0.5, "default_runtime": 600.0, **planner}
+    lines = ["[slurm]", 'partition = "mig"', "[nodes]"]
+    lines += [f'"{n}" = {json.dumps(m)}' for n, m in nodes.items()]
+    lines += [
+        "[paths]",
+        f'state_dir = "{tmp / "state"}"',
+        f'run_dir = "{tmp / "run" / "%n"}"',
+        f'key_file = "{tmp / "key"}"',
+        "[planner]",
+        *(f"{k} = {json.dumps(v)}" for k, v in opts.items()),
+        "[device]",
+        'backend = "simulated"',
+        f'simulated_dir = "{tmp / "sim" / "%n"}"',
+    ]
+    path = tmp / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    if not (tmp / "key").exists():
+        generate_key(tmp / "key")
+    return path
+
+
+def job(jid: str, **kw) -> Job:
+    base = dict(
+        job_id=jid,
+        name="train",
+        user="alice",
+        partition="mig",
+        state="PENDING",
+        reason="JobHeldAdmin",
+        held=True,
+        comment="",
+        admin_comment="",
+        nodes="",
+        required_nodes="",
+        time_limit=None,
+        submit_time=1000.0,
+        start_time=None,
+        end_time=None,
+        restart_count=0,
+        exit_code=None,
+    )
+    base.update(kw)
+    return Job(**base)
+
+
+def node(name: str, *states: str) -> Node:
+    return Node(name, frozenset(states or {"IDLE"}), "", 16, ("mig",))
+
+
+# ---------------------------------------------------------------------------
+# Snapshot and apply, without Slurm
+
+
+def test_usable_nodes_drop_drained_down_and_unknown_nodes():
+    configured = {"g1": ("A100-40GB",), "g2": ("A100-40GB",), "g3": ("A30",), "g4": ("A30",)}
+    seen = [node("g1", "MIXED"), node("g2", "IDLE", "DRAIN"), node("g3", "DOWN", "NOT_RESPONDING")]
+    assert usable_nodes(configured, seen) == {"g1": ("A100-40GB",)}
+
+
+def test_snapshot_estimates_from_hints_time_limits_and_learned_runtimes(tmp_path):
+    from slurm_mig.config import load_config
+
+    config = load_config(write_config(tmp_path, {"g1": ["A100-40GB"], "g2": ["A30-24GB"]}))
+    store = RuntimeStore(tmp_path / "state" / "profiles.sqlite")
+    for i, secs in enumerate((100.0, 120.0, 110.0)):
+        store.record("resnet", A100.name, 3, secs, f"9{i}", 0, 1000.0 + i)
+    jobs = [
+        job("1", comment="mig:key=resnet"),
+        job("2", comment="mig:time=15m", time_limit=7200.0),
+        job("3", time_limit=1800.0),
+        job("4", name="x"),
+        job("5", comment="mig:mem=12X"),
+        job("6", state="RUNNING", held=False, comment="mig:key=bert"),
+    ]
+    snap = build_snapshot(config, jobs, [node("g1"), node("g2")], store, 2000.0)
+    est = snap.estimates
+    assert est["1"].key == "resnet" and est["1"].times[A100.name][3] == 110.0  # the median
+    assert set(est["1"].times) == {"A100-40GB", "A30-24GB"}
+    smallest = min(A100.planner_sizes)
+    assert est["2"].times[A100.name][smallest] == pytest.approx(900.0)  # the hint
+    assert est["3"].times[A100.name][smallest] == pytest.approx(1800.0)  # the time limit
+    assert est["4"].times[A100.name][smallest] == pytest.approx(600.0)  # default_runtime
+    assert "mem=12X" in est["5"].problem and est["5"].times == {}
+    assert est["6"].key == "bert" and est["6"].times == {}
+    assert snap.nodes == {"g1": ("A100-40GB",), "g2": ("A30-24GB",)}
+    assert (snap.partition, snap.batch_window, snap.algorithm) == ("mig", 0.0, "far")
+    # the bad hint becomes a note the user can read
+    result = plan_cycle(snap)
+    assert "5" not in result.planned and {"1", "2", "3", "4"} <= set(result.planned)
+    note = next(a for a in result.actions if a.job_id == "5" and type(a).__name__ == "Note")
+    assert "unknown unit 'X'" in note.text
+
+
+def test_learning_is_recorded_once_per_run(tmp_path):
+    store = RuntimeStore(tmp_path / "profiles.sqlite")
+    learn = Learn("7", 0, "resnet", A100.name, 3, 95.0, 5000.0)
+    first = apply_actions([learn], client=None, key=b"k" * 32, store=store)
+    again = apply_actions([learn], client=None, key=b"k" * 32, store=store)
+    assert (first.learned, again.learned) == (1, 0)
+    assert store.observations("resnet", A100.name) == {3: [95.0]}
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    def cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "slurm_mig", "planner", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+
+    res = cli("--config", str(tmp_path / "missing.toml"), "--once")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1
+    assert res.stderr.startswith("slurm-mig: error: ") and "missing.toml" in res.stderr
+    cfg = write_config(tmp_path, {"g1": ["A100-40GB"]})
+    (tmp_path / "key").unlink()
+    res = cli("--config", str(cfg), "--once")
+    assert res.returncode == 2 and "keygen" in res.stderr and "Traceback" not in res.stderr
+
+
+# ---------------------------------------------------------------------------
+# Against a real Slurm
+
+
+def _skip_reason() -> str | None:
+    try:
+        from e2e.cluster import skip_reason
+    except ImportError as exc:  # pragma: no cover - the harness is part of the tree
+        return f"tests/e2e/cluster.py not importable: {exc}"
+    return skip_reason()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    reason = _skip_reason()
+    if reason is not None:
+        if os.environ.get("CI") and os.geteuid() == 0:
+            pytest.fail(f"end-to-end tests must run on CI: {reason}")
+        pytest.skip(reason)
+    from e2e.cluster import LocalSlurm
+
+    c = LocalSlurm(nodes=("gpu01", "gpu02"), job_submit_lua=ROOT / "contrib" / "job_submit.lua")
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def holders(client: SlurmClient, key: bytes) -> dict[str, object]:
+    """Jobs that hold or may hold slices, with the assignment their token carries."""
+    out = {}
+    for j in client.jobs("mig"):
+        if j.state in ("RUNNING", "CONFIGURING", "COMPLETING") or (
+            j.state == "PENDING" and not j.held
+        ):
+            token = token_from_comment(j.comment)
+            assert token, f"job {j.job_id} runs without a token"
+            a = verify(
+                token,
+                key,
+                job_id=j.job_id,
+                restart=j.restart_count,
+                node=j.required_nodes,
+                now=time.time(),
+                max_age=3600,
+            )
+            assert parse_admin_comment(j.admin_comment).placement == a.placement
+            out[j.job_id] = a
+    return out
+
+
+def assert_no_overlap(found: dict) -> None:
+    per_gpu = defaultdict(list)
+    for a in found.values():
+        per_gpu[(a.node, a.gpu)].append(a.placement)
+    for (n, g), placements in per_gpu.items():
+        assert can_coexist(A100, placements), f"{n} gpu {g}: {placements}"
+
+
+def test_planner_once_plans_and_releases_the_first_wave(cluster, tmp_path):
+    cfg = write_config(tmp_path, {"gpu01": ["A100-40GB"], "gpu02": ["A100-40GB"]})
+    key = load_key(tmp_path / "key")
+    client = SlurmClient(env=cluster.env)
+    ids = [
+        cluster.sbatch(
+            "sleep 2", partition="mig", comment=f"mig:key=k{i % 2},time={40 + 20 * i},mem=15G"
+        )
+        for i in range(6)
+    ]
+    assert all(j.held and j.reason == "JobHeldUser" for j in client.jobs("mig"))
+    out = io.StringIO()
+    assert run_planner(cfg, once=True, dry_run=True, client=client, out=out) == 0
+    dry = out.getvalue().splitlines()
+    assert any(" planned on gpu0" in line for line in dry)
+    assert all(j.admin_comment == "" and j.held for j in client.jobs("mig"))  # nothing applied
+
+    assert run_planner(cfg, once=True, client=client) == 0
+    jobs = {j.job_id: j for j in client.jobs("mig")}
+    released = []
+    for jid in ids:
+        j = jobs[jid]
+        a = parse_admin_comment(j.admin_comment)
+        assert a is not None and a.job_id == jid and a.restart == 0
+        assert j.required_nodes == a.node
+        if not j.held:
+            released.append(jid)
+        else:
+            assert j.reason == "JobHeldAdmin"  # the user's hold became an admin hold
+    # 15 GiB fit 3g.20gb and larger only: at most two per GPU at a time
+    assert 0 < len(released) <= 4 and all(jobs[j].held for j in set(ids) - set(released))
+    status = json.loads((tmp_path / "state" / STATUS_FILE).read_text())
+    assert (
+        status["cycle"] == 1
+        and status["failed"] == []
+        and sorted(status["released"]) == sorted(released, key=int)
+    )
+    assert_no_overlap(holders(client, key))
+    for jid in released:  # Slurm runs them on the planned node
+        cluster.wait_for(
+            lambda jid=jid: (
+                next(j for j in client.jobs("mig") if j.job_id == jid).state
+                in ("RUNNING", "COMPLETING", "COMPLETED")
+            ),
+            30,
+            f"job {jid} to start",
+        )
+        j = next(j for j in client.jobs("mig") if j.job_id == jid)
+        assert j.nodes == parse_admin_comment(j.admin_comment).node
+
+    # cycles until every job ran, never two on overlapping slices; runtimes are learned
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert run_planner(cfg, once=True, client=client) == 0
+        assert_no_overlap(holders(client, key))
+        if all(j.state == "COMPLETED" for j in client.jobs("mig")):
+            break
+        time.sleep(0.5)
+    assert all(j.state == "COMPLETED" for j in client.jobs("mig"))
+    run_planner(cfg, once=True, client=client)
+    store = RuntimeStore(tmp_path / "state" / "profiles.sqlite")
+    learned = sum(len(v) for k in ("k0", "k1") for v in store.observations(k, A100.name).values())
+    assert learned == 6
+
+
+def test_daemon_process_cycles_and_stops_on_sigterm(cluster, tmp_path):
+    cfg = write_config(tmp_path, {"gpu01": ["A100-40GB"], "gpu02": ["A100-40GB"]})
+    client = SlurmClient(env=cluster.env)
+    for i in range(4):
+        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={30 + i}")
+    env = dict(cluster.env, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slurm_mig", "planner", "--config", str(cfg)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    status = tmp_path / "state" / STATUS_FILE
+    try:
+        cluster.wait_for(
+            lambda: all(j.state == "COMPLETED" for j in client.jobs("mig")),
+            90,
+            "the daemon to run every job",
+        )
+        cycles = json.loads(status.read_text())["cycle"]
+        assert cycles >= 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "released" in err and "planner stopped after" in err
+    assert "Traceback" not in err
+
+
+def test_planner_restarted_mid_cycle_rebuilds_from_slurm(cluster, tmp_path):
+    """A daemon whose apply stops halfway (killed) and a fresh one taking over."""
+    cfg = write_config(tmp_path, {"gpu01": ["A100-40GB"]})
+    key = load_key(tmp_path / "key")
+    client = SlurmClient(env=cluster.env)
+    for i in range(8):
+        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={60 + 15 * i}")
+    from slurm_mig.config import load_config
+
+    config = load_config(cfg)
+    store = RuntimeStore(tmp_path / "state" / "profiles.sqlite")
+    snap = build_snapshot(config, client.jobs("mig"), client.nodes(), store, time.time())
+    result = plan_cycle(snap)
+    half = result.actions[: len(result.actions) // 2]
+    apply_actions(half, client, key=key, store=store)  # ... and the daemon dies here
+    assert_no_overlap(holders(client, key))
+    daemon = PlannerDaemon(config, client, store, key)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        report = daemon.run_cycle()
+        assert report.error is None and not report.apply.failed
+        assert_no_overlap(holders(client, key))
+        if all(j.state == "COMPLETED" for j in client.jobs("mig")):
+            break
+        time.sleep(0.5)
+    assert all(j.state == "COMPLETED" for j in client.jobs("mig"))

@@ -1,0 +1,236 @@
+"""The ``mig:`` hint grammar. GOOD and BAD also drive contrib/job_submit.lua in
+tests/e2e/test_job_submit.py, so Python and Lua accept and refuse the same comments
+with the same messages."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurm_mig.slurm.hints import (
+    HintError,
+    Hints,
+    hint_word,
+    parse_duration,
+    parse_hints,
+    parse_size,
+)
+
+GiB = 2**30
+MiB = 2**20
+
+# comment -> the Hints it means
+GOOD: list[tuple[str | None, Hints]] = [
+    (None, Hints()),
+    ("", Hints()),
+    ("just some free text", Hints()),
+    ("MIG:mem=12X is not a hint word", Hints()),
+    ("xmig:mem=12X neither", Hints()),
+    ("mig:key=resnet50", Hints(key="resnet50")),
+    ("mig:key=A.b-c_9", Hints(key="A.b-c_9")),
+    ("mig:key=" + "k" * 64, Hints(key="k" * 64)),
+    ("mig:mem=12G", Hints(mem=12 * GiB)),
+    ("mig:mem=12GiB", Hints(mem=12 * GiB)),
+    ("mig:mem=12gb", Hints(mem=12 * GiB)),
+    ("mig:mem=512M", Hints(mem=512 * MiB)),
+    ("mig:mem=512MiB", Hints(mem=512 * MiB)),
+    ("mig:mem=1.5T", Hints(mem=1536 * GiB)),
+    ("mig:mem=2k", Hints(mem=2048)),
+    ("mig:mem=4096", Hints(mem=4096)),
+    ("mig:mem=4096B", Hints(mem=4096)),
+    ("mig:mem=1024T", Hints(mem=2**50)),
+    ("mig:iters=1000", Hints(iters=1000)),
+    ("mig:iters=007", Hints(iters=7)),
+    ("mig:time=90", Hints(time=90.0)),
+    ("mig:time=90s", Hints(time=90.0)),
+    ("mig:time=15m", Hints(time=900.0)),
+    ("mig:time=2h", Hints(time=7200.0)),
+    ("mig:time=1.5h", Hints(time=5400.0)),
+    ("mig:time=1d", Hints(time=86400.0)),
+    ("mig:time=1:30:00", Hints(time=5400.0)),
+    ("mig:time=30:00", Hints(time=1800.0)),
+    ("mig:time=90:00", Hints(time=5400.0)),
+    ("mig:time=0:01", Hints(time=1.0)),
+    ("mig:time=366d", Hints(time=366 * 86400.0)),
+    ("mig:time=8784:00:00", Hints(time=366 * 86400.0)),
+    ("mig:pcie=0", Hints(pcie=0.0)),
+    ("mig:pcie=12.5", Hints(pcie=12.5)),
+    ("mig:alpha=0.9", Hints(alpha=0.9)),
+    ("mig:alpha=2", Hints(alpha=2.0)),
+    ("mig:restartable=yes", Hints(restartable=True)),
+    ("mig:restartable=no", Hints(restartable=False)),
+    (
+        "nightly run mig:key=bert,mem=4G,iters=10,time=15m,pcie=3,alpha=0.5,restartable=no "
+        "migplan=v1.abc.def",
+        Hints(
+            key="bert", mem=4 * GiB, iters=10, time=900.0, pcie=3.0, alpha=0.5, restartable=False
+        ),
+    ),
+    ("note\tmig:mem=1G\tmore", Hints(mem=GiB)),
+]
+
+# comment -> (the setting the message must show, the fix it must give)
+SIZE_FIX = "write bytes or a size like 12G or 512MiB"
+TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
+KEYS_FIX = "use one of key, mem, iters, time, pcie, alpha, restartable"
+BAD: list[tuple[str, str, str]] = [
+    ("mig:", "'mig:'", "write mig:key=value"),
+    ("mig:mem=12X", "'mem=12X'", "unknown unit 'X'; " + SIZE_FIX),
+    ("mig:mem=12GB2", "'mem=12GB2'", "'12GB2' is not a size; " + SIZE_FIX),
+    ("mig:mem=12Gi", "'mem=12Gi'", "unknown unit 'Gi'; " + SIZE_FIX),
+    ("mig:mem=-1G", "'mem=-1G'", SIZE_FIX),
+    ("mig:mem=.5G", "'mem=.5G'", SIZE_FIX),
+    ("mig:mem=1e5", "'mem=1e5'", SIZE_FIX),
+    ("mig:mem=1.5", "'mem=1.5'", "whole number of bytes; " + SIZE_FIX),
+    ("mig:mem=0G", "'mem=0G'", "not above 0; " + SIZE_FIX),
+    ("mig:mem=1025T", "'mem=1025T'", "more than 1 PiB; " + SIZE_FIX),
+    ("mig:mem=" + "9" * 400, "'mem=" + "9" * 400 + "'", "more than 1 PiB; " + SIZE_FIX),
+    ("mig:mem", "'mem'", "no '='; write mem=value"),
+    ("mig:mem=", "'mem='", "no value; write mem=value"),
+    ("mig:=5", "'=5'", "unknown key ''; " + KEYS_FIX),
+    ("mig:foo=1", "'foo=1'", "unknown key 'foo'; " + KEYS_FIX),
+    ("mig:Mem=1G", "'Mem=1G'", "unknown key 'Mem'; " + KEYS_FIX),
+    ("mig:mem=1G,mem=2G", "'mem=2G'", "'mem' is given twice; give each key once"),
+    ("mig:mem=1G,", "'mig:mem=1G,'", "separate settings with single commas"),
+    ("mig:,mem=1G", "'mig:,mem=1G'", "separate settings with single commas"),
+    ("mig:mem=1G,,time=1h", "'mig:mem=1G,,time=1h'", "separate settings with single commas"),
+    ("a mig:mem=1G b mig:time=1h", "'mig:time=1h'", "put all settings in one mig: word"),
+    ("mig:key=" + "k" * 65, "'key=" + "k" * 65 + "'", "use 1 to 64 letters, digits"),
+    ("mig:key=a/b", "'key=a/b'", "use 1 to 64 letters, digits, '_', '.' or '-'"),
+    ("mig:key=a=b", "'key=a=b'", "use 1 to 64 letters"),
+    ("mig:key=50%d%s", "'key=50%d%s'", "use 1 to 64 letters"),
+    ("mig:key=\u00fcber", "'key=\u00fcber'", "use 1 to 64 letters"),
+    ("mig:iters=0", "'iters=0'", "write e.g. iters=1000"),
+    ("mig:iters=1.5", "'iters=1.5'", "write e.g. iters=1000"),
+    ("mig:iters=-3", "'iters=-3'", "write e.g. iters=1000"),
+    ("mig:iters=1e3", "'iters=1e3'", "write e.g. iters=1000"),
+    ("mig:time=0", "'time=0'", "not above 0; " + TIME_FIX),
+    ("mig:time=0:00", "'time=0:00'", "not above 0; " + TIME_FIX),
+    ("mig:time=367d", "'time=367d'", "more than 366 days; " + TIME_FIX),
+    ("mig:time=8784:00:01", "'time=8784:00:01'", "more than 366 days; " + TIME_FIX),
+    ("mig:time=" + "9" * 400 + "h", "'time=" + "9" * 400 + "h'", "more than 366 days; " + TIME_FIX),
+    ("mig:time=1:60:00", "'time=1:60:00'", "below 60; " + TIME_FIX),
+    ("mig:time=0:61", "'time=0:61'", "below 60; " + TIME_FIX),
+    ("mig:time=90x", "'time=90x'", "not a duration; " + TIME_FIX),
+    ("mig:time=90S", "'time=90S'", "not a duration; " + TIME_FIX),
+    ("mig:time=1h30m", "'time=1h30m'", "not a duration; " + TIME_FIX),
+    ("mig:time=-5", "'time=-5'", "not a duration; " + TIME_FIX),
+    ("mig:time=1:2:3:4", "'time=1:2:3:4'", "not a duration; " + TIME_FIX),
+    ("mig:time=100:00", "'time=100:00'", "not a duration; " + TIME_FIX),
+    ("mig:pcie=-1", "'pcie=-1'", "write a number >= 0, e.g. pcie=12.5"),
+    ("mig:pcie=fast", "'pcie=fast'", "write a number >= 0"),
+    ("mig:pcie=inf", "'pcie=inf'", "write a number >= 0"),
+    ("mig:pcie=1e3", "'pcie=1e3'", "write a number >= 0"),
+    ("mig:pcie=" + "9" * 400, "'pcie=" + "9" * 400 + "'", "write a number >= 0"),
+    ("mig:alpha=" + "9" * 400, "'alpha=" + "9" * 400 + "'", "write e.g. alpha=0.9"),
+    ("mig:alpha=0", "'alpha=0'", "write e.g. alpha=0.9"),
+    ("mig:alpha=0.0", "'alpha=0.0'", "write e.g. alpha=0.9"),
+    ("mig:alpha=nan", "'alpha=nan'", "write e.g. alpha=0.9"),
+    ("mig:restartable=Yes", "'restartable=Yes'", "write restartable=yes or restartable=no"),
+    ("mig:restartable=1", "'restartable=1'", "write restartable=yes or restartable=no"),
+]
+
+
+def fuzz_comments(n: int, seed: int = 7) -> list[str]:
+    """Near-miss comments built from the grammar's pieces, to compare Python and Lua
+    beyond the hand-written cases."""
+    rng = random.Random(seed)
+    keys = ["key", "mem", "iters", "time", "pcie", "alpha", "restartable", "Mem", "x", ""]
+    values = [
+        "1", "0", "12G", "12g", "1.5T", "7KiB", "3kb", "1.", ".5", "1e3", "-1", "yes", "no",
+        "Yes", "1:30:00", "61:00", "5:5", "1:5:7", "2h", "2H", "0.0", "a-b.c", "a b", "",
+        "9" * 30, "1:00:60", "10m", "0:00:01", "12TiB", "12tIb", "x=y",
+    ]  # fmt: skip
+    good = ["key=a.b", "mem=12G", "mem=3kb", "iters=5", "time=1:30:00", "time=2h", "pcie=0",
+            "alpha=0.5", "restartable=no"]  # fmt: skip
+    out = []
+    for _ in range(n):
+        items = []
+        for _ in range(rng.randint(0, 3)):
+            r = rng.random()
+            if r < 0.05:
+                items.append("")
+            elif r < 0.1:
+                items.append(rng.choice(keys))
+            elif r < 0.6:
+                items.append(rng.choice(good))
+            else:
+                items.append(f"{rng.choice(keys)}={rng.choice(values)}")
+        word = "mig:" + ",".join(items)
+        around = rng.choice(["", "text ", "a\t", "migplan=tok "])
+        out.append(f"{around}{word}" + rng.choice(["", " mig:mem=1G", " tail"]))
+    return out
+
+
+@pytest.mark.parametrize(("comment", "expected"), GOOD)
+def test_good_hints_parse(comment: str | None, expected: Hints) -> None:
+    assert parse_hints(comment) == expected
+
+
+@pytest.mark.parametrize(("comment", "shown", "fix"), BAD)
+def test_bad_hints_name_the_setting_and_the_fix(comment: str, shown: str, fix: str) -> None:
+    with pytest.raises(HintError) as err:
+        parse_hints(comment)
+    message = str(err.value)
+    assert message.startswith(f"slurm-mig: hint {shown}: "), message
+    assert fix in message, message
+
+
+def test_size_and_duration_alone_raise_without_the_hint_prefix() -> None:
+    assert parse_size("12G") == 12 * GiB
+    assert parse_duration("1:30:00") == 5400.0
+    with pytest.raises(HintError, match=r"^unknown unit 'X'; write bytes"):
+        parse_size("12X")
+    with pytest.raises(HintError, match=r"^'soon' is not a duration; write seconds"):
+        parse_duration("soon")
+    assert isinstance(HintError("x"), ValueError)
+
+
+def test_hint_word_finds_the_word_and_ignores_the_token() -> None:
+    assert hint_word("a mig:mem=1G migplan=v1.x.y") == "mig:mem=1G"
+    assert hint_word("migplan=v1.x.y") is None
+
+
+def test_fuzz_cases_hit_both_outcomes() -> None:
+    outcomes = set()
+    for comment in fuzz_comments(200):
+        try:
+            parse_hints(comment)
+            outcomes.add("ok")
+        except HintError:
+            outcomes.add("refused")
+    assert outcomes == {"ok", "refused"}
+
+
+@given(st.text())
+def test_any_text_parses_or_gives_a_hint_error(comment: str) -> None:
+    try:
+        parse_hints(comment)
+    except HintError as exc:
+        assert str(exc).startswith("slurm-mig: hint '")
+
+
+@given(st.text(alphabet="mig:=,.0123456789GMKTiBbsmhd:keymemtimealphapcieyesno- ", max_size=40))
+def test_grammar_like_text_parses_or_gives_a_hint_error(comment: str) -> None:
+    try:
+        hints = parse_hints(comment)
+    except HintError as exc:
+        assert str(exc).startswith("slurm-mig: hint '")
+    else:
+        assert hints.mem is None or 0 < hints.mem <= 2**50
+        assert hints.time is None or 0 < hints.time <= 366 * 86400
+
+
+def test_hints_and_client_stay_off_the_heavy_imports() -> None:
+    """The hooks import both: no numpy, torch, statsmodels or matplotlib."""
+    code = (
+        "import sys, slurm_mig.slurm.hints, slurm_mig.slurm.client;"
+        "print(sorted(m for m in ('numpy', 'torch', 'statsmodels', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
