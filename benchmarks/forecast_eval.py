@@ -20,7 +20,7 @@ describes it (a linear trend on requested bytes and on the inverse reuse ratio, 
 bound from the residuals, reported once three predictions agree within 5 %) replayed on
 our traces. Iterations are counted from 1.
 
-Usage: python benchmarks/forecast_eval.py [--only a,b] [--keep DIR] [--json]
+Usage: python benchmarks/forecast_eval.py [--only a,b] [--extra] [--keep DIR] [--json]
 """
 
 from __future__ import annotations
@@ -84,6 +84,12 @@ WORKLOADS = (
              "--batch", "2048", "--eval-batch", "32768"), 120, False),
     Workload("e", "saturating", "sequence curriculum, saturates", ("--iters", "120",
              "--batch", "128"), 120, False),
+)  # fmt: skip
+# With --extra: (b) with wide layers, where the optimizer's step holds the peak for the
+# first iterations and activations take over later (a bend at ~8 and ~17 iterations).
+EXTRA = (
+    Workload("b2", "growing_batch", "training, wide layers, peak phase changes", ("--iters",
+             "120", "--batch", "256", "--growth", "64", "--width", "1024"), 120, True),
 )  # fmt: skip
 
 
@@ -309,10 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", metavar="KEYS", help="workloads to run, e.g. a,b (default: all)")
     p.add_argument("--keep", metavar="DIR", type=Path, help="keep the traces and plots here")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--extra", action="store_true", help="also run the extra workload b2")
     args = p.parse_args(argv)
-    chosen = [w for w in WORKLOADS if not args.only or w.key in args.only.split(",")]
+    pool = WORKLOADS + (EXTRA if args.extra or args.only else ())
+    chosen = [w for w in pool if not args.only or w.key in args.only.split(",")]
     if not chosen:
-        p.error(f"--only {args.only!r}: no such workload; choose from a,b,c,d,e")
+        p.error(f"--only {args.only!r}: no such workload; choose from a,b,c,d,e,b2")
     with tempfile.TemporaryDirectory(prefix="forecast-eval-") as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)

@@ -913,6 +913,22 @@ class _Watch:
         return Outcome(exit_code=code, need=need, reason=reason, oom=True)
 
 
+def hinted_iterations(env: Mapping[str, str]) -> int | None:
+    """Inside a Slurm job without --iterations: the ``iters=`` of the job's hint, if any
+    (the forecast horizon). Best effort: no Slurm, no hint or a bad hint give None."""
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    try:
+        from ..slurm.client import SlurmClient
+        from ..slurm.hints import parse_hints
+
+        found = [j for j in SlurmClient(env=env, timeout=10).jobs() if j.job_id == job]
+        return parse_hints(found[0].comment).iters if found else None
+    except Exception:  # the horizon then falls back to the look-ahead
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``mig-run`` console script."""
     try:
@@ -923,6 +939,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"the forecaster needs {', '.join(missing)}, which {sys.executable} lacks; "
                 "install slurm-mig with pip (or use the Python that has them)"
             )
+        if opts.iterations is None:
+            opts = replace(opts, iterations=hinted_iterations(os.environ))
         runner = Runner(opts)
     except UsageError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)

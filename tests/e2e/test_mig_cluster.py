@@ -185,3 +185,47 @@ def test_epilog_run_twice_destroys_once(live):
     assert res.returncode == 0, res.stderr
     assert "nothing to destroy" in res.stderr
     assert [e for e in lc.audit() if e["op"] == "destroy"] == destroys
+
+
+def test_mig_run_requeues_a_job_whose_forecast_outgrows_its_slice(live):
+    """mig-run inside a planned Slurm job: the forecast says the job will outgrow its
+    (emulated) memory, so it records the need, writes it into the job's hint and
+    requeues the job; the planner plans the requeued run again."""
+    from slurm_mig.profiles import RuntimeStore
+
+    lc = live()
+    workload = ROOT / "tests" / "workloads" / "growing_batch.py"
+    wrap = (
+        f"env PYTHONPATH={ROOT} {sys.executable} -m slurm_mig.memory.wrapper --mode slurm "
+        f"--config {lc.config_path} --capacity 48M --emulate -- "
+        f"{sys.executable} {workload} --iters 400 --sleep 0.05"
+    )
+    job = lc.cluster.sbatch(
+        wrap, partition="mig", comment="mig:key=grow,time=60,iters=400", name="grow"
+    )
+    lc.start_planner()
+    lc.cluster.wait_for(
+        lambda: int(lc.cluster.job_field(job, "Restarts")) >= 1, 180, "mig-run's requeue"
+    )
+    comment = lc.cluster.job_field(job, "Comment")
+    assert "mem=" in comment and "key=grow" in comment
+    need = RuntimeStore(lc.state_dir / "profiles.sqlite").memory_need("grow")
+    assert need is not None and need > 48 * 2**20
+    assert "requeued job" in lc.cluster.job_output(job)
+    # the requeued run is planned again (a fresh assignment for run 1)
+    lc.cluster.wait_for(
+        lambda: (a := lc.assignments([job]).get(job)) is not None and a.restart >= 1,
+        60,
+        "the requeued run's new assignment",
+    )
+    lc.cluster.run("scancel", job)
+
+
+def test_mig_run_takes_its_horizon_from_the_iters_hint(live):
+    from slurm_mig.memory.wrapper import hinted_iterations
+
+    lc = live()
+    job = lc.cluster.sbatch("sleep 30", partition="mig", comment="mig:key=x,iters=777")
+    assert hinted_iterations({**lc.env, "SLURM_JOB_ID": job}) == 777
+    assert hinted_iterations(lc.env) is None  # not inside a job
+    lc.cluster.run("scancel", job)
