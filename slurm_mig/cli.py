@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from importlib import metadata, resources
 from pathlib import Path
 
+from .argtypes import positive_int as _positive_int
 from .geometry import MODELS, GeometryError, GpuModel, get_model
 from .plan import Plan, PlanError, sigma, validate_plan
 from .planner import Batch, UnknownPlanner, get_planner
@@ -298,16 +299,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_simulate_parser(sub, _Formatter)
     return p
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
 
 
 def _positive_float(text: str) -> float:

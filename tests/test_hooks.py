@@ -703,3 +703,28 @@ def test_hooks_import_nothing_heavy(site, hook):
         assert "slurm_mig.devices.simulated" in modules  # the hook did its real work
     heavy = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
     assert heavy == []
+
+
+def test_instance_kept_for_a_job_that_started_elsewhere_is_reclaimed_at_once(site, capsys):
+    # a re-plan sent job 42 to gpu 0 after job 41's instance was kept for it
+    env1 = site.env("41", site.comment("41", keep_for="42"))
+    run(prolog_main, env1, capsys)
+    run(epilog_main, env1, capsys, t=T0 + 10.0)
+    assert len(site.state.kept()) == 1
+    env2 = site.env("42", site.comment("42", gpu=0, profile="1g.5gb", placement=(0, 1)))
+    rc, _, err = run(prolog_main, env2, capsys, t=T0 + 11.0)  # long before reuse_wait ends
+    assert rc == 0
+    assert any("reclaimed 3g.20gb at 4:4 on gpu 1" in line for line in err)
+    assert site.state.kept() == []
+    assert [(i.gpu, i.profile) for i in site.backend().instances()] == [(0, "1g.5gb")]
+
+
+def test_no_instance_is_kept_for_a_job_that_already_finished(site, capsys):
+    env2 = site.env("42", site.comment("42", gpu=0, profile="1g.5gb", placement=(0, 1)))
+    run(prolog_main, env2, capsys)
+    run(epilog_main, env2, capsys, t=T0 + 5.0)  # job 42 ran and ended first
+    env1 = site.env("41", site.comment("41", keep_for="42"))
+    run(prolog_main, env1, capsys, t=T0 + 6.0)
+    rc, _, err = run(epilog_main, env1, capsys, t=T0 + 9.0)
+    assert rc == 0 and "destroyed 3g.20gb at 4:4 on gpu 1" in err[0]
+    assert site.state.kept() == [] and site.backend().instances() == []

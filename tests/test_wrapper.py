@@ -375,8 +375,9 @@ def test_slurm_mode_records_the_need_sets_the_hint_and_requeues(tmp_path):
     assert done.returncode == 75, done.stderr
     need = int(6 * GIB * 1.1)
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    assert calls[0][0] == "squeue" and "--json" in calls[0]
-    assert calls[1:] == [
+    # squeue twice: the iters= hint (the horizon) at start, the comment at the requeue
+    assert [c[0] for c in calls[:2]] == ["squeue", "squeue"] and "--json" in calls[0]
+    assert calls[2:] == [
         [
             "scontrol",
             "update",

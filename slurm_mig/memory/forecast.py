@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .trace import Sample
+from .trace import Sample, human  # noqa: F401 - human is part of this module's API
 
 MIB = 2**20
 BLOCK = 2 * MIB  # CUDA caching allocator: large allocations are rounded to 2 MiB blocks
@@ -489,16 +489,6 @@ def forecast(
 def round_up(n: float, block: int = BLOCK) -> int:
     """Bytes rounded up to whole allocator blocks."""
     return int(math.ceil(max(n, 0.0) / block)) * block
-
-
-def human(n: float | None) -> str:
-    """Bytes as a short binary size: 12.3 GiB, 512.0 MiB."""
-    if n is None:
-        return "-"
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 class Forecaster:

@@ -171,3 +171,13 @@ def _float(row: Sequence[str], index: dict[str, int], col: str, source: str, lin
         raise TraceError(
             f"{source}, line {lineno}: column '{col}' is {text!r}; write seconds"
         ) from None
+
+
+def human(n: float | None) -> str:
+    """Bytes as a short binary size: 12.3 GiB, 512.0 MiB."""
+    if n is None:
+        return "-"
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"

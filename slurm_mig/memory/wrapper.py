@@ -42,7 +42,7 @@ from typing import Any, Protocol, TextIO
 from ..geometry import MODELS, GeometryError, GpuModel, Profile, can_coexist, get_model
 from ..slurm.hints import HintError, parse_size
 from . import trace
-from .trace import Sample
+from .trace import Sample, human
 
 PROG = "mig-run"
 EXIT_USAGE = 2
@@ -307,16 +307,6 @@ def target_profile(model: GpuModel, need: int, current: int) -> Profile | None:
 
 def largest_profile(model: GpuModel) -> Profile:
     return max(model.profiles, key=lambda p: (p.memory_bytes, p.compute_slices))
-
-
-def human(n: float | None) -> str:
-    """Bytes as a short binary size: 12.3 GiB."""
-    if n is None:
-        return "-"
-    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def with_mem_hint(comment: str, need: int) -> str:

@@ -11,6 +11,8 @@ import json
 import sys
 import textwrap
 
+from ..argtypes import positive_int as _positive_int
+
 PROG = "slurm-mig"
 
 EPILOG = """\
@@ -82,16 +84,6 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                     help="assert the simulator's invariants after every event (slower)")  # fmt: skip
     si.set_defaults(handler=cmd_simulate)
     return si
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
 
 
 def _share(text: str) -> float:

@@ -398,12 +398,20 @@ def _destroy(backend: MigBackend, gpu: int, uuid: str, job_id: str) -> bool:
     return True
 
 
+def _moved_on(state: NodeState) -> set[str]:
+    """Jobs that have started or finished on this node: an instance kept for one of them
+    will never be adopted (a re-plan sent it elsewhere), so it is reclaimed at once."""
+    return {r.job_id for r in state.jobs()} | state.finished_jobs()
+
+
 def _reclaim_expired(
     state: NodeState, backend: MigBackend, now: float, job_id: str, out: Outcome
 ) -> DeviceError | None:
-    """Destroy kept instances whose wait is over; the first node fault is returned."""
+    """Destroy kept instances whose wait is over or whose job has moved on; the first
+    node fault is returned."""
+    moved_on = _moved_on(state)
     for k in state.kept():
-        if k.until > now:
+        if k.until > now and k.for_job not in moved_on:
             continue
         try:
             gone = not _destroy(backend, k.gpu, k.uuid, job_id)
@@ -499,7 +507,7 @@ def _release(
     end = clock()
     seconds = max(0.0, end - rec.ready)
     ran = f"after {seconds:.1f} s"
-    if rec.keep_for:
+    if rec.keep_for and rec.keep_for not in _moved_on(state):
         until = end + config.reuse_wait
         state.put_kept(_kept(rec, for_job=rec.keep_for, until=until))
         out.say(

@@ -260,6 +260,20 @@ class NodeState:
     def remove_kept(self, uuid: str) -> bool:
         return self._remove(self._path("kept", _file_name(uuid)))
 
+    def finished_jobs(self, last: int = 1000) -> set[str]:
+        """Ids of the jobs among the last ``last`` lines of the runtime log."""
+        try:
+            lines = self.runtimes_path.read_text().splitlines()[-last:]
+        except OSError:
+            return set()
+        done = set()
+        for line in lines:
+            try:
+                done.add(str(json.loads(line)["job_id"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return done
+
     def append_runtime(self, entry: dict) -> None:
         """Append one JSON line to ``runtimes.jsonl`` (one ``write`` call, O_APPEND)."""
         self._ensure(self.root)
