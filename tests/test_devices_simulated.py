@@ -437,3 +437,13 @@ def test_backends_do_not_import_heavy_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_uuids_are_rfc4122_version_5_as_the_uuid_module_makes_them():
+    import uuid
+
+    from slurm_mig.devices.simulated import _UUID_NAMESPACE, _uuid5
+
+    ns = uuid.UUID(bytes=_UUID_NAMESPACE)
+    for name in ("node1/gpu/0", "GPU-1234/3/7", "ü"):
+        assert _uuid5(name) == str(uuid.uuid5(ns, name))
