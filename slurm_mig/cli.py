@@ -69,6 +69,9 @@ planners (--planner):
   auto          FAR, plus an exact search where the batch is small enough (default)
   far           FAR phases 1-3: allotment family, LPT list scheduling over the
                 repartitioning tree, moves and swaps
+  far-pcie      FAR candidates ranked under the PCIe slowdown model (Eq. 2) for
+                tasks with alpha/pcie_demand in their meta (the simulator's
+                far-pcie policy); plain FAR for task files, which carry none
   exact         branch and bound over FAR's search space (small batches only)
   miso-opt      MISO's optimizer: per step the partition that maximises summed speedup
   fixpart-best  the best fixed partition, never reconfigured

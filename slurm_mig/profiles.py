@@ -231,7 +231,17 @@ class RuntimeStore:
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         """Create the schema (version SCHEMA_VERSION) once; refuse a newer one."""
-        db.execute("PRAGMA journal_mode = WAL")
+        # Switching to WAL needs an exclusive lock and SQLite does not wait for it (the
+        # busy timeout is not applied), so two processes creating the file race: retry.
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         db.execute("BEGIN IMMEDIATE")
         try:
             (version,) = db.execute("PRAGMA user_version").fetchone()
