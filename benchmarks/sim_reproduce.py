@@ -24,9 +24,9 @@ import json
 import statistics
 from pathlib import Path
 
+from slurm_mig.cli.simulate import parse_policies
 from slurm_mig.geometry import get_model
 from slurm_mig.sim import simulate
-from slurm_mig.sim.command import parse_policies
 from slurm_mig.sim.jobs import build_workload, shared_data_dir
 from slurm_mig.sim.policies import UnknownPolicy, get_policy
 

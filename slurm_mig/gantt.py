@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .geometry import Slot
-from .plan import Plan
+from .plan import Plan, PlanError
 
 CREATE = "#00bcd4"  # cyan
 DESTROY = "#e53935"  # red
@@ -247,3 +247,15 @@ def _label(ax, text, start, end, lo, n, x_per_in, row_in, rgb) -> None:
             zorder=5,
         )
         return
+
+
+def write_gantt(plan: Plan, path: str | Path, title: str | None = None) -> Path:
+    """Draw ``plan`` to ``path``; PlanError (one line) when matplotlib is missing."""
+    out = Path(path)
+    try:
+        draw_gantt(plan, out, title=title)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "matplotlib":
+            raise
+        raise PlanError("Gantt charts need matplotlib; pip install matplotlib") from None
+    return out

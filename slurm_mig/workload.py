@@ -10,9 +10,13 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from .geometry import GpuModel
+
+# Embedded task tables: name -> (file in slurm_mig/data, its GPU model).
+BUILTIN_TASKS = {"rodinia-a100": ("rodinia_a100.csv", "A100-40GB")}
 
 
 class WorkloadError(ValueError):
@@ -203,6 +207,18 @@ def load_tasks(path: str | Path, model: GpuModel) -> list[Task]:
         tasks = parse_csv(text, str(p))
     validate(tasks, model, str(p))
     return tasks
+
+
+def load_task_source(source: str, model: GpuModel) -> list[Task]:
+    """Tasks from a file, or from the embedded table named ``source`` (``rodinia-a100``)."""
+    key = source.strip().lower()
+    if key in BUILTIN_TASKS and not Path(source).exists():
+        filename, _ = BUILTIN_TASKS[key]
+        text = resources.files("slurm_mig").joinpath("data", filename).read_text()
+        tasks = parse_csv(text, key)
+        validate(tasks, model, key)
+        return tasks
+    return load_tasks(source, model)
 
 
 # ---------------------------------------------------------------------------

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 from support import shared_file
 
-from slurm_mig import cli
+from slurm_mig.cli import common as cli_common
+from slurm_mig.cli import demo as cli_demo
 from slurm_mig.cli import main
 from slurm_mig.geometry import get_model
 from slurm_mig.plan import validate_plan
-from slurm_mig.workload import generate, load_tasks, tasks_to_csv
+from slurm_mig.workload import generate, load_task_source, load_tasks, tasks_to_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 A100 = get_model("A100-40GB")
@@ -49,7 +50,7 @@ def run_module(*argv: str, **kw) -> subprocess.CompletedProcess:
 
 
 def embedded_tasks():
-    return cli.load_task_source("rodinia-a100", A100)
+    return load_task_source("rodinia-a100", A100)
 
 
 # ---------------------------------------------------------------------------
@@ -87,7 +88,7 @@ def test_plan_default_planner_is_auto_and_its_plan_is_valid(capsys):
     assert rc == 0, err
     data = json.loads(out)
     assert validate_plan(data, embedded_tasks()) == []
-    assert cli.DEFAULT_PLANNER == "auto"
+    assert cli_common.DEFAULT_PLANNER == "auto"
 
 
 # ---------------------------------------------------------------------------
@@ -399,24 +400,24 @@ def test_demo_compares_every_planner_and_draws_far(tmp_path, capsys, monkeypatch
     rows = {
         ln.split()[0]: ln
         for ln in lines
-        if ln and ln.split()[0] in {p for p, _, _ in cli.DEMO_PLANNERS}
+        if ln and ln.split()[0] in {p for p, _, _ in cli_demo.DEMO_PLANNERS}
     }
-    assert set(rows) == {p for p, _, _ in cli.DEMO_PLANNERS}
+    assert set(rows) == {p for p, _, _ in cli_demo.DEMO_PLANNERS}
     far = rows["far"].split()
     assert far[4] == "1.000" and "valid" in far  # sigma of FAR against itself
     assert "FAR: rho 1.22" in rows["far"]
-    for name, label, paper in cli.DEMO_PLANNERS:
+    for name, label, paper in cli_demo.DEMO_PLANNERS:
         if paper is not None:
             assert f"{label}: sigma {paper:.2f}" in rows[name]
         assert "INVALID" not in rows[name]
-    png = tmp_path / cli.DEFAULT_GANTT
+    png = tmp_path / cli_demo.DEFAULT_GANTT
     assert png.read_bytes().startswith(PNG_MAGIC)
     assert f"FAR Gantt chart: {png.resolve()}" in out
 
 
 def test_demo_survives_a_failing_planner(tmp_path, capsys, monkeypatch):
     planners = (("far", "FAR", None), ("fixpart-9", "FIXPART(9)", 1.0))
-    monkeypatch.setattr(cli, "DEMO_PLANNERS", planners)
+    monkeypatch.setattr(cli_demo, "DEMO_PLANNERS", planners)
     rc, out, err = run(capsys, "demo", "--gantt", str(tmp_path / "g.png"))
     assert rc == 0, err
     row = next(ln for ln in out.splitlines() if ln.startswith("fixpart-9"))

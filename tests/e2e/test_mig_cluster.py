@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_mig.cli import load_task_source
+from slurm_mig.demo.live import LiveCluster, chain_length, handoff_gaps, overlapping_lifetimes
 from slurm_mig.geometry import get_model
 from slurm_mig.slurm.assignment import comment_with_token
-from slurm_mig.slurm.live import LiveCluster, chain_length, handoff_gaps, overlapping_lifetimes
+from slurm_mig.workload import load_task_source
 
 from .conftest import require_local_slurm
 

@@ -43,7 +43,7 @@ create/destroy operations and the simulation's own run time.
 
 
 def add_parser(sub, formatter) -> argparse.ArgumentParser:
-    from .policies import policy_names
+    from ..sim.policies import policy_names
 
     others = [n for n in policy_names() if n not in ("baseline", "far")]
     si = sub.add_parser(
@@ -82,7 +82,7 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                     help="draw the JCT CDF and the utilisation over time to this PNG")  # fmt: skip
     si.add_argument("--check", action="store_true",
                     help="assert the simulator's invariants after every event (slower)")  # fmt: skip
-    si.set_defaults(handler=cmd_simulate)
+    si.set_defaults(handler=run)
     return si
 
 
@@ -114,7 +114,7 @@ def _value(text: str):
 
 def parse_policies(spec: str) -> list[tuple[str, str, dict]]:
     """``"baseline,far:moldable=false"`` -> [(label, name, options), ...]."""
-    from .policies import UnknownPolicy
+    from ..sim.policies import UnknownPolicy
 
     out = []
     for part in spec.split(","):
@@ -139,14 +139,14 @@ def parse_policies(spec: str) -> list[tuple[str, str, dict]]:
     return out
 
 
-def cmd_simulate(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from ..geometry import get_model
-    from .api import PolicyError
-    from .cluster import InvariantError
-    from .engine import SimInputError, simulate
-    from .jobs import build_workload
-    from .policies import get_policy
-    from .progress import Progress
+    from ..sim.api import PolicyError
+    from ..sim.cluster import InvariantError
+    from ..sim.engine import SimInputError, simulate
+    from ..sim.jobs import build_workload
+    from ..sim.policies import get_policy
+    from ..sim.progress import Progress
 
     model = get_model(args.gpu_model)
     if args.gpus % args.nodes:
@@ -191,7 +191,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def _plot(results, args) -> None:
     from ..plan import PlanError
-    from .plot import draw
+    from ..sim.plot import draw
 
     try:
         out = draw(results, args.plot, title=f"{args.workload} on {args.gpus} x {args.gpu_model}")

@@ -5,7 +5,7 @@ instances, sleeps for the kernel's profiled time on that slice size (times ``sca
 and appends one JSON line {job, kernel, node, uuid, profile, size, gpu, placement,
 start, end, alive_at_end} to ``log``: what the test compares with the plan.
 
-    python -m slurm_mig.slurm.demo_job KERNEL SCALE SIM_ROOT LOG
+    python -m slurm_mig.demo.job KERNEL SCALE SIM_ROOT LOG
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from slurm_mig.cli import load_task_source
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import get_model
+from slurm_mig.workload import load_task_source
 
 
 def main(kernel: str, scale: float, sim_root: str, log: str) -> int:

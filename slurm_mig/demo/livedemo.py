@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 from ..geometry import Placement, Slot, get_model
-from ..localslurm import skip_reason
 from ..plan import Plan, PlannedTask, Reconfiguration, lower_bound
 from .live import LiveCluster, chain_length, handoff_gaps, overlapping_lifetimes
+from .localslurm import skip_reason
 
 MODEL = "A100-40GB"
 
@@ -60,7 +60,8 @@ def realized_plan(records: list[dict], audit: list[dict], t0: float, tasks) -> P
 
 def run_live_demo(gantt: str, scale: float = 2.0, copies: int = 24) -> int:
     """Run the demo batch on a loopback Slurm; 0 when every job ran as planned."""
-    from ..cli import _write_gantt, load_task_source
+    from ..gantt import write_gantt
+    from ..workload import load_task_source
 
     model = get_model(MODEL)
     tasks = load_task_source("rodinia-a100", model)
@@ -133,7 +134,7 @@ def run_live_demo(gantt: str, scale: float = 2.0, copies: int = 24) -> int:
             print(
                 "every job ran on its planned slice" if ok else "SOMETHING DID NOT RUN AS PLANNED"
             )
-            out = _write_gantt(
+            out = write_gantt(
                 realized_plan(list(records.values()), audit, t0, tasks),
                 gantt,
                 title=f"{len(ids)} Rodinia jobs as run by Slurm on 2 simulated {MODEL}",

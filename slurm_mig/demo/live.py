@@ -2,10 +2,10 @@
 GPUs and the planner daemon, for the end-to-end tests and the live ``make demo``.
 
 `LiveCluster` writes a config for ``nodes`` x ``gpus`` simulated GPUs, starts Slurm
-(slurm_mig.localslurm) with our Prolog, Epilog, TaskProlog and job_submit.lua, seeds
+(slurm_mig.demo.localslurm) with our Prolog, Epilog, TaskProlog and job_submit.lua, seeds
 the runtime store with profiled runtimes, runs ``slurm-mig planner`` as a separate
 process, submits jobs that sleep their kernel's time on the slice they were given
-(slurm_mig/slurm/demo_job.py) and collects what ran: the jobs' own records, the
+(slurm_mig/demo/job.py) and collects what ran: the jobs' own records, the
 simulated devices' audit logs and each job's planned assignment (its AdminComment).
 """
 
@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..geometry import Placement
-from ..localslurm import LocalSlurm
 from ..profiles import RuntimeStore
+from ..slurm.assignment import Assignment, generate_key
+from ..slurm.client import SlurmClient
+from ..slurm.cycle import parse_admin_comment
 from ..workload import Task
-from .assignment import Assignment, generate_key
-from .client import SlurmClient
-from .cycle import parse_admin_comment
+from .localslurm import LocalSlurm
 
 ROOT = Path(__file__).resolve().parents[2]
 DONE_STATES = frozenset(
@@ -190,7 +190,7 @@ class LiveCluster:
     def submit(self, kernel: str, scale: float, user: str | None = None) -> str:
         assert self.cluster is not None
         wrap = (
-            f"env PYTHONPATH={ROOT} {sys.executable} -m slurm_mig.slurm.demo_job "
+            f"env PYTHONPATH={ROOT} {sys.executable} -m slurm_mig.demo.job "
             f"{kernel} {scale} {self.sim_root} {self.job_log}"
         )
         return self.cluster.sbatch(

@@ -1,0 +1,58 @@
+"""``slurm-mig check-config``: check a config file and summarise it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..geometry import MODELS
+from .common import Formatter, wrap
+
+
+def add_parser(sub) -> None:
+    cc = sub.add_parser(
+        "check-config",
+        formatter_class=Formatter,
+        help="check a slurm-mig config file and summarise it",
+        description=wrap(
+            "Read a slurm-mig config file and check every section and key: types, ranges, "
+            "GPU models, hostlists, paths. Prints 'PATH: ok' and a summary (partition, "
+            "nodes, GPUs by model, device backend) and exits 0, or prints one line per "
+            "problem (file, section.key, the fix) and exits 1. The annotated example is "
+            "contrib/config.toml."
+        ),
+    )
+    cc.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="?",
+        help="config file (default: $SLURM_MIG_CONFIG, else /etc/slurm-mig/config.toml)",
+    )
+    cc.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import ConfigError, config_path, load_config
+
+    path = config_path(args.path)
+    try:
+        config = load_config(args.path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem)
+        n = len(exc.problems)
+        print(f"{path}: {n} problem{'s' if n != 1 else ''}", file=sys.stderr)
+        return 1
+    counts: dict[str, int] = {}
+    for models in config.nodes.values():
+        for m in models:
+            counts[m] = counts.get(m, 0) + 1
+    gpus = sum(counts.values())
+    order = list(MODELS)
+    by_model = ", ".join(f"{counts[m]} x {m}" for m in sorted(counts, key=order.index))
+    print(f"{path}: ok")
+    print(f"partition  {config.partition}")
+    print(f"nodes      {len(config.nodes)}")
+    print(f"gpus       {gpus} ({by_model})")
+    print(f"backend    {config.backend}")
+    return 0

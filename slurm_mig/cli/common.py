@@ -1,0 +1,141 @@
+"""What every ``slurm-mig`` command shares: the program name, the help formatter, the
+errors that are the operator's input (one line, exit 2), and small output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import textwrap
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+from ..geometry import MODELS, GeometryError, GpuModel, get_model
+from ..plan import Plan, PlanError
+from ..planner import Batch, UnknownPlanner, get_planner
+from ..workload import BUILTIN_TASKS, Task, WorkloadError
+
+PROG = "slurm-mig"
+DEFAULT_PLANNER = "auto"
+
+# Errors that are the operator's input, not a bug: one line, exit 2.
+INPUT_ERRORS = (WorkloadError, GeometryError, UnknownPlanner, PlanError, OSError, ValueError)
+
+TASKS_HELP = """\
+task input (TASKS):
+  A CSV or JSON file with one runtime in seconds per task and MIG instance size
+  (compute slices); 'inf' means the task cannot run on that size. Every task
+  needs a time for every size of the GPU model (A30: 1,2,4; the others: 1,2,3,4,7).
+    wide CSV   id,1,2,3,4,7            one row per task
+    long CSV   kernel,size,seconds     one row per task and size
+    JSON       [{"id": "job-17", "times": {"1": 310.0, "2": 160.5, ...}}, ...]
+  The name rodinia-a100 selects the embedded table of 16 Rodinia kernels profiled
+  on an A100 (FAR paper, Section 6.4.1); its GPU model defaults to A100-40GB.
+"""
+
+MODELS_HELP = "GPU models: " + ", ".join(MODELS) + " (A30, A100, H100 are short names)."
+
+PLANNERS_HELP = """\
+planners (--planner):
+  auto          FAR, plus an exact search where the batch is small enough (default)
+  far           FAR phases 1-3: allotment family, LPT list scheduling over the
+                repartitioning tree, moves and swaps
+  far-pcie      FAR candidates ranked under the PCIe slowdown model (Eq. 2) for
+                tasks with alpha/pcie_demand in their meta (the simulator's
+                far-pcie policy); plain FAR for task files, which carry none
+  exact         branch and bound over FAR's search space (small batches only)
+  miso-opt      MISO's optimizer: per step the partition that maximises summed speedup
+  fixpart-best  the best fixed partition, never reconfigured
+  fixpart-SIZES one fixed partition, sizes left to right, e.g. fixpart-7,
+                fixpart-4-3, fixpart-1-1-1-1-1-1-1
+"""
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
+
+
+def wrap(text: str) -> str:
+    return textwrap.fill(text, width=79)
+
+
+def version() -> str:
+    try:
+        return metadata.version("slurm-mig")
+    except metadata.PackageNotFoundError:
+        return "0.1.0 (source tree, not installed)"
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return value
+
+
+def model_for(source: str, name: str | None) -> GpuModel:
+    if name is not None:
+        return get_model(name)
+    builtin = BUILTIN_TASKS.get(source.strip().lower())
+    if builtin is not None and not Path(source).exists():
+        return get_model(builtin[1])
+    raise GeometryError(f"give --gpu-model for {source}; models: {', '.join(MODELS)}")
+
+
+def run_planner(
+    name: str,
+    tasks: Sequence[Task],
+    model: GpuModel,
+    gpus: int,
+    time_budget: float | None = None,
+) -> tuple[Plan, float]:
+    """Plan with the named planner; returns the plan and the wall time in seconds.
+
+    ``time_budget`` bounds the exact planner's search (seconds); others ignore it."""
+    planner = get_planner(name)
+    if time_budget is not None and name.strip().lower() == "exact":
+        from ..planner.exact import plan_exact
+
+        def planner(batch: Batch) -> Plan:
+            return plan_exact(batch, time_budget=time_budget)
+
+    t0 = time.perf_counter()
+    plan = planner(Batch(tuple(tasks), model, gpus))
+    return plan, time.perf_counter() - t0
+
+
+def size_option(option: str, text: str, zero: bool = False) -> int:
+    from ..slurm.hints import parse_size
+
+    if zero and text.strip() == "0":
+        return 0
+    try:
+        return parse_size(text.strip())
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
+
+
+def slices_text(slices: Sequence[int]) -> str:
+    if not slices:
+        return "-"
+    return str(slices[0]) if len(slices) == 1 else f"{slices[0]}-{slices[-1]}"
+
+
+def table(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for row in rows:
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))
+        ]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.3f}" if b > 0 and math.isfinite(a) else "inf"

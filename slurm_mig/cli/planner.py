@@ -1,0 +1,63 @@
+"""``slurm-mig planner``: the daemon that holds, plans and releases MIG partition jobs
+(slurm_mig/slurm/daemon.py)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from .common import Formatter, wrap
+
+log = logging.getLogger("slurm_mig")
+
+
+def add_parser(sub) -> None:
+    pn = sub.add_parser(
+        "planner",
+        formatter_class=Formatter,
+        help="run the planner daemon: hold, plan (FAR) and release MIG partition jobs",
+        description=wrap(
+            "Every [planner] cycle seconds: read the MIG partition's jobs (squeue) and "
+            "nodes (sinfo), hold new jobs, plan held ones in batches with FAR onto the "
+            "GPUs of the usable nodes, write each job's assignment (AdminComment, "
+            "ReqNodeList) and release a job once its slices are free, with a signed "
+            "token in its Comment. Logs one line per action. All its state is in Slurm: "
+            "it can be stopped (SIGTERM) and restarted at any time. SIGHUP plans at once. "
+            "After each cycle it writes <state_dir>/planner-status.json. Run it as root "
+            "on the slurmctld host (contrib/slurm-mig-planner.service)."
+        ),
+    )
+    pn.add_argument(
+        "--config",
+        metavar="PATH",
+        help="config file (default: $SLURM_MIG_CONFIG, else /etc/slurm-mig/config.toml)",
+    )
+    pn.add_argument(
+        "--once",
+        action="store_true",
+        help="run one cycle and exit: 0 when every action applied, 1 when one failed or "
+        "Slurm could not be read",
+    )
+    pn.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the actions one cycle would take, one per line, and apply none "
+        "(implies --once; needs no signing key)",
+    )
+    pn.add_argument(
+        "-v",
+        "--verbose",
+        dest="planner_verbose",
+        action="count",
+        default=0,
+        help="debug detail (actions and a summary per cycle are logged without it)",
+    )
+    pn.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..slurm.daemon import run_planner
+
+    verbose = args.verbose + args.planner_verbose
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+    return run_planner(args.config, once=args.once, dry_run=args.dry_run)
