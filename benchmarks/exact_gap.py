@@ -23,7 +23,7 @@ import time
 from slurm_mig.geometry import get_model
 from slurm_mig.planner import Batch
 from slurm_mig.planner.exact import auto_budget, plan_auto, plan_exact
-from slurm_mig.planner.far import plan_far
+from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.workload import generate
 
 # (model, scaling, n, gpus, seeds as a share of --seeds)

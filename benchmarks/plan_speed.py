@@ -16,7 +16,7 @@ import time
 
 from slurm_mig.geometry import get_model
 from slurm_mig.planner import Batch
-from slurm_mig.planner.far import plan_far
+from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.workload import generate
 
 TARGET_MS = {15: 2.0, 1000: 100.0}

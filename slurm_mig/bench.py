@@ -21,7 +21,8 @@ from .geometry import get_model
 from .plan import sigma
 from .planner import Batch, get_planner
 from .planner.concat import concat_batch, trivial_concat
-from .planner.far import far_schedule, plan_far, time_assignment
+from .planner.far import far_schedule, time_assignment
+from .planner.far_planner import plan_far
 from .workload import Task, generate, parse_csv
 
 SCALINGS = ("POORSCALING", "MIXEDSCALING", "GOODSCALING")
@@ -169,14 +170,14 @@ def table7(reps: int) -> dict:
                 ]
                 ra = far_schedule(a, model)
                 first, _ = time_assignment(ra.forest, a, ra.assign)
-                triv = trivial_concat(first.states, b, far_schedule(b, model)).makespan
+                triv = trivial_concat(first.gpus(), b, far_schedule(b, model)).makespan
                 rev = concat_batch(
-                    first.states, b, far_schedule(b, model), improve=False, mirror=False
+                    first.gpus(), b, far_schedule(b, model), improve=False, mirror=False
                 )
                 imp = concat_batch(
-                    first.states, b, far_schedule(b, model), improve=True, mirror=False
+                    first.gpus(), b, far_schedule(b, model), improve=True, mirror=False
                 )
-                ours = concat_batch(first.states, b, far_schedule(b, model))
+                ours = concat_batch(first.gpus(), b, far_schedule(b, model))
                 prev.append((triv / rev.timeline.makespan - 1) * 100)
                 pms.append((triv / imp.timeline.makespan - 1) * 100)
                 full.append((triv / ours.timeline.makespan - 1) * 100)

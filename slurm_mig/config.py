@@ -30,7 +30,6 @@ DEFAULT_CONFIG_PATH = Path("/etc/slurm-mig/config.toml")
 DEFAULT_KEY_FILE = Path("/etc/slurm-mig/key")
 CONFIG_ENV = "SLURM_MIG_CONFIG"
 EXAMPLE_CONFIG = "contrib/config.toml"
-ALGORITHMS = ("far", "auto")
 BACKENDS = ("nvml", "simulated")
 NODE_TOKEN = "%n"  # expanded to the node name in run_dir and simulated_dir
 MAX_HOSTLIST = 65536  # most names one hostlist expression may expand to
@@ -129,9 +128,9 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         "log_file": _Field("log_file", "optpath", "", '"" (stderr) or "/var/log/slurm-mig.log"'),
     },
     "planner": {
-        "algorithm": _Field("algorithm", "choice", "far", '"far"', choices=ALGORITHMS),
+        "algorithm": _Field("algorithm", "policy", "far", '"far"'),
         "batch_window": _Field("batch_window", "float", 30.0, "30.0", _NON_NEGATIVE),
-        "batch_size": _Field("batch_size", "int", 1024, "1024", _at_least(1, strict=False)),
+        "batch_size": _Field("batch_size", "int", 0, "0 (all waiting jobs)", _NON_NEGATIVE),
         "cycle": _Field("cycle", "float", 5.0, "5.0", _POSITIVE),
         "token_ttl": _Field("token_ttl", "float", 3600.0, "3600.0", _POSITIVE),
         "default_runtime": _Field("default_runtime", "float", 3600.0, "3600.0", _POSITIVE),
@@ -281,15 +280,34 @@ def _validate(data: Mapping, source: Path | None) -> tuple[Config | None, list[s
     return Config(nodes=nodes, source=source, **values), []  # type: ignore[arg-type]
 
 
+def _check_policy(value: str) -> str | None:
+    """Why ``value`` is not a registered policy name (listing them), or None."""
+    from .planner.registry import UnknownPolicy, policy_info, policy_names
+
+    try:
+        policy_info(value)
+    except UnknownPolicy:
+        names = [n for n in policy_names() if n != "fixpart-SIZES"] + ["fixpart-<sizes>"]
+        near = _close(value, names, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return (
+            f"unknown policy {value!r}{hint}; choose one of {', '.join(names)} "
+            "('slurm-mig plan --help' says what each does)"
+        )
+    return None
+
+
 def _check_value(field: _Field, value: object) -> str | None:
     """Why ``value`` does not fit ``field``, with the fix; None when it fits."""
     fix = f"write e.g. {field.example}"
-    if field.kind in ("str", "choice", "path", "optpath"):
+    if field.kind in ("str", "choice", "policy", "path", "optpath"):
         if not isinstance(value, str):
             return f"must be a string in quotes, got {_toml(value)}; {fix}"
         if field.kind == "str":
             if not value.strip() or any(c.isspace() or c == "," for c in value):
                 return f"must be one Slurm name without spaces or commas, got {value!r}; {fix}"
+        elif field.kind == "policy":
+            return _check_policy(value)
         elif field.kind == "choice":
             if value not in field.choices:
                 near = _close(value, field.choices, n=1)

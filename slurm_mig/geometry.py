@@ -341,6 +341,89 @@ def valid_partitions(model_name: str) -> tuple[tuple[Slot, ...], ...]:
     return tuple(sorted(set(found), key=lambda p: [(-x.size, x.placement.start) for x in p]))
 
 
+# ---------------------------------------------------------------------------
+# Bit masks: bit i is memory (or compute) slice i. A 3g instance at 0 holds memory 0b1111
+# and computes on 0b0111.
+
+
+def slot_mask(slot: Slot) -> int:
+    """Memory-slice bitmask of an instance at ``slot``."""
+    p = slot.placement
+    return ((1 << p.size) - 1) << p.start
+
+
+def compute_mask(slot: Slot) -> int:
+    """Compute-slice bitmask of an instance at ``slot``."""
+    return ((1 << slot.size) - 1) << slot.placement.start
+
+
+@dataclass(frozen=True)
+class MaskTables:
+    """Lookup tables of one model's planner slots, built once per model. Slots are
+    numbered by placement order; these Slot objects are canonical (fast ``index_of``)."""
+
+    model: GpuModel
+    slots: tuple[Slot, ...]  # by placement
+    masks: tuple[int, ...]  # memory-slice mask of slots[i]
+    mask: dict[Slot, int]
+    by_size: dict[int, tuple[Slot, ...]]  # legal slots of each size, by placement
+    fit_sizes: tuple[frozenset[int], ...]  # sizes with a slot avoiding memory mask m
+    first_fit: tuple[dict[int, Slot], ...]  # first slot of each size avoiding memory mask m
+    memory: dict[int, int]  # usable bytes of each size's profile
+    _by_id: dict[int, int]
+    _by_eq: dict[Slot, int]
+
+    def index_of(self, slot: Slot) -> int | None:
+        """Number of a planner slot (None if it is not one); fast for canonical ones."""
+        i = self._by_id.get(id(slot))
+        return i if i is not None else self._by_eq.get(slot)
+
+    def first_free(self, size: int, blocked: int) -> Slot | None:
+        """The first legal slot of ``size`` sharing no memory slice with ``blocked``."""
+        return self.first_fit[blocked].get(size)
+
+
+_TABLES: dict[str, MaskTables] = {}
+
+
+def mask_tables(model: GpuModel) -> MaskTables:
+    """The tables of ``model`` (built on first use, then cached by model name)."""
+    tables = _TABLES.get(model.name)
+    if tables is None or tables.model is not model:
+        tables = _TABLES[model.name] = _build_tables(model)
+    return tables
+
+
+def _build_tables(model: GpuModel) -> MaskTables:
+    slots = tuple(sorted(planner_slots(model), key=lambda s: (s.placement.start, s.size)))
+    masks = tuple(slot_mask(s) for s in slots)
+    mask = dict(zip(slots, masks))
+    by_size = {size: tuple(s for s in slots if s.size == size) for size in model.planner_sizes}
+    fit, first = [], []
+    for m in range(1 << model.memory_slices):
+        found = {}
+        for size, cands in by_size.items():
+            for s in cands:
+                if not mask[s] & m:
+                    found[size] = s
+                    break
+        first.append(found)
+        fit.append(frozenset(found))
+    memory = {s: model.profile_for_size(s).memory_bytes for s in model.planner_sizes}
+    return MaskTables(
+        model,
+        slots,
+        masks,
+        mask,
+        by_size,
+        tuple(fit),
+        tuple(first),
+        memory,
+        {id(s): i for i, s in enumerate(slots)},
+        {s: i for i, s in enumerate(slots)},
+    )
+
+
 def partition_name(partition: Iterable[Slot]) -> str:
     """Sizes left to right, as the paper writes partitions: ``4-2-1``."""
     return "-".join(str(s.size) for s in sorted(partition))

@@ -25,12 +25,16 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class PlannedTask:
+    """A task on an instance from ``start`` to ``end``. ``running``: a job already on
+    the GPU when the plan was made (its start is the plan's start), not planned by it."""
+
     id: str
     gpu: int
     slot: Slot
     start: float
     end: float
     batch: int = 0
+    running: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class Plan:
                     "start": round(t.start, 9),
                     "end": round(t.end, 9),
                     "batch": t.batch,
+                    **({"running": True} if t.running else {}),
                 }
                 for t in sorted(self.tasks, key=lambda t: (t.start, t.gpu, t.slot))
             ],
@@ -164,6 +169,7 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
         return [f"plan header: {exc}"]
 
     planned = []
+    fixed: set[int] = set()  # indexes into planned of tasks already running at the start
     for i, t in enumerate(data.get("tasks", [])):
         where = f"task {t.get('id', i)!r}"
         try:
@@ -180,12 +186,16 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
             )
         if not (start >= -EPS and end >= start):
             errors.append(f"{where}: bad interval [{start}, {end}]")
+        if t.get("running") is True:
+            fixed.add(len(planned))
         planned.append((str(t.get("id")), gpu, slot, start, end))
 
     if tasks is not None:
         by_id = {t.id: t for t in tasks}
         counts: dict[str, int] = defaultdict(int)
-        for tid, _, slot, start, end in planned:
+        for k, (tid, _, slot, start, end) in enumerate(planned):
+            if k in fixed:
+                continue
             counts[tid] += 1
             task = by_id.get(tid)
             if task is None:

@@ -252,7 +252,7 @@ BAD_INPUTS = [
         "unknown-planner",
         WIDE + "a,4,3,2,1,1\n",
         ["--planner", "greedy"],
-        "unknown planner 'greedy'",
+        "unknown policy 'greedy'",
     ),
     ("no-model", WIDE + "a,4,3,2,1,1\n", ["<no-model>"], "--gpu-model"),
 ]

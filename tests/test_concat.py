@@ -63,8 +63,8 @@ def test_second_batch_waits_for_the_slices_of_the_first():
     b = [Task("b" + t.id, t.times) for t in generate(10, A100, "POORSCALING", "WIDETIMES", 0.0, 2)]
     ra = far_schedule(a, A100)
     first, _ = time_assignment(ra.forest, a, ra.assign)
-    free = slice_free_times(ra.forest, first.states)
-    cat = concat_batch(first.states, b, far_schedule(b, A100), improve=False)
+    free = slice_free_times(ra.forest, first.live)
+    cat = concat_batch(first.gpus(), b, far_schedule(b, A100), improve=False)
     for t in cat.timeline.tasks:
         assert all(t.start >= free[s] - 1e-9 for s in t.slot.slices)
 
@@ -79,9 +79,9 @@ def test_reversed_concatenation_beats_trivial_on_average():
         ]
         ra = far_schedule(a, A100)
         first, _ = time_assignment(ra.forest, a, ra.assign)
-        triv = trivial_concat(first.states, b, far_schedule(b, A100)).makespan
-        rev = concat_batch(first.states, b, far_schedule(b, A100), improve=False).timeline.makespan
-        imp = concat_batch(first.states, b, far_schedule(b, A100), improve=True).timeline.makespan
+        triv = trivial_concat(first.gpus(), b, far_schedule(b, A100)).makespan
+        rev = concat_batch(first.gpus(), b, far_schedule(b, A100), improve=False).timeline.makespan
+        imp = concat_batch(first.gpus(), b, far_schedule(b, A100), improve=True).timeline.makespan
         assert imp <= rev + 1e-9  # the move/swap step is kept only when it helps
         gain_rev.append(triv / rev - 1)
         gain_imp.append(triv / imp - 1)

@@ -59,7 +59,7 @@ def test_only_nodes_is_required_and_everything_else_takes_the_documented_default
         log_file=None,
         algorithm="far",
         batch_window=30.0,
-        batch_size=1024,
+        batch_size=0,
         cycle=5.0,
         token_ttl=3600.0,
         default_runtime=3600.0,
@@ -213,7 +213,7 @@ ERROR_CASES = [
     ("[slurm]\npartition = 7", "slurm.partition", ["must be a string", "got 7", '"mig"']),
     ("[slurm]\npartition = 'a b'", "slurm.partition", ["without spaces", "'a b'"]),
     ("[slurm]\npartition = ''", "slurm.partition", ["one Slurm name"]),
-    ("[planner]\nbatch_size = 0", "planner.batch_size", ["must be >= 1, got 0", "e.g. 1024"]),
+    ("[planner]\nbatch_size = -1", "planner.batch_size", ["must be >= 0, got -1", "e.g. 0"]),
     ("[planner]\nbatch_size = 2.5", "planner.batch_size", ["whole number", "2.5"]),
     ("[planner]\nbatch_size = true", "planner.batch_size", ["whole number", "got true"]),
     ("[planner]\ncycle = '5'", "planner.cycle", ["number without quotes", '"5" (a string)']),
@@ -225,8 +225,12 @@ ERROR_CASES = [
     ("[planner]\nbatch_window = -1", "planner.batch_window", ["must be >= 0"]),
     ("[planner]\nserial_fraction = 1.5", "planner.serial_fraction", ["between 0 and 1", "1.5"]),
     ("[planner]\nserial_fraction = -0.1", "planner.serial_fraction", ["between 0 and 1"]),
-    ("[planner]\nalgorithm = 'fra'", "planner.algorithm", ["did you mean 'far'", "'auto'"]),
-    ("[planner]\nalgorithm = 'miso'", "planner.algorithm", ["choose one of 'far', 'auto'"]),
+    ("[planner]\nalgorithm = 'fra'", "planner.algorithm", ["did you mean 'far'", "auto"]),
+    (
+        "[planner]\nalgorithm = 'miso'",
+        "planner.algorithm",
+        ["unknown policy 'miso'", "far, far-pcie", "frag-aware", "fixpart-<sizes>"],
+    ),
     ("[device]\nbackend = 'nvlm'", "device.backend", ["did you mean 'nvml'", "'simulated'"]),
     ("[device]\nlatency_scale = -1", "device.latency_scale", ["must be >= 0, got -1"]),
     ("[hooks]\nreuse_wait = -5", "hooks.reuse_wait", ["must be >= 0"]),
@@ -315,7 +319,7 @@ def test_check_config_reports_every_problem_not_just_the_first(tmp_path):
         "gpu[01-02]" = ["A100", "A10"]
         "gpu02" = ["A100"]
         [planner]
-        batch_size = 0
+        batch_size = -1
         cycle = "5"
         [device]
         backend = "nvlm"
@@ -467,7 +471,7 @@ def test_check_config_command_prints_ok_and_a_summary(tmp_path, capsys):
 
 
 def test_check_config_command_lists_each_problem_and_exits_1(tmp_path, capsys):
-    path = write(tmp_path, NODES + "[planner]\nbatch_size = 0\ncycle = -1\n")
+    path = write(tmp_path, NODES + "[planner]\nbatch_size = -1\ncycle = -1\n")
     rc = main(["check-config", str(path)])
     out, err = capsys.readouterr()
     assert rc == 1
@@ -561,7 +565,7 @@ def test_keygen_without_any_config_uses_the_default_key_path(tmp_path, capsys, m
 
 
 def test_keygen_with_a_broken_config_says_so_instead_of_guessing(tmp_path, capsys):
-    path = write(tmp_path, NODES + "[planner]\nbatch_size = 0\ncycle = 0\n")
+    path = write(tmp_path, NODES + "[planner]\nbatch_size = -1\ncycle = 0\n")
     assert main(["keygen", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"'slurm-mig check-config {path}'" in err and "2 problems" in err

@@ -28,6 +28,7 @@ from slurm_mig.slurm.assignment import (
     verify,
 )
 from slurm_mig.slurm.client import Job, Node, SlurmError
+from slurm_mig.slurm.comment import parse as parse_comment
 from slurm_mig.slurm.cycle import (
     Estimate,
     Hold,
@@ -39,7 +40,6 @@ from slurm_mig.slurm.cycle import (
     admin_comment_for,
     parse_admin_comment,
     plan_cycle,
-    strip_note,
 )
 from slurm_mig.slurm.daemon import apply_actions
 
@@ -216,7 +216,7 @@ class World:
         job.state = "COMPLETED" if job.exit_code == 0 else "FAILED"
         del self.holding[job_id]
 
-    def requeue(self, job_id: str) -> None:
+    def requeue(self, job_id: str, hold: bool = True) -> None:
         job = self.jobs[job_id]
         job.state, job.held, job.reason = "PENDING", True, "JobHeldUser"
         job.restart_count += 1
@@ -569,7 +569,7 @@ def test_memory_hint_too_large_keeps_the_job_held_with_a_note():
     assert job.held and jid not in result.planned and result.noted == 1
     assert job.admin_comment.startswith("slurm-mig: not planned: memory need 100.0 GiB")
     assert job.comment.startswith("mig:key=big,mem=100G [slurm-mig: memory need")
-    assert strip_note(job.comment) == "mig:key=big,mem=100G"
+    assert parse_comment(job.comment).text == "mig:key=big,mem=100G"
     again, _ = w.cycle()
     assert not of_type(again, Note)  # said once
     # the user lowers the hint: planned, and the note leaves the comment on release

@@ -22,7 +22,8 @@ from slurm_mig.planner.exact import (
     plan_auto,
     plan_exact,
 )
-from slurm_mig.planner.far import Forest, far_schedule, plan_far, time_assignment
+from slurm_mig.planner.far import Forest, far_schedule, time_assignment
+from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.workload import Task, generate
 
 A30 = get_model("A30-24GB")

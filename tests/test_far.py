@@ -17,9 +17,9 @@ from slurm_mig.planner.far import (
     allocation_family,
     far_schedule,
     list_schedule,
-    plan_far,
     time_assignment,
 )
+from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.workload import Task, generate, load_tasks
 
 A30 = get_model("A30-24GB")

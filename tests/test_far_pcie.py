@@ -15,15 +15,13 @@ from slurm_mig.plan import validate_plan
 from slurm_mig.planner import Batch, get_planner
 from slurm_mig.planner.far import Forest, far_schedule, time_assignment
 from slurm_mig.planner.far_pcie import (
-    GpuStart,
-    LiveInstance,
-    LiveJob,
     gated_schedule,
     pcie_inputs,
     plan_far_pcie,
     replay,
 )
 from slurm_mig.planner.gate import Gate
+from slurm_mig.planner.snapshot import ClusterSnapshot, Gpu, Instance, Job, Running
 from slurm_mig.planner.timeline import to_plan
 from slurm_mig.sim import simulate
 from slurm_mig.sim.jobs import build_workload
@@ -77,12 +75,9 @@ def test_replay_is_the_simulators_execution_of_a_plan(gpus, n, share, seed):
     replay of FAR's plan says (same arithmetic, same order)."""
     jobs, tasks = _batch(gpus, n, share, seed)
     policy = get_policy("far")
-    plans = []
-    plan_fn = policy._plan
-    policy._plan = lambda b: plans.append(plan_fn(b)) or plans[-1]
     result = simulate(jobs, policy, 1, gpus, A100, seed)
-    assert policy.batches == 1
-    rep = replay(plans[0], tasks, pcie_inputs(tasks), 30.08)
+    assert policy.batches == 1 and len(policy.plans) == 1
+    rep = replay(policy.plans[0], tasks, pcie_inputs(tasks), 30.08)
     by_id = dict(zip(result.ids, result.finish))
     for t, end in zip(tasks, rep.end):
         assert by_id[t.id] == pytest.approx(end, abs=1e-9)
@@ -115,17 +110,20 @@ def test_replay_from_a_busy_gpu_by_hand():
     share the link at Eq. 2's 1.2557 until the old one ends."""
     c = A100.create_time(2)
     slot_old = next(s for s in _slots(2) if s.placement.start == 0)
-    start = [
-        GpuStart(
-            (LiveInstance(slot_old, -10.0, LiveJob(100.0, 0.5, *B7B1, sd=1.0)),),
-            channel=0.0,
-            free_at=50.0,
-        )
-    ]
-    tasks = [Task("new", {1: math.inf, 2: 100.0, 3: 100.0, 4: 100.0, 7: 100.0})]
-    plan = plan_far_pcie(Batch(tuple(tasks), A100, 1), pcie={"new": B7B1}, start=start)
-    assert not plan.tasks[0].slot.placement.overlaps(slot_old.placement)
-    rep = replay(plan, tasks, [B7B1], 30.08, start, now=0.0)
+    times = {1: math.inf, 2: 100.0, 3: 100.0, 4: 100.0, 7: 100.0}
+    old = Job("old", 0.0, times, alpha=B7B1[0], pcie_demand=B7B1[1])
+    start = ClusterSnapshot(
+        now=0.0,
+        model=A100,
+        gpus=(Gpu(0, (Instance(slot_old, "old", -10.0, 50.0, True),), 0.0, 1),),
+        running={"old": Running(old, 0, slot_old, -50.0, 0.5, 1.0, 50.0)},
+    )
+    tasks = [Task("new", times)]
+    batch = Batch(tuple(tasks), A100, 1, start=start)
+    plan = plan_far_pcie(batch, pcie={"new": B7B1})
+    new_task = next(t for t in plan.tasks if not t.running)
+    assert not new_task.slot.placement.overlaps(slot_old.placement)
+    rep = replay(plan, tasks, [B7B1], 30.08, start)
     sd = 1.07 * 17.65 * 2 / 30.08
     old_end = c + (0.5 - c / 100.0) * 100.0 * sd
     # the newcomer: slowed until old_end, then alone
@@ -134,9 +132,9 @@ def test_replay_from_a_busy_gpu_by_hand():
     assert rep.end[0] == pytest.approx(new_end, abs=1e-6)
     assert rep.makespan == pytest.approx(new_end, abs=1e-6)
     assert rep.end_sum == pytest.approx(new_end + old_end, abs=1e-6)
-    # an empty start is the same as no start
-    empty = replay(plan, tasks, [B7B1], 30.08, [GpuStart()], now=0.0)
-    assert empty.end == replay(plan, tasks, [B7B1], 30.08).end
+    # an idle start is the same as no start
+    idle = ClusterSnapshot(now=0.0, model=A100, gpus=(Gpu(0),))
+    assert replay(plan, tasks, [B7B1], 30.08, idle).end == replay(plan, tasks, [B7B1], 30.08).end
 
 
 def test_without_pcie_bound_tasks_it_is_plain_far():

@@ -137,7 +137,7 @@ def test_pcie_bound_jobs_go_to_the_gpu_with_the_least_contention():
 
 def test_the_registry_builds_it_with_options_and_checks_them():
     p = get_policy("pcie-aware", delay_threshold=1.1, wait_time_threshold=30)
-    assert isinstance(p, PcieAware) and p.name == "pcie-aware"
+    assert isinstance(p.policy, PcieAware) and p.name == "pcie-aware"
     with pytest.raises(PcieError, match="delay_threshold"):
         get_policy("pcie-aware", delay_threshold=0.5)
     with pytest.raises(UnknownPolicy):

@@ -9,8 +9,6 @@ import pytest
 
 from slurm_mig.geometry import Placement, Slot, get_model
 from slurm_mig.planner.online import (
-    GpuState,
-    Occupant,
     OnlinePolicy,
     choose_placement,
     fragmentation_cost,
@@ -20,8 +18,8 @@ from slurm_mig.planner.online import (
     plan_departure,
     profile_terms,
 )
-from slurm_mig.sim import PolicyError, SimJob, simulate
-from slurm_mig.sim.policies import get_policy
+from slurm_mig.planner.snapshot import Gpu, Instance
+from slurm_mig.sim import SimJob, get_policy, simulate
 
 A100 = get_model("A100-40GB")
 
@@ -30,8 +28,19 @@ def slot(start: int, size: int, model=A100) -> Slot:
     return Slot(Placement(start, model.profile_for_size(size).memory_slices), size)
 
 
-def movable(job: str, start: int, size: int, end: float = 1e9) -> Occupant:
-    return Occupant(job, slot(start, size), movable=True, end=end)
+def occ(job: str, start: int, size: int, end: float = 1e9) -> Instance:
+    """A job on the instance at ``start`` of ``size`` slices, ending at ``end``."""
+    return Instance(slot(start, size), job, busy_until=end)
+
+
+def gpu(index: int, busy=(), idle=()) -> Gpu:
+    insts = [*busy, *(Instance(s) for s in idle)]
+    return Gpu(index, tuple(sorted(insts, key=lambda i: i.slot.placement.start)))
+
+
+def movers(*jobs: str):
+    """A can_move predicate: these jobs are restartable and running."""
+    return lambda o: o.job in jobs
 
 
 # ---------------------------------------------------------------------------
@@ -41,12 +50,18 @@ def movable(job: str, start: int, size: int, end: float = 1e9) -> Occupant:
 def test_fig1_same_free_slices_different_availability_different_cost():
     # Fig. 1: GPU 1 holds a 3g at index 0, GPU 2 a 3g at index 4. Both have 4 free
     # compute and 4 free memory slices, but only GPU 2 can still create a 4g.
-    gpu1 = GpuState.of(0, [slot(0, 3)])
-    gpu2 = GpuState.of(1, [slot(4, 3)])
-    assert gpu1.comp.bit_count() == gpu2.comp.bit_count() == 3
-    assert (8 - gpu1.mem.bit_count()) == (8 - gpu2.mem.bit_count()) == 4
-    terms1 = {p: (ideal, valid) for p, ideal, valid in profile_terms(gpu1.mem, gpu1.comp, A100)}
-    terms2 = {p: (ideal, valid) for p, ideal, valid in profile_terms(gpu2.mem, gpu2.comp, A100)}
+    gpu1 = gpu(0, [occ("x", 0, 3)])
+    gpu2 = gpu(1, [occ("y", 4, 3)])
+    assert gpu1.compute_mask.bit_count() == gpu2.compute_mask.bit_count() == 3
+    assert (8 - gpu1.busy_mask.bit_count()) == (8 - gpu2.busy_mask.bit_count()) == 4
+    terms1 = {
+        p: (ideal, valid)
+        for p, ideal, valid in profile_terms(gpu1.busy_mask, gpu1.compute_mask, A100)
+    }
+    terms2 = {
+        p: (ideal, valid)
+        for p, ideal, valid in profile_terms(gpu2.busy_mask, gpu2.compute_mask, A100)
+    }
     # Eq. 3 (N_ideal) is the same on both; Eq. 4 (N_valid) is not
     assert {p: t[0] for p, t in terms1.items()} == {p: t[0] for p, t in terms2.items()}
     assert terms1 == {
@@ -76,7 +91,7 @@ def test_cost_prefers_the_placement_nvidia_prefers():
     # Sec. III-A: a 2g goes to index 4, not 0 or 2, which would block a 4g
     costs = {s: fragmentation_cost([slot(s, 2)], A100) for s in (0, 2, 4)}
     assert costs[4] == 0.0 < costs[0] == costs[2]
-    choice = choose_placement([GpuState(0)], [2], A100)
+    choice = choose_placement([gpu(0)], [2], A100)
     assert choice is not None and choice.slot == slot(4, 2) and choice.cost == 0.0
 
 
@@ -96,9 +111,9 @@ def test_cost_on_a30_uses_its_three_profiles():
 
 
 def test_load_balancing_switches_at_the_threshold():
-    empty = GpuState(1)
-    two = GpuState(0, (Occupant("a", slot(4, 2)),))  # 2 of 7 slices: 0.29 < 0.4, lazy
-    three = GpuState(0, (Occupant("a", slot(4, 3)),))  # 3 of 7: 0.43 >= 0.4, busy
+    empty = gpu(1)
+    two = gpu(0, [occ("a", 4, 2)])  # 2 of 7 slices: 0.29 < 0.4, lazy
+    three = gpu(0, [occ("a", 4, 3)])  # 3 of 7: 0.43 >= 0.4, busy
     assert is_lazy(two, A100) and not is_lazy(three, A100)
     # lazy GPUs are packed: the job joins GPU 0 (tie on cost, lower index)
     assert choose_placement([two, empty], [1], A100).gpu == 0
@@ -108,22 +123,22 @@ def test_load_balancing_switches_at_the_threshold():
     assert choose_placement([three, empty], [1], A100, threshold=0.5).gpu == 0
     assert choose_placement([three, empty], [1], A100, load_balance=False).gpu == 0
     # a busy GPU is still used when no lazy GPU has room
-    full_lazy = GpuState(1, (Occupant("b", slot(0, 7)),))
-    assert is_lazy(GpuState(1), A100) and not is_lazy(full_lazy, A100)
+    full_lazy = gpu(1, [occ("b", 0, 7)])
+    assert is_lazy(gpu(1), A100) and not is_lazy(full_lazy, A100)
     assert choose_placement([three, full_lazy], [1], A100).gpu == 0
 
 
 def test_exact_size_prefers_reusing_an_idle_instance_on_ties():
     # both GPUs can take a 1g at index 6 at cost 0; GPU 1 already has it (idle)
-    gpus = [GpuState(0), GpuState(1, idle=(slot(6, 1),))]
+    gpus = [gpu(0), gpu(1, idle=(slot(6, 1),))]
     choice = choose_placement(gpus, [1], A100)
     assert (choice.gpu, choice.slot, choice.reuse, choice.destroy) == (1, slot(6, 1), True, ())
     # reuse does not beat a lower cost: an idle 1g at 5 costs more than a new one at 6
-    gpus = [GpuState(0, idle=(slot(5, 1),))]
+    gpus = [gpu(0, idle=(slot(5, 1),))]
     choice = choose_placement(gpus, [1], A100)
     assert choice.slot == slot(6, 1) and not choice.reuse and choice.destroy == ()
     # among equal costs, destroy the fewest idle instances
-    gpus = [GpuState(0, idle=(slot(4, 2),)), GpuState(1)]
+    gpus = [gpu(0, idle=(slot(4, 2),)), gpu(1)]
     choice = choose_placement(gpus, [3], A100)
     assert choice.slot == slot(4, 3)
     assert choice.gpu == 1 and choice.destroy == ()
@@ -131,13 +146,13 @@ def test_exact_size_prefers_reusing_an_idle_instance_on_ties():
 
 def test_dynamic_placement_destroys_idle_instances_in_the_way():
     # the only 4g sits at 0, where two idle 2g instances are: they are destroyed
-    gpu = GpuState(0, idle=(slot(0, 2), slot(2, 2)))
-    choice = choose_placement([gpu], [4], A100)
+    g = gpu(0, idle=(slot(0, 2), slot(2, 2)))
+    choice = choose_placement([g], [4], A100)
     assert choice.slot == slot(0, 4) and set(choice.destroy) == {slot(0, 2), slot(2, 2)}
     # a static layout never repartitions: no 4g instance, no placement
-    assert choose_placement([gpu], [4], A100, dynamic=False) is None
+    assert choose_placement([g], [4], A100, dynamic=False) is None
     # ... and a job whose size is missing takes the next larger one it may run on
-    got = choose_placement([gpu], [1, 2], A100, dynamic=False)
+    got = choose_placement([g], [1, 2], A100, dynamic=False)
     assert got.slot == slot(0, 2) and got.reuse
 
 
@@ -148,33 +163,31 @@ def test_dynamic_placement_destroys_idle_instances_in_the_way():
 def test_intra_gpu_migration_defragments_a_busy_gpu():
     # after a departure the GPU keeps a 1g at 3 and a 2g at 4 (3 slices: busy); the
     # 1g at 3 blocks the 3g at 0 although 4 compute and 5 memory slices are free
-    gpu = GpuState(0, (movable("small", 3, 1), movable("mid", 4, 2)))
-    assert not is_lazy(gpu, A100)
-    assert choose_placement([gpu], [3], A100) is None
-    before = fragmentation_cost(gpu, A100)
-    moves = plan_departure([gpu], 0, A100)
+    g = gpu(0, [occ("small", 3, 1), occ("mid", 4, 2)])
+    assert not is_lazy(g, A100)
+    assert choose_placement([g], [3], A100) is None
+    before = fragmentation_cost(g, A100)
+    moves = plan_departure([g], 0, A100, can_move=movers("small", "mid"))
     assert [(m.job, m.src, m.dst) for m in moves] == [("small", 0, 0)]
-    after = gpu.remove("small").place(Occupant("small", moves[0].slot))
+    after = g.vacated("small", keep_instance=False).placed(Instance(moves[0].slot, "small"))
     assert fragmentation_cost(after, A100) == 0.0 < before
     # the 3g now fits
     assert choose_placement([after], [3], A100).slot == slot(0, 3)
 
 
 def test_migration_moves_only_restartable_running_jobs():
-    fixed = GpuState(0, (Occupant("small", slot(3, 1)), movable("mid", 4, 2)))
-    moves = plan_departure([fixed], 0, A100)
+    fixed = gpu(0, [occ("small", 3, 1), occ("mid", 4, 2)])
+    moves = plan_departure([fixed], 0, A100, can_move=movers("mid"))
     assert all(m.job != "small" for m in moves)
-    gpu = GpuState(0, (movable("small", 3, 1, end=10.0), movable("mid", 4, 2, end=50.0)))
-    assert plan_departure([gpu], 0, A100, can_move=lambda o: o.end > 100.0) == []
+    assert plan_departure([fixed], 0, A100) == []  # by default nothing moves
+    g = gpu(0, [occ("small", 3, 1, end=10.0), occ("mid", 4, 2, end=50.0)])
+    assert plan_departure([g], 0, A100, can_move=lambda o: o.busy_until > 100.0) == []
 
 
 def test_inter_gpu_migration_balances_a_lazy_gpu():
     # GPU 1 became lazy (empty); GPU 0 is busy with 7 slices in four jobs
-    busy = GpuState(
-        0,
-        (movable("a", 0, 2), movable("b", 2, 2), movable("c", 4, 2), movable("d", 6, 1)),
-    )
-    moves = plan_departure([busy, GpuState(1)], 1, A100)
+    busy = gpu(0, [occ("a", 0, 2), occ("b", 2, 2), occ("c", 4, 2), occ("d", 6, 1)])
+    moves = plan_departure([busy, gpu(1)], 1, A100, can_move=movers("a", "b", "c", "d"))
     assert moves and all(m.src == 0 and m.dst == 1 for m in moves)
     # moves stop once GPU 1 would be at least as loaded as GPU 0 ...
     moved = sum(m.slot.size for m in moves)
@@ -255,7 +268,7 @@ def test_dynamic_partitioning_waits_less_than_a_static_layout():
 
 def test_static_layout_names_the_missing_size():
     jobs = [SimJob("big", 0.0, {7: 10.0}, size=7)]
-    with pytest.raises(PolicyError, match="job 'big'.*static layout '4-2-1'.*layout="):
+    with pytest.raises(ValueError, match="job 'big'.*static layout '4-2-1'.*layout="):
         simulate(jobs, get_policy("first-fit"), 1, 1, A100)
     res = simulate(jobs, get_policy("first-fit", layout="7"), 1, 1, A100, check=True)
     assert res.finish[0] == pytest.approx(10.0 + A100.create_time(7))

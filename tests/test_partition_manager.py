@@ -173,7 +173,7 @@ def test_migm_policies_keep_the_simulator_invariants(name):
     policy = get_policy(name)
     res = simulate(jobs, policy, 2, 2, A100, check=True)
     assert res.jobs == 50 and all(f > s >= a for a, s, f in zip(res.arrival, res.start, res.finish))
-    assert isinstance(policy, MigmPolicy) and policy.by_size == (name == "migm-a")
+    assert isinstance(policy.policy, MigmPolicy) and policy.by_size == (name == "migm-a")
 
 
 def test_make_policy_names_the_choices():

@@ -12,7 +12,7 @@ from support import A30_FIVE, shared_file
 from slurm_mig.geometry import get_model
 from slurm_mig.plan import PlanError, check_plan, lower_bound, rho, sigma, validate_plan
 from slurm_mig.planner import Batch
-from slurm_mig.planner.far import plan_far
+from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.workload import Task, load_tasks
 
 A30 = get_model("A30-24GB")

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from slurm_mig.geometry import MODELS, partition_name, valid_partitions
 from slurm_mig.plan import lower_bound, validate_plan
 from slurm_mig.planner import Batch, UnknownPlanner, get_planner
-from slurm_mig.planner.far import far_schedule, plan_far
+from slurm_mig.planner.far import far_schedule
+from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.workload import Task, validate
 
 MODEL_NAMES = sorted(MODELS)

@@ -10,17 +10,8 @@ import pytest
 
 from slurm_mig.geometry import Placement, Slot, get_model
 from slurm_mig.pcie import PCIE_MAX_A100, slowdown
-from slurm_mig.sim import (
-    Create,
-    Destroy,
-    Migrate,
-    PolicyError,
-    SimInputError,
-    SimJob,
-    Start,
-    Wake,
-    simulate,
-)
+from slurm_mig.planner.decisions import Create, Decisions, Destroy, Move, Place
+from slurm_mig.sim import PolicyError, SimInputError, SimJob, simulate
 from slurm_mig.sim.energy import A100_CURVE_W, power_curve
 
 A100 = get_model("A100-40GB")
@@ -38,24 +29,49 @@ def job(jid, arrival=0.0, t=100.0, size=1, **kw) -> SimJob:
     return SimJob(jid, arrival, times, size=size, **kw)
 
 
+def Start(job, gpu, slot):
+    """Start ``job`` now (the operation is made at the snapshot's time)."""
+    return lambda snap: Place(job, gpu, slot, snap.now)
+
+
+def Migrate(job, gpu, slot):
+    """Move running ``job`` to ``slot`` of ``gpu``."""
+    return lambda snap: Move(job, snap.running[job].gpu, gpu, slot)
+
+
+class Wake(float):
+    """Ask to be called again at this time."""
+
+
+def decisions(snap, items) -> Decisions:
+    ops, wake = [], None
+    for it in items:
+        if isinstance(it, Wake):
+            wake = float(it) if wake is None else min(wake, float(it))
+        else:
+            ops.append(it(snap) if callable(it) else it)
+    return Decisions(tuple(ops), wake_at=wake)
+
+
 class Script:
-    """A policy that plays fixed commands at given instants (a test double of a
+    """A policy that plays fixed operations at given instants (a test double of a
     policy only: the engine under test is real)."""
 
     name = "script"
+    kind = "online"
 
     def __init__(self, plan):
-        self.plan = sorted(plan, key=lambda x: x[0])  # (at, [commands])
+        self.plan = sorted(plan, key=lambda x: x[0])  # (at, [operations])
         self.calls = []
 
-    def decide(self, view):
-        self.calls.append(view.now)
+    def decide(self, snap):
+        self.calls.append(snap.now)
         out = []
-        while self.plan and self.plan[0][0] <= view.now + 1e-12:
+        while self.plan and self.plan[0][0] <= snap.now + 1e-12:
             out.extend(self.plan.pop(0)[1])
         if self.plan:
             out.append(Wake(self.plan[0][0]))
-        return out
+        return decisions(snap, out)
 
 
 def by_id(result):
@@ -232,7 +248,7 @@ def test_only_restartable_running_jobs_migrate():
         ([Start("a", 0, G1[0]), Start("a", 0, G1[1])], "already started"),
         ([Start("a", 0, G1[0]), Destroy(0, G1[0])], "holds job 'a'"),
         ([Destroy(0, G1[2])], "no instance"),
-        (["start a"], "not a command"),
+        (["start a"], "not an operation"),
     ],
 )
 def test_illegal_commands_raise_policy_error(cmds, needle):
@@ -249,9 +265,10 @@ def test_a_job_cannot_start_on_a_size_it_cannot_run_on():
 def test_a_policy_that_leaves_jobs_waiting_is_reported():
     class Idle:
         name = "idle"
+        kind = "online"
 
-        def decide(self, view):
-            return []
+        def decide(self, snap):
+            return Decisions()
 
     with pytest.raises(PolicyError, match="left 2 job"):
         simulate([job("a"), job("b")], Idle(), 1, 1, A100)
@@ -263,33 +280,44 @@ def test_the_policy_is_called_on_arrivals_departures_creations_and_wakes():
     assert pol.calls == pytest.approx([2.0, 2.0 + C1, 5.0, 15.0])
 
 
-def test_views_show_instances_jobs_and_predicted_ends():
-    seen = {}
+def test_snapshots_show_instances_jobs_and_predicted_ends():
+    seen = []
 
     class Look:
         name = "look"
+        kind = "online"
 
-        def decide(self, view):
-            if view.now == 0.0:
-                yield Start("a", 0, G1[2])
-                g = view.gpus[0]  # commands apply as they are yielded
-                seen["inst"] = g.instances
-                seen["masks"] = (g.busy_mask, g.held_mask, g.pcie_jobs)
-                seen["running"] = view.running("a")
-                seen["pending"] = list(view.pending)
-                seen["waited"] = view.waited("b")
-                seen["arrived"] = [j.id for j in view.arrived]
-                yield Start("b", 0, G1[3])
+        def decide(self, snap):
+            g = snap.gpus[0]
+            seen.append(
+                {
+                    "now": snap.now,
+                    "inst": g.instances,
+                    "masks": (g.busy_mask, g.held_mask, g.pcie_jobs),
+                    "running": dict(snap.running),
+                    "pending": list(snap.pending),
+                    "arrived": None if snap.arrived is None else [j.id for j in snap.arrived],
+                    "changed": snap.changed,
+                }
+            )
+            if snap.now == 0.0:
+                return decisions(snap, [Start("a", 0, G1[2])])
+            if "b" in snap.pending:
+                return decisions(snap, [Start("b", 0, G1[3])])
+            return Decisions()
 
     simulate([job("a", t=10.0, **BLOOM7B1), job("b", 0.0, 1.0)], Look(), 1, 1, A100, check=True)
-    (inst,) = seen["inst"]
+    first, second = seen[0], seen[1]
+    assert first["arrived"] is None and first["changed"] is None  # the first: all new
+    assert first["pending"] == ["a", "b"] and first["inst"] == () and first["running"] == {}
+    assert second["now"] == pytest.approx(C1)  # a's instance is ready
+    (inst,) = second["inst"]
     assert inst.slot == G1[2] and inst.job == "a" and inst.pcie
     assert inst.busy_until == pytest.approx(C1 + 10.0)
-    assert seen["masks"] == (0b100, 0b100, 1)
-    run = seen["running"]
-    assert run.started is None and run.remaining == 1.0 and run.finish_at == pytest.approx(C1 + 10)
-    assert seen["pending"] == ["b"] and seen["waited"] == 0.0
-    assert seen["arrived"] == ["a", "b"]
+    assert second["masks"] == (0b100, 0b100, 1)
+    run = second["running"]["a"]
+    assert run.started == pytest.approx(C1) and run.finish_at == pytest.approx(C1 + 10)
+    assert second["pending"] == ["b"] and second["arrived"] == [] and second["changed"] == {0}
 
 
 # ---------------------------------------------------------------------------
@@ -324,12 +352,13 @@ def test_repeated_wake_ups_for_one_time_call_the_policy_once():
 
     class Nag:
         name = "nag"
+        kind = "online"
 
-        def decide(self, view):
-            calls.append(view.now)
-            if view.now < 5.0:
-                return [Wake(5.0), Wake(5.0), Wake(view.now)]  # the last one is ignored
-            return [Start("a", 0, G1[0])] if "a" in view.pending else []
+        def decide(self, snap):
+            calls.append(snap.now)
+            if snap.now < 5.0:
+                return decisions(snap, [Wake(5.0), Wake(5.0)])
+            return decisions(snap, [Start("a", 0, G1[0])] if "a" in snap.pending else [])
 
     simulate([job("a", 0.0, 1.0)], Nag(), 1, 1, A100)
     assert calls == pytest.approx([0.0, 5.0, 5.0 + C1, 5.0 + C1 + 1.0])  # wake, ready, end

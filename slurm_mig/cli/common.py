@@ -36,20 +36,21 @@ task input (TASKS):
 
 MODELS_HELP = "GPU models: " + ", ".join(MODELS) + " (A30, A100, H100 are short names)."
 
-PLANNERS_HELP = """\
-planners (--planner):
-  auto          FAR, plus an exact search where the batch is small enough (default)
-  far           FAR phases 1-3: allotment family, LPT list scheduling over the
-                repartitioning tree, moves and swaps
-  far-pcie      FAR candidates ranked under the PCIe slowdown model (Eq. 2) for
-                tasks with alpha/pcie_demand in their meta (the simulator's
-                far-pcie policy); plain FAR for task files, which carry none
-  exact         branch and bound over FAR's search space (small batches only)
-  miso-opt      MISO's optimizer: per step the partition that maximises summed speedup
-  fixpart-best  the best fixed partition, never reconfigured
-  fixpart-SIZES one fixed partition, sizes left to right, e.g. fixpart-7,
-                fixpart-4-3, fixpart-1-1-1-1-1-1-1
-"""
+
+def _planners_help() -> str:
+    from ..planner.registry import describe
+
+    return (
+        "policies (--planner; the same names in the daemon's config and the simulator):\n"
+        "batch planners (plan a batch of tasks; 'auto' is the default):\n"
+        + describe("batch", 16)
+        + "\nonline policies (place waiting jobs onto running GPUs: use them with --start):\n"
+        + describe("online", 16)
+        + "\n"
+    )
+
+
+PLANNERS_HELP = _planners_help()
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
@@ -139,3 +140,31 @@ def table(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
 
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.3f}" if b > 0 and math.isfinite(a) else "inf"
+
+
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
+def read_json(path: str) -> object:
+    """A JSON document from a file, with one clear error for every way it can fail
+    (missing, too large, not JSON, nested too deeply)."""
+    import json
+
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            raw = f.read(MAX_INPUT_BYTES + 1)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a JSON file") from None
+    if len(raw) > MAX_INPUT_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_INPUT_BYTES // 2**20} MiB; not read")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except (RecursionError, UnicodeDecodeError):
+        raise ValueError(
+            f"{path}: not a JSON document this tool reads (nested too deeply or not UTF-8)"
+        ) from None

@@ -1,4 +1,6 @@
-"""``slurm-mig plan``: plan a batch of tasks and print the schedule or its JSON."""
+"""``slurm-mig plan``: plan a batch of tasks and print the schedule or its JSON; with
+``--start STATE.json``, decide onto a cluster's state (e.g. the planner daemon's status
+file) what the daemon and the simulator decide for it, with any registered policy."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 from ..argtypes import positive_int
 from ..gantt import write_gantt
 from ..planner import UnknownPlanner
+from ..planner.snapshot import ClusterSnapshot, snapshot_from_json
 from ..workload import load_task_source
 from .common import (
     DEFAULT_PLANNER,
@@ -41,11 +44,26 @@ def add_parser(sub) -> None:
             "task's GPU, MIG profile, placement, compute slices and start/end times, then "
             "the makespan, the lower bound, rho = makespan / lower bound, the number of "
             "create/destroy operations and the planning time. Nothing is executed; no GPU "
-            "or Slurm is needed."
+            "or Slurm is needed. With --start STATE.json, plan onto the GPUs as that state "
+            "describes them (the planner daemon's <state_dir>/planner-status.json, or a "
+            "cluster snapshot): the waiting jobs there, plus TASKS if given, decided by the "
+            "policy exactly as the daemon and the simulator decide; any registered policy, "
+            "batch or online."
         ),
         epilog=TASKS_HELP + "\n" + PLANNERS_HELP + "\n" + MODELS_HELP,
     )
-    pl.add_argument("tasks", metavar="TASKS", help="task file (CSV or JSON) or rodinia-a100")
+    pl.add_argument(
+        "tasks",
+        metavar="TASKS",
+        nargs="?",
+        help="task file (CSV or JSON) or rodinia-a100 (optional with --start)",
+    )
+    pl.add_argument(
+        "--start",
+        metavar="STATE.json",
+        help="plan onto this cluster state (the daemon's status file, or a snapshot as "
+        "'--start' prints it with --json); its waiting jobs join the batch",
+    )
     pl.add_argument(
         "--gpu-model",
         metavar="MODEL",
@@ -93,6 +111,17 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.start:
+        return run_onto(args)
+    if args.tasks is None:
+        raise ValueError("give TASKS (a task file or rodinia-a100), or --start STATE.json")
+    from ..planner.registry import policy_info
+
+    if policy_info(args.planner).kind == "online":
+        raise UnknownPlanner(
+            f"{args.planner!r} is an online policy: it places jobs onto running GPUs; give "
+            "the cluster's state with --start STATE.json, or choose a batch planner"
+        )
     model = model_for(args.tasks, args.gpu_model)
     tasks = load_task_source(args.tasks, model)
     log.info("%d tasks from %s, %d x %s", len(tasks), args.tasks, args.gpus, model.name)
@@ -152,4 +181,118 @@ def format_plan(plan_json: dict, wall_s: float) -> str:
         f"planner           {plan_json.get('planner', '?')} on {plan_json['gpus']} x "
         f"{plan_json['gpu_model']}",
     ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# --start: decide onto a cluster state
+
+
+def load_state(path: str, model_name: str | None) -> tuple[ClusterSnapshot, dict]:
+    """The cluster snapshot in ``path`` (a snapshot, or the daemon's status file with one
+    per GPU model: ``model_name`` picks one) and the batch settings it records."""
+    from ..geometry import get_model
+    from .common import read_json
+
+    data = read_json(path)
+    settings: dict = {}
+    if isinstance(data, dict) and "state" in data and "gpus" not in data:
+        settings = {k: data[k] for k in ("policy", "batch_window", "batch_size") if k in data}
+        groups = data.get("state") or []
+        if not isinstance(groups, list) or not groups:
+            raise ValueError(
+                f"{path}: the status file holds no cluster state (has the daemon planned "
+                "a cycle yet?)"
+            )
+        if model_name is not None:
+            want = get_model(model_name).name
+            groups = [g for g in groups if isinstance(g, dict) and g.get("gpu_model") == want]
+            if not groups:
+                raise ValueError(f"{path}: no GPUs of model {want} in the state")
+        elif len(groups) > 1:
+            models = ", ".join(str(g.get("gpu_model")) for g in groups if isinstance(g, dict))
+            raise ValueError(
+                f"{path}: the state has several GPU models ({models}); pick one with --gpu-model"
+            )
+        data = groups[0]
+    return snapshot_from_json(data, path), settings
+
+
+def run_onto(args: argparse.Namespace) -> int:
+    """``plan --start``: the driver's decisions for the state (and TASKS)."""
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    from ..planner.decisions import decisions_to_json
+    from ..planner.driver import BatchSettings, step
+    from ..planner.registry import get_policy
+    from ..planner.snapshot import Job
+
+    snap, settings = load_state(args.start, args.gpu_model)
+    name = args.planner
+    if args.tasks is not None:
+        tasks = load_task_source(args.tasks, snap.model)
+        jobs = dict(snap.pending)
+        for t in tasks:
+            if t.id in jobs or t.id in snap.running:
+                raise ValueError(f"{args.tasks}: task {t.id!r} is already a job of the state")
+            jobs[t.id] = Job(t.id, snap.now, dict(t.times), t.memory_bytes or 0)
+        snap = replace(snap, pending=MappingProxyType(jobs))
+    options = {"time_budget": args.time_budget} if args.time_budget and name == "exact" else {}
+    policy = get_policy(name, **options)
+    window = float(settings.get("batch_window", 0.0))
+    size = int(settings.get("batch_size", 0) or 0)
+    t0 = time.perf_counter()
+    got = step(snap, policy, BatchSettings(window=window, size=size))
+    wall = time.perf_counter() - t0
+    data = decisions_to_json(got, snap)
+    data["planner"] = policy.name
+    data["planning_seconds"] = wall
+    if args.gantt and got.plan is not None:
+        out = write_gantt(got.plan, args.gantt)
+        print(f"{PROG}: Gantt chart written to {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(format_decisions(data, snap))
+    return 0
+
+
+def format_decisions(data: dict, snap: ClusterSnapshot) -> str:
+    """The readable form of ``plan --start``'s decisions."""
+    rows = [["JOB", "NODE", "GPU", "PROFILE", "PLACEMENT", "START", "STATE"]]
+    now = snap.now
+    for p in data["placements"]:
+        pl = p["placement"]
+        rows.append(
+            [p["job"], p["node"], str(p["local"]), p["profile"], f"{pl['start']}:{pl['size']}",
+             f"+{p['start'] - now:.1f} s", "start now"]
+        )  # fmt: skip
+    plan = data.get("plan")
+    starts = {}
+    if plan:
+        starts = {t["id"]: t["start"] for t in plan["tasks"] if not t.get("running")}
+    for p in data["planned"]:
+        pl = p["placement"]
+        at = starts.get(p["job"])
+        rows.append(
+            [p["job"], p["node"], str(p["local"]), p["profile"], f"{pl['start']}:{pl['size']}",
+             "-" if at is None else f"+{at:.1f} s", f"planned (batch {p['batch']}, order {p['order']})"]
+        )  # fmt: skip
+    lines = table(rows, right={2}) if len(rows) > 1 else ["(nothing to start or plan)"]
+    for m in data["moves"]:
+        lines.append(f"move {m['job']} to {m['node']} gpu {m['local']} {m['profile']}")
+    placed = {p["job"] for p in data["placements"]} | {p["job"] for p in data["planned"]}
+    waiting = [j for j in snap.pending if j not in placed]
+    lines += [
+        "",
+        f"planner           {data['planner']} onto {len(snap.gpus)} x {snap.model.name} "
+        f"({len(snap.running)} running)",
+        f"start now         {len(data['placements'])}",
+        f"planned           {len(data['planned'])}",
+        f"waiting           {len(waiting)}",
+        f"planning time     {data['planning_seconds'] * 1000:.1f} ms",
+    ]
+    if plan:
+        lines.insert(-1, f"makespan          {plan['makespan']:.3f} s (from now)")
     return "\n".join(lines)

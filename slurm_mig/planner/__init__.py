@@ -1,63 +1,33 @@
-"""Batch planners behind one small interface over an immutable snapshot.
+"""Planning: every policy behind one registry, over one frozen snapshot of the cluster.
 
-Every planner is a callable ``plan(batch) -> Plan``; ``get_planner`` resolves the
-names the CLI accepts (``far``, ``far-pcie``, ``exact``, ``auto``, ``miso-opt``,
-``fixpart-best``, ``fixpart-7``, ``fixpart-1-1-1-1-1-1-1``, any ``fixpart-<sizes>``
-partition).
+* ``snapshot``: `ClusterSnapshot` - the GPUs of one model as a policy finds them (live
+  instances, when each frees, jobs waiting and running, standing plans).
+* ``decisions``: what a policy answers (`Place`, `Move`, `Create`, `Destroy`).
+* ``registry``: the names (``far``, ``auto``, ``far-pcie``, ``exact``, the baselines,
+  ``baseline``, ``pcie-aware``, ``frag-aware`` and its ablations, ``migm-a``/``-b``);
+  the CLI, the simulator and the daemon look policies up there.
+* ``driver``: the one step from a snapshot to decisions: batch formation, standing
+  plans and the release gate for batch planners; online policies decide directly.
+
+A batch planner is ``plan(batch) -> Plan`` for a `Batch` of tasks on GPUs of one model,
+idle or as ``batch.start`` finds them. This package imports nothing from ``sim``,
+``slurm``, ``devices`` or ``memory``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any
 
-from ..geometry import GpuModel
-from ..plan import Plan
-from ..workload import Task
+__all__ = ["Batch", "UnknownPlanner", "get_planner"]
 
-
-@dataclass(frozen=True)
-class Batch:
-    """What a planner sees: the tasks, the GPU model and how many GPUs."""
-
-    tasks: tuple[Task, ...]
-    model: GpuModel
-    gpus: int = 1
-    seed: int = 0
+if TYPE_CHECKING:  # pragma: no cover
+    from .batch import Batch, UnknownPlanner, get_planner
 
 
-class Planner(Protocol):
-    def __call__(self, batch: Batch) -> Plan: ...
+def __getattr__(name: str) -> Any:
+    # lazy, so that importing planner.registry (the config does) stays cheap
+    if name in __all__:
+        from . import batch
 
-
-class UnknownPlanner(ValueError):
-    pass
-
-
-_NAMED = {
-    "far": ("far", "plan_far"),
-    "far-pcie": ("far_pcie", "plan_far_pcie"),
-    "exact": ("exact", "plan_exact"),
-    "auto": ("exact", "plan_auto"),
-    "miso-opt": ("baselines", "plan_miso_opt"),
-    "fixpart-best": ("baselines", "plan_fixpart_best"),
-}
-
-
-def get_planner(name: str) -> Callable[[Batch], Plan]:
-    """The planner for a CLI name; raises UnknownPlanner listing the valid names."""
-    from importlib import import_module
-
-    key = name.strip().lower()
-    if key in _NAMED:
-        module, func = _NAMED[key]
-        return getattr(import_module(f"{__name__}.{module}"), func)
-    if key.startswith("fixpart-"):
-        from . import baselines
-
-        return baselines.fixpart_planner(key[len("fixpart-") :])
-    raise UnknownPlanner(
-        f"unknown planner {name!r}; choose far, far-pcie, auto, exact, miso-opt, fixpart-best, "
-        "or fixpart-<sizes> (e.g. fixpart-7, fixpart-4-3, fixpart-1-1-1-1-1-1-1)"
-    )
+        return getattr(batch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

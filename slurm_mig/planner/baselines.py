@@ -14,12 +14,15 @@ import math
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ..geometry import GpuModel, Slot, partition_name, valid_partitions
 from ..plan import Plan
 from ..workload import Task
-from . import Batch, UnknownPlanner
-from .timeline import GpuState, Use, run_uses, to_plan
+from .batch import Batch, UnknownPlanner
+from .registry import BatchPolicy
+from .snapshot import Gpu, Instance
+from .timeline import Use, retime_onto, run_uses, to_plan
 
 Partition = tuple[Slot, ...]
 _TIE = 1e-12  # relative: speedup sums this close are a tie (linear scaling is exact in theory)
@@ -75,8 +78,9 @@ def _fixpart_plan(
     """Time a FIXPART assignment on pre-configured instances (no create/destroy ops)."""
     slots = sorted(partition)
     uses = [Use(g, s, list(ks)) for (g, s), ks in sorted(assign.items())]
-    states = [GpuState(live=dict.fromkeys(slots, 0.0)) for _ in range(batch.gpus)]
-    timeline = run_uses(batch.model, batch.tasks, uses, batch.gpus, states)
+    ready = tuple(Instance(s, ready_at=0.0) for s in slots)
+    start = [Gpu(g, ready) for g in range(batch.gpus)]
+    timeline = run_uses(batch.model, batch.tasks, uses, batch.gpus, start)
     initial = [(g, s) for g in range(batch.gpus) for s in slots]
     stats = {"planning_seconds": time.perf_counter() - t0, **stats}
     return to_plan(
@@ -250,3 +254,37 @@ def plan_miso_opt(batch: Batch) -> Plan:
         "round_gpus": round_gpus,
     }
     return to_plan(model, tasks, timeline, gpus, "miso-opt", stats=stats)
+
+
+# ---------------------------------------------------------------------------
+# The registry's entries
+
+
+def _onto(plan_idle: Callable[[Batch], Plan]) -> Callable[[Batch], Plan]:
+    """A baseline onto busy GPUs: its plan for idle GPUs appended after their work (a
+    baseline knows no better; a static partition is then created, not pre-configured)."""
+
+    def plan(batch: Batch) -> Plan:
+        if not batch.busy:
+            return plan_idle(batch)
+        assert batch.start is not None
+        t0 = time.perf_counter()
+        idle = plan_idle(replace(batch, start=None))
+        tl = retime_onto(idle, batch.tasks, batch.start, batch.number)
+        out = to_plan(batch.model, batch.tasks, tl, batch.gpus, idle.planner, start=batch.start)
+        return replace(out, stats={**idle.stats, "planning_seconds": time.perf_counter() - t0})
+
+    return plan
+
+
+def make_planner(name: str, **options) -> BatchPolicy:
+    """Registry hook: ``miso-opt``, ``fixpart-best`` and ``fixpart-<sizes>``."""
+    if options:
+        raise TypeError(f"unexpected argument {next(iter(options))!r}")
+    if name == "miso-opt":
+        return BatchPolicy(name, _onto(plan_miso_opt))
+    if name == "fixpart-best":
+        return BatchPolicy(name, _onto(plan_fixpart_best))
+    if name.startswith("fixpart-"):
+        return BatchPolicy(name, _onto(fixpart_planner(name[len("fixpart-") :])))
+    raise ValueError(f"{__name__} has no planner {name!r}")

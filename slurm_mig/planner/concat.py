@@ -7,27 +7,39 @@ A reversed batch runs its tree bottom-up (leaves first, the root last). Every us
 starts as soon as the previous batch frees its slices (this contains the paper's
 best rigid overlap, Section 4.2, and is never later than it), with the
 reconfigurations re-timed so the concatenated plan stays valid.
+
+`plan_onto` plans a batch onto GPUs that already hold work (a `ClusterSnapshot`): the
+best of FAR's state-aware list schedule and, on up to ``CONCAT_GPUS`` GPUs, the
+batch's own FAR schedule appended forward, reversed, and reversed after mirroring
+(the batch's longest GPU schedules matched to the GPUs that free first). Nothing here
+changes its inputs.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from itertools import permutations
+from typing import Any
 
-from ..geometry import GpuModel, get_model
+from ..geometry import GpuModel, Slot, get_model
 from ..plan import Plan, lower_bound
 from ..workload import Task
-from .far import FarResult, Forest, far_schedule, refine
-from .timeline import GpuState, Timeline, Use, run_uses
+from .batch import Batch
+from .far import FarResult, Forest, far_schedule, refine, time_assignment
+from .snapshot import Gpu
+from .timeline import Timeline, Use, run_uses, start_clocks
+
+CONCAT_GPUS = 64  # beyond this many GPUs only the state-aware schedule is tried
 
 
 @dataclass
 class Concatenation:
     timeline: Timeline
     reversed: bool
+    assign: list[list[int]]  # the tree assignment that was timed
     moves: int = 0
     swaps: int = 0
     improved: bool = False
@@ -48,13 +60,14 @@ def oriented_uses(
     return out
 
 
-def slice_free_times(forest: Forest, states: Sequence[GpuState]) -> list[float]:
-    """When each compute slice of each GPU is released by the work already planned."""
+def slice_free_times(forest: Forest, live: Sequence[dict[Slot, float]]) -> list[float]:
+    """When each compute slice of each GPU is released by the work already there
+    (``live``: per GPU, instance -> when it is free, as `timeline.start_clocks` gives)."""
     model = forest.model
     S = model.compute_slices
     out = [0.0] * (forest.gpus * S)
-    for g, st in enumerate(states):
-        for slot, free in st.live.items():
+    for g, instances in enumerate(live):
+        for slot, free in instances.items():
             p = slot.placement
             for s in range(p.start, min(p.end, S)):
                 out[g * S + s] = max(out[g * S + s], free)
@@ -161,7 +174,7 @@ def mirror_to_fit(
 
 
 def concat_batch(
-    states: Sequence[GpuState],
+    start: Sequence[Gpu],
     tasks: Sequence[Task],
     result: FarResult,
     reverse: bool = True,
@@ -169,33 +182,32 @@ def concat_batch(
     batch: int = 1,
     max_iters: int = 20,
     mirror: bool = True,
+    now: float = 0.0,
 ) -> Concatenation:
-    """Append a batch's FAR schedule after ``states``; reversed and improved by default.
-
-    ``improve`` runs the paper's move/swap overlap improvement (Section 4.3);
-    ``mirror`` first relabels equivalent instances to fit the previous batch (ours).
-    The best of the variants tried is kept; ``result.assign`` is updated to it.
-    """
+    """Append a batch's FAR schedule after the GPUs ``start`` (as they are at ``now``);
+    reversed and improved by default. ``improve`` runs the paper's move/swap overlap
+    improvement (Section 4.3); ``mirror`` first relabels equivalent instances to fit the
+    previous batch (ours). The best variant tried is returned with its assignment."""
     forest = result.forest
     model = forest.model
 
     def timed(assign: Sequence[Sequence[int]]) -> Timeline:
         uses = oriented_uses(forest, assign, reverse, batch)
-        return run_uses(model, tasks, uses, forest.gpus, states)
+        return run_uses(model, tasks, uses, forest.gpus, start, now=now)
 
-    best = Concatenation(timed(result.assign), reverse)
+    chosen = [list(x) for x in result.assign]
+    best = Concatenation(timed(chosen), reverse, chosen)
     if not reverse or len(tasks) < 2 or not (improve or mirror):
         return best
     dur = [tasks[i].times[result.allocation[i]] for i in range(len(tasks))]
-    prev = slice_free_times(forest, states)
-    chosen = [list(x) for x in result.assign]
+    prev = slice_free_times(forest, start_clocks(start, forest.gpus, now)[0])
     starts = [(chosen, False)]
     if mirror:
         mirrored = mirror_to_fit(forest, chosen, dur, prev)
         starts.append((mirrored, True))
         tl = timed(mirrored)
         if tl.makespan < best.timeline.makespan - 1e-9:
-            best, chosen = Concatenation(tl, True, mirrored=True), mirrored
+            best = Concatenation(tl, True, mirrored, mirrored=True)
     if improve:
         for assign, was_mirrored in starts:
             trial = [list(x) for x in assign]
@@ -206,26 +218,114 @@ def concat_batch(
             if moves or swaps:
                 tl = timed(trial)
                 if tl.makespan < best.timeline.makespan - 1e-9:
-                    best = Concatenation(tl, True, moves, swaps, True, was_mirrored)
-                    chosen = trial
-    result.assign = chosen
+                    best = Concatenation(tl, True, trial, moves, swaps, True, was_mirrored)
     return best
 
 
 def trivial_concat(
-    states: Sequence[GpuState], tasks: Sequence[Task], result: FarResult, batch: int = 1
+    start: Sequence[Gpu],
+    tasks: Sequence[Task],
+    result: FarResult,
+    batch: int = 1,
+    now: float = 0.0,
 ) -> Timeline:
     """The reference of Section 6.7.1: the batch starts after the last planned task."""
     forest = result.forest
-    start = max((f for st in states for f in st.live.values()), default=0.0)
+    live = start_clocks(start, forest.gpus, now)[0]
+    begin = max((f for d in live for f in d.values()), default=0.0)
     return run_uses(
         forest.model,
         tasks,
         oriented_uses(forest, result.assign, False, batch),
         forest.gpus,
-        states,
-        not_before=start,
+        start,
+        not_before=begin,
+        now=now,
     )
+
+
+def match_gpus(
+    result: FarResult, tasks: Sequence[Task], live: Sequence[dict[Slot, float]]
+) -> list[list[int]]:
+    """The batch's GPU schedules moved so that the longest run on the GPUs that free
+    first (a new assignment; ``result`` is left as it is)."""
+    forest = result.forest
+    T = len(forest.model.tree)
+    G = forest.gpus
+    if G < 2:
+        return [list(x) for x in result.assign]
+    dur = [tasks[i].times[result.allocation[i]] for i in range(len(tasks))]
+
+    def chain(v: int) -> float:
+        """The longest root-to-leaf run of work below node v."""
+        own = sum(dur[k] for k in result.assign[v])
+        return own + max((chain(c) for c in forest.children[v]), default=0.0)
+
+    span = [chain(i * T) for i in range(G)]
+    free = [max(d.values(), default=0.0) for d in live]
+    trees = sorted(range(G), key=lambda i: (-span[i], i))
+    slots = sorted(range(G), key=lambda h: (free[h], h))
+    out: list[list[int]] = [[] for _ in range(forest.nodes)]
+    for i, h in zip(trees, slots):
+        for v in range(T):
+            out[h * T + v] = list(result.assign[i * T + v])
+    return out
+
+
+def mirrored_per_gpu(
+    result: FarResult, assign: Sequence[Sequence[int]], tasks: Sequence[Task], prev: list[float]
+) -> list[list[int]]:
+    """`mirror_to_fit` GPU by GPU (GPUs already matched): each GPU's tree relabelled onto
+    equivalent instances to fit behind that GPU's own work (``prev``: slice free times)."""
+    forest = result.forest
+    model = forest.model
+    T, S = len(model.tree), model.compute_slices
+    one = Forest.build(model, 1)
+    dur = [tasks[i].times[result.allocation[i]] for i in range(len(tasks))]
+    out: list[list[int]] = []
+    for g in range(forest.gpus):
+        block = [list(x) for x in assign[g * T : (g + 1) * T]]
+        if any(block):
+            block = mirror_to_fit(one, block, dur, prev[g * S : (g + 1) * S])
+        out.extend(list(x) for x in block)
+    return out
+
+
+def plan_onto(
+    batch: Batch, refine_phase: bool = True, prune: bool = True
+) -> tuple[Timeline, dict[str, Any]]:
+    """Plan ``batch`` onto the busy GPUs of ``batch.start`` (module doc): the best
+    timeline and what it came from."""
+    assert batch.start is not None
+    tasks, model, G = batch.tasks, batch.model, batch.gpus
+    start, now, number = batch.start.gpus, batch.start.now, batch.number
+    options: list[tuple[str, Timeline]] = []
+    if G <= CONCAT_GPUS:
+        base = far_schedule(tasks, model, G, refine_phase, prune)
+        live = start_clocks(start, G, now)[0]
+        matched = match_gpus(base, tasks, live)
+        prev = slice_free_times(base.forest, live)
+        for name, assign in (
+            ("reversed", matched),
+            ("reversed-mirrored", mirrored_per_gpu(base, matched, tasks, prev)),
+        ):
+            trial = replace(base, assign=assign)
+            cat = concat_batch(start, tasks, trial, True, batch=number, mirror=False, now=now)
+            options.append((name, cat.timeline))
+        fwd = concat_batch(
+            start, tasks, replace(base, assign=matched), False, batch=number, now=now
+        )
+        options.append(("forward", fwd.timeline))
+    res = far_schedule(tasks, model, G, refine_phase, prune, start=start, now=now)
+    state_tl, _ = time_assignment(res.forest, tasks, res.assign, start, number, now)
+    options.append(("state-aware", state_tl))
+    name, best = min(options, key=lambda o: o[1].makespan)  # first wins a tie
+    stats = {
+        "onto": name,
+        "onto_candidates": {n: round(tl.makespan, 6) for n, tl in options},
+        "allocations_evaluated": res.evaluated,
+    }
+    return best, stats
 
 
 def plan_batches(
@@ -233,16 +333,12 @@ def plan_batches(
     model: GpuModel,
     gpus: int = 1,
     improve: bool = True,
-    states: Sequence[GpuState] | None = None,
+    start: Sequence[Gpu] | None = None,
     mirror: bool = True,
 ) -> Plan:
     """Plan consecutive batches with FAR, concatenated reversed (Section 4)."""
     t0 = time.perf_counter()
-    current = (
-        [GpuState(dict(s.live), s.channel) for s in states]
-        if states
-        else [GpuState() for _ in range(gpus)]
-    )
+    current: Sequence[Gpu] = tuple(start) if start else tuple(Gpu(g) for g in range(gpus))
     all_tasks: list[Task] = []
     planned = []
     reconfs = []
@@ -258,7 +354,7 @@ def plan_batches(
         swaps += cat.swaps
         planned.extend(cat.timeline.tasks)
         reconfs.extend(cat.timeline.reconfigurations)
-        current = cat.timeline.states
+        current = cat.timeline.gpus(0.0, current)
         all_tasks.extend(batch)
     return Plan(
         model=model,

@@ -64,13 +64,17 @@ import heapq
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
 
 from ..geometry import GpuModel
 from ..plan import Plan
 from ..workload import Task
-from . import Batch
-from .far import Forest, far_schedule, time_assignment
-from .timeline import to_plan
+from .batch import Batch
+from .far import SCALE_TASKS, Forest, far_schedule, time_assignment
+from .far_planner import plan_far
+from .registry import BatchPolicy
+from .timeline import retime_onto, to_plan
 
 _REL = 1e-12  # a bound within this relative margin of the incumbent cannot beat it
 
@@ -686,7 +690,11 @@ def exact_schedule(
 def plan_exact(batch: Batch, time_budget: float = 10.0) -> Plan:
     """The exact planner (CLI ``--planner exact``): the minimum makespan over FAR's
     space of tree assignments, proven when ``stats["optimal"]`` is true; otherwise the
-    best found within ``time_budget`` seconds (never worse than FAR)."""
+    best found within ``time_budget`` seconds (never worse than FAR). Onto busy GPUs:
+    the optimum for idle GPUs appended after their work, or FAR's plan onto them when
+    that ends sooner."""
+    if batch.busy:
+        return _onto(batch, lambda b: plan_exact(b, time_budget), "exact")
     t0 = time.perf_counter()
     far_assign, far_ms = _far(batch.tasks, batch.model, batch.gpus)
     budget = time_budget - (time.perf_counter() - t0)
@@ -733,8 +741,13 @@ def plan_auto(batch: Batch) -> Plan:
     ``stats["winner"]`` says which ("far" or "exact"); with the search, ``optimal``
     says whether it proved its assignment optimal within the budget.
     """
+    if batch.busy:
+        return _onto(batch, plan_auto, "auto")
     t0 = time.perf_counter()
     tasks, model, gpus = batch.tasks, batch.model, batch.gpus
+    if len(tasks) >= SCALE_TASKS:  # FAR's ladder; no exact search on batches this large
+        plan = plan_far(batch)
+        return replace(plan, planner="auto", stats={**plan.stats, "winner": "far"})
     far_assign, far_ms = _far(tasks, model, gpus)
     forest = Forest.build(model, gpus)
     timeline, _ = time_assignment(forest, tasks, far_assign)
@@ -749,3 +762,41 @@ def plan_auto(batch: Batch) -> Plan:
             stats["winner"] = "exact"
     stats["planning_seconds"] = time.perf_counter() - t0
     return to_plan(model, tasks, timeline, gpus, "auto", stats=stats)
+
+
+def _onto(batch: Batch, plan_idle, name: str) -> Plan:
+    """Plan onto busy GPUs: FAR onto them, or ``plan_idle``'s plan for idle GPUs
+    appended after their work (small batches only), whichever ends sooner."""
+    t0 = time.perf_counter()
+    far = plan_far(batch)
+    best, stats = far, {**far.stats, "winner": "far"}
+    if len(batch.tasks) <= AUTO_MAX_TASKS:
+        assert batch.start is not None
+        idle = plan_idle(replace(batch, start=None))
+        tl = retime_onto(idle, batch.tasks, batch.start, batch.number)
+        alt = to_plan(batch.model, batch.tasks, tl, batch.gpus, name, start=batch.start)
+        stats[f"{name}_onto_makespan"] = alt.makespan
+        if alt.makespan < far.makespan - 1e-9:
+            best, stats = alt, {**stats, **idle.stats, "winner": name}
+    stats["planning_seconds"] = time.perf_counter() - t0
+    return replace(best, planner=name, stats=stats)
+
+
+def make_planner(name: str, **options) -> BatchPolicy:
+    """Registry hook: ``exact`` (option time_budget, seconds) and ``auto``."""
+    if name == "exact":
+        if "time_budget" not in options:
+            if options:
+                raise TypeError(f"unexpected argument {next(iter(options))!r}")
+            return BatchPolicy("exact", plan_exact)
+        budget = float(options.pop("time_budget"))
+        if options:
+            raise TypeError(f"unexpected argument {next(iter(options))!r}")
+        if not budget > 0:
+            raise ValueError(f"time_budget {budget} must be a positive number of seconds")
+        return BatchPolicy("exact", partial(plan_exact, time_budget=budget))
+    if name == "auto":
+        if options:
+            raise TypeError(f"unexpected argument {next(iter(options))!r}")
+        return BatchPolicy("auto", plan_auto)
+    raise ValueError(f"{__name__} has no planner {name!r}; it has exact, auto")

@@ -10,25 +10,39 @@ Phase 2 skips allocations that provably cannot beat the best one found so far (a
 area and a longest-task bound, and an early stop once a partial schedule reaches
 the best makespan). The skip is exact: the allocation chosen is the one a full
 evaluation of the family chooses; ``prune=False`` evaluates all of it.
+
+Large batches (``SCALE_TASKS`` tasks or more). Walking the family one task at a time
+costs a list schedule per step, quadratic in the batch: minutes for 10,000 tasks. There
+phase 2 evaluates instead the canonical allotments (``planner.allotment``) of a short
+geometric ladder of target makespans, from the moldable lower bound T* up to where the
+allotment is the least-work one (the family's first member); refinement runs while the
+forest is small enough (``REFINE_NODES``) for its scans to stay cheap.
+
+Onto busy GPUs (``start``): a node becomes available when its parent is released *and*
+the running jobs have left its slices (a node with no task of its size is passed over at
+once, as on idle GPUs, so free parts of a busy GPU serve the sizes that fit them).
+``planner.concat`` adds the paper's reversed concatenation (Section 4).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import time
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..geometry import GpuModel
-from ..plan import Plan
 from ..workload import Task
-from . import Batch
-from .timeline import GpuState, Timeline, Use, run_uses, to_plan
+from .allotment import canonical_allotment, ladder, moldable_bound
+from .snapshot import Gpu
+from .timeline import Timeline, Use, run_uses
 
 _TIE = 1e-9  # relative tolerance for "equal work" in phase 1
+SCALE_TASKS = 256  # from this many tasks phase 2 evaluates the canonical ladder
+LADDER_STEPS = 8
+REFINE_NODES = 2048  # refinement scans the forest's nodes; skip it on larger forests
 
 
 @dataclass
@@ -131,14 +145,50 @@ def allocation_family(tasks: Sequence[Task], model: GpuModel) -> list[list[int]]
 # Phase 2: Algorithm 1
 
 
+@dataclass(frozen=True)
+class Availability:
+    """When each forest node's slices are free of running work (``hi``: all of them,
+    ``lo``: the first one) and when each GPU's reconfiguration channel is free, in
+    seconds from the batch's start; from the GPUs as a batch finds them."""
+
+    hi: list[float]
+    lo: list[float]
+    channel: list[float]
+
+    @classmethod
+    def of(cls, forest: Forest, start: Sequence[Gpu], now: float) -> Availability:
+        S = forest.model.compute_slices
+        free = [0.0] * (forest.gpus * S)
+        channel = [0.0] * forest.gpus
+        for g, gpu in enumerate(start):
+            channel[g] = max(0.0, gpu.channel_free - now)
+            for inst in gpu.instances:
+                if inst.job is None:
+                    continue
+                end = math.inf if inst.busy_until is None else max(0.0, inst.busy_until - now)
+                p = inst.slot.placement
+                for sl in range(p.start, min(p.end, S)):
+                    if end > free[g * S + sl]:
+                        free[g * S + sl] = end
+        hi = [max(free[c] for c in forest.covers[v]) for v in range(forest.nodes)]
+        lo = [min(free[c] for c in forest.covers[v]) for v in range(forest.nodes)]
+        return cls(hi, lo, channel)
+
+    def backlog(self, forest: Forest) -> float:
+        """Slice-seconds still committed to running work."""
+        return math.fsum(self.hi[v] for v in forest.leaves)
+
+
 def list_schedule(
     forest: Forest,
     groups: dict[int, list[tuple[float, int]]],
     dur: Sequence[float],
     n: int,
     stop_at: float = math.inf,
+    avail: Availability | None = None,
 ) -> tuple[float, list[list[int]]] | None:
     """Algorithm 1 over the forest. ``groups[s]`` holds ``(-time, task)`` in LPT order.
+    ``avail``: the GPUs are busy as it says (module doc); None: idle.
 
     Returns (makespan, tasks per node), or None as soon as a task would end at or
     after ``stop_at`` (it can then not beat the schedule that set ``stop_at``).
@@ -148,7 +198,8 @@ def list_schedule(
     size, gpu, children = forest.size, forest.gpu, forest.children
     ptr = dict.fromkeys(groups, 0)
     lens = {s: len(g) for s, g in groups.items()}
-    reconfig = [0.0] * forest.gpus
+    reconfig = list(avail.channel) if avail is not None else [0.0] * forest.gpus
+    hi = avail.hi if avail is not None else None
     started = [False] * forest.nodes
     assign: list[list[int]] = [[] for _ in range(forest.nodes)]
     heap = [(0.0, r) for r in forest.roots]
@@ -160,6 +211,9 @@ def list_schedule(
         s = size[v]
         p = ptr.get(s)
         if p is not None and p < lens[s]:
+            if hi is not None and not started[v] and hi[v] > end:
+                push(heap, (hi[v], v))  # wait until its slices are free
+                continue
             if not started[v]:
                 g = gpu[v]
                 r = reconfig[g]
@@ -190,8 +244,10 @@ def list_schedule(
 
 
 def _phase2(
-    tasks: Sequence[Task], forest: Forest, prune: bool
+    tasks: Sequence[Task], forest: Forest, prune: bool, avail: Availability | None = None
 ) -> tuple[list[int], list[list[int]], float, int, int, int]:
+    """The family walk (Section 3.1 + Algorithm 1); returns (allocation, assignment,
+    makespan, allocations walked, evaluated, index of the chosen one)."""
     model = forest.model
     sizes = model.planner_sizes
     n = len(tasks)
@@ -201,6 +257,8 @@ def _phase2(
     a = [_best_size(t, sizes) for t in times]
     cur = [times[i][a[i]] for i in range(n)]
     area = math.fsum(a[i] * cur[i] for i in range(n))
+    if avail is not None:
+        area += avail.backlog(forest)
     groups: dict[int, list[tuple[float, int]]] = {s: [] for s in sizes}
     for i in range(n):
         groups[a[i]].append((-cur[i], i))
@@ -220,7 +278,7 @@ def _phase2(
             break  # area never shrinks along the family: no later allocation wins
         if not prune or (h + min_create) * (1 - 1e-12) < best:
             evaluated += 1
-            res = list_schedule(forest, groups, cur, n, best if prune else math.inf)
+            res = list_schedule(forest, groups, cur, n, best if prune else math.inf, avail)
             if res is not None and res[0] < best:
                 best, best_assign = res
                 best_alloc, best_k = list(a), k
@@ -235,8 +293,47 @@ def _phase2(
         insort(groups[nxt], (-cur[i], i))
         heapq.heapreplace(longest, (-cur[i], i))
         k += 1
-    # per-task durations for the chosen allocation
     return best_alloc, best_assign, best, k + 1, evaluated, best_k
+
+
+def _groups(alloc: Sequence[int], dur: Sequence[float], sizes: Sequence[int]) -> dict:
+    groups: dict[int, list[tuple[float, int]]] = {s: [] for s in sizes}
+    for i, s in enumerate(alloc):
+        groups[s].append((-dur[i], i))
+    for g in groups.values():
+        g.sort()
+    return groups
+
+
+def _phase2_ladder(
+    tasks: Sequence[Task], forest: Forest, avail: Availability | None = None
+) -> tuple[list[int], list[list[int]], float, int, int, int]:
+    """Phase 2 on large batches: the canonical allotment of every target of the ladder
+    from the moldable bound (module doc); same return as `_phase2`."""
+    model = forest.model
+    sizes = model.planner_sizes
+    n = len(tasks)
+    backlog = avail.backlog(forest) if avail is not None else 0.0
+    bound = moldable_bound(tasks, sizes, model.compute_slices * forest.gpus, backlog)
+    targets = ladder(tasks, sizes, bound, LADDER_STEPS)
+    best = math.inf
+    best_alloc: list[int] = []
+    best_assign: list[list[int]] = []
+    best_k = evaluated = 0
+    seen: set[tuple[int, ...]] = set()
+    for k, target in enumerate(targets):
+        alloc = canonical_allotment(tasks, sizes, target)
+        key = tuple(alloc)
+        if key in seen:
+            continue
+        seen.add(key)
+        dur = [tasks[i].times[alloc[i]] for i in range(n)]
+        evaluated += 1
+        res = list_schedule(forest, _groups(alloc, dur, sizes), dur, n, best, avail)
+        if res is not None and res[0] < best:
+            best, best_assign = res
+            best_alloc, best_k = alloc, k
+    return best_alloc, best_assign, best, len(targets), evaluated, best_k
 
 
 # ---------------------------------------------------------------------------
@@ -400,12 +497,14 @@ def time_assignment(
     forest: Forest,
     tasks: Sequence[Task],
     assign: Sequence[Sequence[int]],
-    states: Sequence[GpuState] | None = None,
+    start: Sequence[Gpu] | None = None,
     batch: int = 0,
+    now: float = 0.0,
 ) -> tuple[Timeline, list[int]]:
+    """Time a tree assignment (top-down uses) from ``start`` as it is at ``now``."""
     uses = forest.uses(assign, batch)
     nodes = [v for v in range(forest.nodes) if assign[v]]
-    return run_uses(forest.model, tasks, uses, forest.gpus, states), nodes
+    return run_uses(forest.model, tasks, uses, forest.gpus, start, now=now), nodes
 
 
 def far_schedule(
@@ -415,37 +514,31 @@ def far_schedule(
     refine_phase: bool = True,
     prune: bool = True,
     max_iters: int = 100,
+    start: Sequence[Gpu] | None = None,
+    now: float = 0.0,
+    scale: bool | None = None,
 ) -> FarResult:
-    """Phases 1-3 on a batch; returns the chosen tree assignment."""
+    """Phases 1-3 on a batch, onto ``start`` (the GPUs at ``now``; idle if None);
+    returns the chosen tree assignment. ``scale``: the ladder of large batches (default:
+    from ``SCALE_TASKS`` tasks)."""
     forest = Forest.build(model, gpus)
-    alloc, assign, ms2, fam, evaluated, k = _phase2(tasks, forest, prune)
+    busy = bool(start) and any(g.instances for g in start)  # type: ignore[union-attr]
+    avail = Availability.of(forest, start, now) if busy else None  # type: ignore[arg-type]
+    if scale is None:
+        scale = len(tasks) >= SCALE_TASKS
+    if scale:
+        alloc, assign, ms2, fam, evaluated, k = _phase2_ladder(tasks, forest, avail)
+    else:
+        alloc, assign, ms2, fam, evaluated, k = _phase2(tasks, forest, prune, avail)
     result = FarResult(forest, alloc, assign, ms2, fam, evaluated, k)
-    if refine_phase and len(tasks) > 1:
+    if refine_phase and len(tasks) > 1 and forest.nodes <= REFINE_NODES:
         dur = [tasks[i].times[alloc[i]] for i in range(len(tasks))]
-        base_tl, nodes = time_assignment(forest, tasks, assign)
+        base_tl, nodes = time_assignment(forest, tasks, assign, start, now=now)
         trial = [list(x) for x in assign]
         ends = slice_ends(forest, trial, None, node_ends(forest, base_tl, nodes))
         iters, moves, swaps = refine(forest, trial, dur, ends, max_iters=max_iters)
-        new_tl, _ = time_assignment(forest, tasks, trial)
+        new_tl, _ = time_assignment(forest, tasks, trial, start, now=now)
         result.iterations = iters
         if new_tl.makespan <= base_tl.makespan:
             result.assign, result.moves, result.swaps = trial, moves, swaps
     return result
-
-
-def plan_far(batch: Batch, refine_phase: bool = True, prune: bool = True) -> Plan:
-    """The FAR planner: phases 1-3, timed with sequential reconfiguration."""
-    t0 = time.perf_counter()
-    res = far_schedule(batch.tasks, batch.model, batch.gpus, refine_phase, prune)
-    timeline, _ = time_assignment(res.forest, batch.tasks, res.assign)
-    elapsed = time.perf_counter() - t0
-    stats = {
-        "planning_seconds": elapsed,
-        "allocations_walked": res.walked,
-        "allocations_evaluated": res.evaluated,
-        "chosen_allocation": res.chosen_index,
-        "phase2_makespan": res.phase2_makespan,
-        "refinement_moves": res.moves,
-        "refinement_swaps": res.swaps,
-    }
-    return to_plan(batch.model, batch.tasks, timeline, batch.gpus, "far", stats=stats)

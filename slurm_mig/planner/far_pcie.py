@@ -42,18 +42,20 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from ..geometry import GpuModel, Slot
+from ..geometry import GpuModel, Slot, slot_mask
 from ..pcie import PcieError, pcie_max_for, slowdown
 from ..plan import Plan
 from ..workload import Task
-from . import Batch
+from .batch import Batch
 from .far import Forest, far_schedule, time_assignment
+from .far_planner import plan_far
 from .gate import DELAY_THRESHOLD, WAIT_TIME_THRESHOLD, Gate
-from .timeline import to_plan
+from .registry import BatchPolicy, bind_options
+from .snapshot import INF, ClusterSnapshot, Gpu
+from .timeline import Timeline, retime_onto, to_plan
 
 OBJECTIVES = ("makespan", "jct", "start", "online")
 ITERATIONS = 3  # inflation rounds, one FAR run each
@@ -97,11 +99,11 @@ def pcie_inputs(
 # Replay: a plan executed as sim policy "far" executes it, with Eq. 2 applied
 
 
-@dataclass(frozen=True)
-class LiveJob:
-    """A job that holds an instance when a batch is planned: ``seconds`` alone on it,
-    ``remaining`` fraction of its work left, its current slowdown ``sd`` (0 if it has
-    not begun: it then begins at ``begin_at``)."""
+@dataclass(frozen=True, slots=True)
+class _Live:
+    """A job that holds an instance when a batch is planned (from the snapshot):
+    ``seconds`` alone on it, ``remaining`` fraction of its work left, its current
+    slowdown ``sd`` (0 if it has not begun: it then begins at ``begin_at``)."""
 
     seconds: float
     remaining: float
@@ -111,21 +113,37 @@ class LiveJob:
     begin_at: float = 0.0
 
 
-@dataclass(frozen=True)
-class LiveInstance:
-    slot: Slot
-    ready_at: float
-    job: LiveJob | None = None
-
-
-@dataclass(frozen=True)
-class GpuStart:
-    """A GPU as a batch finds it (the simulator's view of it): its instances, when its
-    create/destroy channel is free, and when its last job ends (``free_at``)."""
-
-    instances: tuple[LiveInstance, ...] = ()
-    channel: float = 0.0
-    free_at: float = 0.0
+def _live_jobs(start: ClusterSnapshot, gpu: Gpu) -> list[tuple[Slot, float, _Live | None]]:
+    """(slot, ready_at, job) of every instance of ``gpu``, times from ``start.now``."""
+    now = start.now
+    out = []
+    for inst in gpu.instances:
+        ready = max(0.0, inst.ready_at - now)
+        live = None
+        if inst.job is not None:
+            run = start.running.get(inst.job)
+            if run is not None:
+                j = run.job
+                live = _Live(
+                    seconds=j.time(inst.slot.size),
+                    remaining=run.remaining,
+                    alpha=j.alpha,
+                    demand=j.pcie_demand,
+                    sd=run.slowdown if run.started is not None else 0.0,
+                    begin_at=ready,
+                )
+            else:  # a standing plan of an earlier batch: it runs until busy_until
+                waiting = start.pending.get(inst.job)
+                end = INF if inst.busy_until is None else inst.busy_until - now
+                live = _Live(
+                    seconds=max(end - ready, 1e-9),
+                    remaining=1.0,
+                    alpha=waiting.alpha if waiting is not None else 1.0,
+                    demand=waiting.pcie_demand if waiting is not None else 0.0,
+                    begin_at=ready,
+                )
+        out.append((inst.slot, ready, live))
+    return out
 
 
 @dataclass(frozen=True)
@@ -159,22 +177,18 @@ class _Inst:
 
     def __init__(self, slot: Slot, mask: int, ready_at: float) -> None:
         self.slot, self.mask, self.ready_at, self.job = slot, mask, ready_at, -1
-        self.live: LiveJob | None = None  # the job of a previous batch bound to it
-
-
-def _mask(slot: Slot) -> int:
-    p = slot.placement
-    return ((1 << p.size) - 1) << p.start
+        self.live: _Live | None = None  # the job of a previous batch bound to it
 
 
 def _replay_gpu(
-    model: GpuModel, tasks, info, entries, pmax, end, exec_s, now=0.0, start=None
+    model: GpuModel, tasks, info, entries, pmax, end, exec_s, live_insts=(), channel=0.0
 ) -> list[float]:
-    """One GPU: the engine's arithmetic (sim.engine) under FarBatches' start rule,
-    from ``start`` (empty if None). Returns the end times of the jobs already there."""
+    """One GPU: the engine's arithmetic (sim.engine) under the driver's start rule (a
+    GPU's planned tasks start in plan order as their slices free), from the instances
+    ``live_insts`` (`_live_jobs`). Returns the end times of the jobs already there."""
+    now = 0.0
     insts: dict[tuple[int, int], _Inst] = {}
     busy = held = 0
-    channel = 0.0 if start is None else start.channel
     runs: list[_Run] = []
     n_pcie = 0
     heap: list = []
@@ -257,11 +271,10 @@ def _replay_gpu(
             else:
                 push(t, _START, inst, i)
 
-    for li in start.instances if start is not None else ():
-        inst = _Inst(li.slot, _mask(li.slot), li.ready_at)
-        insts[(li.slot.placement.start, li.slot.size)] = inst
+    for slot, ready_at, lj in live_insts:
+        inst = _Inst(slot, slot_mask(slot), ready_at)
+        insts[(slot.placement.start, slot.size)] = inst
         held |= inst.mask
-        lj = li.job
         if lj is None:
             continue
         inst.job, inst.live = -2, lj  # -2: a job of an earlier batch
@@ -274,7 +287,7 @@ def _replay_gpu(
             n_pcie += run.pcie
             push(run.finish, _FINISH, run, run.ver)
         else:
-            push(max(lj.begin_at, li.ready_at, now), _START, inst, -2)
+            push(max(lj.begin_at, ready_at, now), _START, inst, -2)
     scan()
     while heap:
         now = heap[0][0]
@@ -310,36 +323,42 @@ def replay(
     tasks: Sequence[Task],
     info: Sequence[tuple[float, float]],
     pcie_max: float,
-    start: Sequence[GpuStart] | None = None,
-    now: float = 0.0,
+    start: ClusterSnapshot | None = None,
 ) -> Replay:
-    """Predicted end of every task of ``plan`` under Eq. 2, executed as the simulator's
-    ``far`` policy executes a plan: from empty GPUs at time 0, or from the real GPUs
-    ``start`` at ``now`` (planned GPUs mapped onto them as ``far`` maps them: the most
-    loaded first, onto the GPU that frees first). No job arrives meanwhile."""
+    """Predicted end of every task of ``plan`` under Eq. 2 (seconds from the plan's
+    start), executed as the driver executes a plan (each GPU starts its planned tasks in
+    plan order as their slices free up), from idle GPUs or from the GPUs of ``start``
+    with the jobs already on them. No job arrives meanwhile."""
     index = {t.id: i for i, t in enumerate(tasks)}
     by_gpu: dict[int, list] = {}
     for t in plan.tasks:
-        by_gpu.setdefault(t.gpu, []).append(t)
+        if not t.running:
+            by_gpu.setdefault(t.gpu, []).append(t)
     end = [math.nan] * len(tasks)
     exec_s = [0.0] * len(tasks)
     entries: dict[int, list] = {}
     for g, planned in by_gpu.items():
         planned.sort(key=lambda t: (t.start, t.slot))
-        entries[g] = [(index[t.id], t.slot, _mask(t.slot)) for t in planned]
+        entries[g] = [(index[t.id], t.slot, slot_mask(t.slot)) for t in planned]
     live: list[float] = []
     if start is None:
         for e in entries.values():
             _replay_gpu(plan.model, tasks, info, e, pcie_max, end, exec_s)
     else:
-        load = sorted(by_gpu, key=lambda g: (-max(t.end for t in by_gpu[g]), g))
-        free = sorted(range(len(start)), key=lambda k: (start[k].free_at, k))
-        real = dict(zip(free, load))
-        for k, st in enumerate(start):
-            e = entries.get(real[k], []) if k in real else []
-            live += _replay_gpu(plan.model, tasks, info, e, pcie_max, end, exec_s, now, st)
+        for k, gpu in enumerate(start.gpus):
+            live += _replay_gpu(
+                plan.model,
+                tasks,
+                info,
+                entries.get(k, []),
+                pcie_max,
+                end,
+                exec_s,
+                _live_jobs(start, gpu),
+                max(0.0, gpu.channel_free - start.now),
+            )
     finite = [e for e in end if not math.isnan(e)] + live
-    return Replay(max(finite, default=now), math.fsum(finite), end, exec_s)
+    return Replay(max(finite, default=0.0), math.fsum(finite), end, exec_s)
 
 
 # ---------------------------------------------------------------------------
@@ -449,15 +468,19 @@ def plan_far_pcie(
     wait_time_threshold: float = WAIT_TIME_THRESHOLD,
     iterations: int = ITERATIONS,
     objective: str = "makespan",
-    start: Sequence[GpuStart] | None = None,
-    now: float = 0.0,
 ) -> Plan:
     """The PCIe-aware FAR planner (module doc): the candidate plan that is best on
-    ``objective`` under Eq. 2 (ties: plain FAR first). ``start``/``now``: the GPUs as
-    the batch finds them, else empty GPUs at time 0."""
+    ``objective`` under Eq. 2 (ties: plain FAR first), onto the GPUs of ``batch.start``
+    (idle if None). PCIe_max: ``pcie_max``, else the start snapshot's, else the model's."""
     t0 = time.perf_counter()
     tasks, model, gpus = batch.tasks, batch.model, batch.gpus
-    pmax = float(pcie_max) if pcie_max else pcie_max_for(model)
+    start = batch.start if batch.busy else None
+    if pcie_max:
+        pmax = float(pcie_max)
+    elif batch.start is not None:
+        pmax = batch.start.pcie_max
+    else:
+        pmax = pcie_max_for(model)
     info = pcie_inputs(tasks, pcie)
     if iterations < 0:
         raise PcieError(f"iterations {iterations} must be >= 0")
@@ -465,16 +488,29 @@ def plan_far_pcie(
         raise PcieError(f"objective {objective!r}: choose one of {', '.join(OBJECTIVES)}")
     base = far_schedule(tasks, model, gpus)
     forest = base.forest
-    scored: list[tuple[float, float, int, str, list[list[int]], Replay]] = []
+    scored: list[tuple[float, float, int, str, Timeline, Replay]] = []
 
-    def score(name: str, assign: list[list[int]]) -> Replay:
-        timeline, _ = time_assignment(forest, tasks, assign)
+    def score(name: str, timeline: Timeline) -> Replay:
         plan = to_plan(model, tasks, timeline, gpus, "far-pcie")
-        rep = replay(plan, tasks, info, pmax, start, now)
-        scored.append((rep.makespan, rep.end_sum, len(scored), name, assign, rep))
+        rep = replay(plan, tasks, info, pmax, start)
+        scored.append((rep.makespan, rep.end_sum, len(scored), name, timeline, rep))
         return rep
 
-    far_rep = score("far", base.assign)
+    def onto(batch_tasks: Sequence[Task]) -> Timeline:
+        """FAR's plan of ``batch_tasks`` (durations as given) onto the start, re-timed
+        with the real durations."""
+        plan = plan_far(replace(batch, tasks=tuple(batch_tasks)))
+        index = {t.id: i for i, t in enumerate(tasks)}
+        return retime_onto(plan, tasks, start, batch.number, index) if start else time_of(plan)
+
+    def time_of(plan: Plan) -> Timeline:
+        return retime_onto(plan, tasks, None, batch.number)
+
+    if start is None:
+        far_tl = time_assignment(forest, tasks, base.assign, batch=batch.number)[0]
+    else:
+        far_tl = onto(tasks)
+    far_rep = score("far", far_tl)
     bound = sum(1 for _, d in info if d > 0)
     if bound >= 1:
         gates = [Gate(delay_threshold, wait_time_threshold, pmax)]
@@ -482,11 +518,14 @@ def plan_far_pcie(
             gates.append(Gate(1.0, wait_time_threshold, pmax))
 
         def gated(alloc: Sequence[int], tag: str) -> None:
+            if start is not None:
+                return  # the gated list schedule starts from idle GPUs only
             dur = [tasks[i].times[alloc[i]] for i in range(len(tasks))]
             for k, gt in enumerate(gates):
+                assign = gated_schedule(forest, alloc, dur, info, gt)
                 score(
                     f"{tag}{'' if k == 0 else '-strict'}",
-                    gated_schedule(forest, alloc, dur, info, gt),
+                    time_assignment(forest, tasks, assign, batch=batch.number)[0],
                 )
 
         gated(base.allocation, "gate")
@@ -498,9 +537,14 @@ def plan_far_pcie(
                 0.5 * (fi + (rep.exec_s[i] / tasks[i].times[alloc[i]] if info[i][1] > 0 else 1.0))
                 for i, fi in enumerate(f)
             ]
-            res = far_schedule(_inflated(tasks, f), model, gpus)
+            inflated = _inflated(tasks, f)
+            res = far_schedule(inflated, model, gpus)
             alloc = res.allocation
-            rep = score(f"inflate-{k + 1}", res.assign)
+            if start is None:
+                tl = time_assignment(forest, tasks, res.assign, batch=batch.number)[0]
+            else:
+                tl = onto(inflated)
+            rep = score(f"inflate-{k + 1}", tl)
             if best_inflated is None or rep.makespan < best_inflated[0]:
                 best_inflated = (rep.makespan, list(alloc))
         if best_inflated is not None and best_inflated[1] != list(base.allocation):
@@ -513,8 +557,7 @@ def plan_far_pcie(
         # the batch's JCT plus the wait its last start imposes on the next batch
         "online": lambda x: (x[1] + m * x[5].last_start, x[0], x[2]),
     }[objective]
-    _, _, _, name, assign, rep = min(scored, key=rank)
-    timeline, _ = time_assignment(forest, tasks, assign)
+    _, _, _, name, timeline, rep = min(scored, key=rank)
     stats = {
         "planning_seconds": time.perf_counter() - t0,
         "pcie_bound_tasks": bound,
@@ -531,101 +574,17 @@ def plan_far_pcie(
         "delay_threshold": delay_threshold,
         "wait_time_threshold": wait_time_threshold,
     }
-    return to_plan(model, tasks, timeline, gpus, "far-pcie", stats=stats)
+    return to_plan(model, tasks, timeline, gpus, "far-pcie", stats=stats, start=start)
 
 
-def make_planner(**options) -> Callable[[Batch], Plan]:
-    """``plan_far_pcie`` with fixed options (pcie, pcie_max, thresholds, iterations)."""
-    return partial(plan_far_pcie, **options)
-
-
-# ---------------------------------------------------------------------------
-# Simulator policy "far-pcie": FAR batches planned by plan_far_pcie
-
-
-def gpu_starts(view) -> list[GpuStart]:
-    """The simulator's GPUs as a new batch finds them (``sim.api.ClusterView``)."""
-    now = view.now
-    out = []
-    for gpu in view.gpus:
-        insts = []
-        for inst in gpu.instances:
-            live = None
-            if inst.job is not None:
-                rv = view.running(inst.job)
-                j = rv.job
-                live = LiveJob(
-                    seconds=j.time(inst.slot.size),
-                    remaining=rv.remaining,
-                    alpha=j.alpha,
-                    demand=j.pcie_demand,
-                    sd=rv.slowdown if rv.started is not None else 0.0,
-                    begin_at=max(inst.ready_at, now),
-                )
-            insts.append(LiveInstance(inst.slot, inst.ready_at, live))
-        out.append(GpuStart(tuple(insts), gpu.channel_free, gpu.free_at))
-    return out
-
-
-def _policy_class():
-    from ..sim.policies import FarBatches
-
-    class FarPcieBatches(FarBatches):
-        """Policy ``far`` with each batch planned by ``plan_far_pcie``, given the
-        pending jobs' PCIe demand and alpha, the cluster's PCIe_max and (with
-        ``state_aware``) the GPUs as the batch finds them; objective ``start`` by
-        default (see the module doc)."""
-
-        name = "far-pcie"
-
-        def __init__(
-            self,
-            moldable: bool = True,
-            max_batch: int | None = None,
-            delay_threshold: float = DELAY_THRESHOLD,
-            wait_time_threshold: float = WAIT_TIME_THRESHOLD,
-            iterations: int = ITERATIONS,
-            objective: str = "start",
-            state_aware: bool = True,
-        ) -> None:
-            super().__init__(moldable=moldable, planner="far", max_batch=max_batch)
-            self.state_aware = bool(state_aware)
-            Gate(delay_threshold, wait_time_threshold)  # validate now
-            self.planner_name = "far-pcie"
-            self._options = {
-                "delay_threshold": delay_threshold,
-                "wait_time_threshold": wait_time_threshold,
-                "iterations": iterations,
-                "objective": objective,
-            }
-            self.chosen: dict[str, int] = {}  # candidate name -> batches it won
-
-        def _new_batch(self, view):
-            info = {j.id: (j.alpha, j.pcie_demand) for j in view.pending.values()}
-            start = gpu_starts(view) if self.state_aware else None
-
-            def plan(batch: Batch) -> Plan:
-                p = plan_far_pcie(
-                    batch,
-                    pcie=info,
-                    pcie_max=view.pcie_max,
-                    start=start,
-                    now=view.now,
-                    **self._options,
-                )
-                c = p.stats.get("candidate", "far")
-                self.chosen[c] = self.chosen.get(c, 0) + 1
-                return p
-
-            self._plan = plan
-            return super()._new_batch(view)
-
-    return FarPcieBatches
-
-
-def make_policy(name: str, **options):
-    """Registry hook of ``sim.policies``: ``far-pcie`` (options: moldable, max_batch,
-    delay_threshold, wait_time_threshold, iterations)."""
-    if name == "far-pcie":
-        return _policy_class()(**options)
-    raise PcieError(f"{__name__} has no policy {name!r}; it has far-pcie")
+def make_planner(name: str = "far-pcie", **options) -> BatchPolicy:
+    """Registry hook: ``far-pcie`` (options: pcie_max, delay_threshold,
+    wait_time_threshold, iterations, objective). PCIe demand and alpha come from each
+    task's meta (the driver fills them from the jobs)."""
+    if name != "far-pcie":
+        raise PcieError(f"{__name__} has no planner {name!r}; it has far-pcie")
+    Gate(
+        float(options.get("delay_threshold", DELAY_THRESHOLD)),
+        float(options.get("wait_time_threshold", WAIT_TIME_THRESHOLD)),
+    )  # validate now
+    return BatchPolicy(name, bind_options(plan_far_pcie, name, options))

@@ -22,7 +22,10 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ..geometry import GpuModel, mask_tables
 from ..pcie import PCIE_MAX_A100, PcieError
+from .decisions import Decisions, Op
+from .snapshot import ClusterSnapshot, Gpu, default_size
 
 # Defaults from the sweep in benchmarks/pcie_reproduce.py (--sweep): the paper does
 # not publish its values. 1.3 lets a Bloom7b1 share its link with one other
@@ -127,14 +130,14 @@ class Gate:
 
 
 # ---------------------------------------------------------------------------
-# The simulator policy ``pcie-aware`` (imports of sim.* stay inside: the planner
-# package must not need the simulator).
+# The online policy ``pcie-aware``
 
 
 class PcieAware:
     """The paper's scheduler: lowest predicted slowdown first, gated; see module doc."""
 
     name = "pcie-aware"
+    kind = "online"
 
     def __init__(
         self,
@@ -149,29 +152,22 @@ class PcieAware:
         Gate(*self._opts[:2], protect_others=self._opts[2])  # validate now
         self.tie = tie
         self.gate: Gate | None = None
-        self._model = None
-        self._queues: dict[tuple[int, float], deque] = {}
-        self._room: dict[int, int] = {}  # size -> bitset of GPUs with room for it
-        self._n: list[int] = []  # PCIe-bound jobs running or bound per GPU
-        self._worst: list[float] = []  # their largest alpha x demand
-        self._free: list[int] = []  # idle compute slices per GPU
-        self._seq = 0
-        self._woken: set[float] = set()
+        self._model: GpuModel | None = None
         self.denied = 0  # times the gate held a job back
         self.bypassed = 0  # times a starving job went through over the threshold
 
-    def _setup(self, view) -> None:
-        from ..sim.cluster import geometry_for
-
-        self._model = view.model
-        self._fit = geometry_for(view.model).fit_sizes
-        self._room = dict.fromkeys(view.model.planner_sizes, 0)
-        g = len(view.gpus)
+    def _setup(self, snap: ClusterSnapshot) -> None:
+        self._model = snap.model
+        self._fit = mask_tables(snap.model).fit_sizes
+        self._room: dict[int, int] = dict.fromkeys(snap.model.planner_sizes, 0)
+        g = len(snap.gpus)
         self._n, self._worst, self._free = [0] * g, [0.0] * g, [0] * g
+        self._queues: dict[tuple[int, float], deque] = {}
+        self._seq = 0
         dt, wt, po = self._opts
-        self.gate = Gate(dt, wt, view.pcie_max, po)
+        self.gate = Gate(dt, wt, snap.pcie_max, po)
 
-    def _refresh(self, view, gpu) -> None:
+    def _refresh(self, snap: ClusterSnapshot, gpu: Gpu) -> None:
         k = gpu.index
         bit = 1 << k
         fits = self._fit[gpu.busy_mask]
@@ -183,12 +179,16 @@ class PcieAware:
         worst = 0.0
         for inst in gpu.instances:
             if inst.pcie and inst.job is not None:
-                j = view.job(inst.job)
+                try:
+                    j = snap.job(inst.job)
+                except KeyError:
+                    continue
                 ad = j.alpha * j.pcie_demand
                 if ad > worst:
                     worst = ad
         self._n[k] = gpu.pcie_jobs
         self._worst[k] = worst
+        assert self._model is not None
         self._free[k] = self._model.compute_slices - gpu.busy_slices
 
     def _best_gpu(self, size: int, ad: float) -> tuple[int, float, float] | None:
@@ -198,6 +198,7 @@ class PcieAware:
         if not room:
             return None
         gate = self.gate
+        assert gate is not None
         best = None
         best_key = None
         n_, worst_, free_ = self._n, self._worst, self._free
@@ -213,33 +214,42 @@ class PcieAware:
                 best_key, best = key, (k, new, oth)
         return best
 
-    def decide(self, view) -> Iterator:
-        from ..sim.api import Wake
-        from ..sim.cluster import default_size
-        from ..sim.policies import place_exact, start_commands
+    def decide(self, snap: ClusterSnapshot) -> Decisions:
+        self._wake: float | None = None
+        ops = tuple(self._ops(snap))
+        return Decisions(ops, wake_at=self._wake)
 
-        if self._model is None:
-            self._setup(view)
-        gpus = view.gpus
-        model = self._model
-        for k in view.changed:
-            self._refresh(view, gpus[k])
-        for job in view.arrived:
+    def _ops(self, snap: ClusterSnapshot) -> Iterator[Op]:
+        from .baseline import Patched, busy_instance, place_exact, start_ops
+
+        if snap.arrived is None or snap.changed is None or self._model is not snap.model:
+            self._setup(snap)
+        gpus = snap.gpus
+        model = snap.model
+        for k in snap.changed_gpus():
+            self._refresh(snap, gpus[k])
+        for job in snap.new_arrivals():
             self._seq += 1
             ad = job.alpha * job.pcie_demand if job.pcie_demand > 0 else 0.0
-            key = (default_size(job, model), ad)
+            size = default_size(job, model)
+            assert size is not None
+            key = (size, ad)
             q = self._queues.get(key)
             if q is None:
                 q = self._queues[key] = deque()
             q.append((self._seq, job))
         gate = self.gate
+        assert gate is not None
         queues = self._queues
         stopped: set[tuple[int, float]] = set()
-        now = view.now
+        now = snap.now
+        pending = snap.pending
         while True:
             key = None
             head = None
             for ck, q in queues.items():
+                while q and q[0][1].id not in pending:  # left without us (cancelled)
+                    q.popleft()
                 if q and ck not in stopped and (head is None or q[0][0] < head):
                     key, head = ck, q[0][0]
             if key is None:
@@ -256,9 +266,8 @@ class PcieAware:
                 self.denied += 1
                 stopped.add(key)
                 at = job.arrival + gate.wait_time_threshold
-                if math.isfinite(at) and at > now and at not in self._woken:
-                    self._woken.add(at)
-                    yield Wake(at)
+                if math.isfinite(at) and at > now:
+                    self._wake = at if self._wake is None else min(self._wake, at)
                 continue
             if verdict.reason == "starving":
                 self.bypassed += 1
@@ -267,13 +276,15 @@ class PcieAware:
             slot = place_exact(gpu, size, model)
             if slot is None:  # pragma: no cover - room[size] says there is one
                 raise AssertionError(f"gpu {k} has no room for size {size}")
-            yield from start_commands(gpu, job.id, slot, model)
-            self._refresh(view, gpus[k])
+            yield from start_ops(gpu, job.id, slot, model, now)
+            gpu = gpu.placed(busy_instance(slot, job))
+            gpus = Patched(gpus, gpu)
+            self._refresh(snap, gpu)
 
 
 def make_policy(name: str, **options):
-    """Registry hook of ``sim.policies``: ``pcie-aware`` (options: delay_threshold,
-    wait_time_threshold, protect_others, tie)."""
+    """Registry hook: ``pcie-aware`` (options: delay_threshold, wait_time_threshold,
+    protect_others, tie)."""
     if name == "pcie-aware":
         return PcieAware(**options)
     raise PcieError(f"{__name__} has no policy {name!r}; it has pcie-aware")

@@ -1,7 +1,7 @@
 """Online, fragmentation-aware MIG placement (Ting et al., "An Online Fragmentation-
 Aware Scheduler for Managing GPU-Sharing Workloads on Multi-Instance GPUs", Sec. III-IV).
 
-Pure functions over an immutable snapshot of the cluster (``GpuState``):
+Pure functions over the snapshot's GPUs (``planner.snapshot.Gpu``):
 
 * ``fragmentation_cost`` - Eq. 3-5: the average, over the model's MIG profiles, of
   ``1 - N_valid / N_ideal``; ``N_ideal`` (Eq. 3) is how many instances of the profile
@@ -24,7 +24,7 @@ Pure functions over an immutable snapshot of the cluster (``GpuState``):
   and placement giving it the lowest cost. Only restartable, running jobs move; the
   simulator charges each move its migration time plus the instance's creation.
 
-Policies for ``slurm_mig.sim`` (``make_policy``): ``first-fit`` (static layout, first
+Online policies (``make_policy``, registry names): ``first-fit`` (static layout, first
 fit: the paper's ablation baseline), ``ff+lb`` (+ conditional load balancing),
 ``ff+lb+dp`` (+ dynamic, fragmentation-aware exact-size partitioning),
 ``ff+lb+dp+mig`` and ``frag-aware`` (+ migration on departure: the paper's method).
@@ -34,10 +34,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from functools import cache
 
-from ..geometry import GpuModel, Slot, get_model, partition_name, planner_slots, valid_partitions
+from ..geometry import (
+    GpuModel,
+    Slot,
+    compute_mask,
+    get_model,
+    partition_name,
+    planner_slots,
+    slot_mask,
+    valid_partitions,
+)
+from .decisions import Create, Decisions, Destroy, Move, Op, Place
+from .snapshot import ClusterSnapshot, Gpu, Instance, Job, runnable_sizes
 
 DEFAULT_THRESHOLD = 0.4  # Sec. V-A3
 _EPS = 1e-12
@@ -45,12 +56,11 @@ _EPS = 1e-12
 __all__ = [
     "DEFAULT_THRESHOLD",
     "Choice",
-    "GpuState",
-    "Move",
-    "Occupant",
+    "Migration",
     "OnlinePolicy",
     "choose_placement",
     "fragmentation_cost",
+    "gpu_running",
     "is_lazy",
     "make_policy",
     "mask_cost",
@@ -60,81 +70,22 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------------
-# The snapshot
+def gpu_running(
+    index: int, slots: Iterable[Slot], idle: Iterable[Slot] = (), ends: Iterable[float] = ()
+) -> Gpu:
+    """A GPU running one (unnamed) job on each of ``slots``, with ``idle`` instances
+    (for tests and reports)."""
+    ends = list(ends)
+    busy = [
+        Instance(s, f"job{i}", busy_until=ends[i] if i < len(ends) else math.inf)
+        for i, s in enumerate(slots)
+    ]
+    insts = sorted([*busy, *(Instance(s) for s in idle)], key=lambda i: i.slot.placement.start)
+    return Gpu(index, tuple(insts))
 
 
-@dataclass(frozen=True, slots=True)
-class Occupant:
-    """A job holding an instance. ``movable``: restartable and running now."""
-
-    job: str
-    slot: Slot
-    movable: bool = False
-    end: float = math.inf  # predicted end (s)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuState:
-    """One GPU as the placement functions see it: its jobs and its idle instances."""
-
-    index: int
-    busy: tuple[Occupant, ...] = ()
-    idle: tuple[Slot, ...] = ()
-    mem: int = field(default=-1, compare=False)  # memory slices of jobs (bit i)
-    comp: int = field(default=-1, compare=False)  # compute slices of jobs (bit i)
-
-    def __post_init__(self) -> None:
-        if self.mem < 0:
-            mem = comp = 0
-            for o in self.busy:
-                mem |= _mem_mask(o.slot)
-                comp |= _comp_mask(o.slot)
-            object.__setattr__(self, "mem", mem)
-            object.__setattr__(self, "comp", comp)
-
-    @property
-    def busy_slices(self) -> int:
-        return self.comp.bit_count()
-
-    def load(self, model: GpuModel) -> float:
-        """Share of the compute slices running (or bound to) a job."""
-        return self.comp.bit_count() / model.compute_slices
-
-    def occupant(self, job: str) -> Occupant | None:
-        for o in self.busy:
-            if o.job == job:
-                return o
-        return None
-
-    def place(self, occ: Occupant) -> GpuState:
-        """The state after ``occ`` starts here; idle instances it overlaps are gone."""
-        m = _mem_mask(occ.slot)
-        idle = tuple(s for s in self.idle if not _mem_mask(s) & m)
-        return GpuState(
-            self.index, self.busy + (occ,), idle, self.mem | m, self.comp | _comp_mask(occ.slot)
-        )
-
-    def remove(self, job: str, keep_instance: bool = True) -> GpuState:
-        """The state after ``job`` leaves (its instance stays, idle, by default)."""
-        busy = tuple(o for o in self.busy if o.job != job)
-        gone = [o for o in self.busy if o.job == job]
-        idle = self.idle + tuple(o.slot for o in gone) if keep_instance else self.idle
-        return GpuState(self.index, busy, tuple(sorted(idle)))
-
-    @classmethod
-    def of(cls, index: int, slots: Iterable[Slot], idle: Iterable[Slot] = ()) -> GpuState:
-        """A GPU running one (unnamed, unmovable) job on each of ``slots``."""
-        busy = tuple(Occupant(f"job{i}", s) for i, s in enumerate(slots))
-        return cls(index, busy, tuple(idle))
-
-
-def _mem_mask(slot: Slot) -> int:
-    return ((1 << slot.placement.size) - 1) << slot.placement.start
-
-
-def _comp_mask(slot: Slot) -> int:
-    return ((1 << slot.size) - 1) << slot.placement.start
+_mem_mask = slot_mask
+_comp_mask = compute_mask
 
 
 # ---------------------------------------------------------------------------
@@ -190,21 +141,21 @@ def mask_cost(mem: int, comp: int, model: GpuModel) -> float:
     return _mask_cost(model.name, mem, comp)
 
 
-def fragmentation_cost(gpu_state: GpuState | Iterable[Slot], model: GpuModel) -> float:
+def fragmentation_cost(gpu: Gpu | Iterable[Slot], model: GpuModel) -> float:
     """Eq. 5: the average unavailability of the model's MIG profiles on a GPU whose
-    running jobs hold ``gpu_state`` (a GpuState, or the jobs' slots); 0 = none."""
-    if not isinstance(gpu_state, GpuState):
-        gpu_state = GpuState.of(0, gpu_state)
-    return _mask_cost(model.name, gpu_state.mem, gpu_state.comp)
+    running jobs hold ``gpu`` (a snapshot GPU, or the jobs' slots); 0 = none."""
+    if not isinstance(gpu, Gpu):
+        gpu = gpu_running(0, gpu)
+    return _mask_cost(model.name, gpu.busy_mask, gpu.compute_mask)
 
 
 # ---------------------------------------------------------------------------
 # Job arrival
 
 
-def is_lazy(gpu: GpuState, model: GpuModel, threshold: float = DEFAULT_THRESHOLD) -> bool:
+def is_lazy(gpu: Gpu, model: GpuModel, threshold: float = DEFAULT_THRESHOLD) -> bool:
     """Lazy: load strictly below the threshold (a GPU exactly at it counts as busy)."""
-    return gpu.comp.bit_count() < threshold * model.compute_slices - _EPS
+    return gpu.compute_mask.bit_count() < threshold * model.compute_slices - _EPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,22 +192,27 @@ def _candidates(model_name: str, size: int, mem: int, comp: int) -> tuple:
     return tuple(out)
 
 
-def _dp_candidates(gpu: GpuState, size: int, model: GpuModel) -> Iterator[Choice]:
+def _idle_slots(gpu: Gpu) -> tuple[Slot, ...]:
+    return tuple(i.slot for i in gpu.instances if i.job is None)
+
+
+def _dp_candidates(gpu: Gpu, size: int, model: GpuModel) -> Iterator[Choice]:
     """The GPU's cheapest placements of ``size`` (a dearer one never wins)."""
-    cands = _candidates(model.name, size, gpu.mem, gpu.comp)
+    cands = _candidates(model.name, size, gpu.busy_mask, gpu.compute_mask)
     if not cands:
         return
     low = cands[0][0]
+    idle = _idle_slots(gpu)
     for cost, slot, m in cands:
         if cost > low:
             return
-        reuse = slot in gpu.idle
-        destroy = () if reuse else tuple(s for s in gpu.idle if _mem_mask(s) & m)
+        reuse = slot in idle
+        destroy = () if reuse else tuple(s for s in idle if _mem_mask(s) & m)
         yield Choice(gpu.index, slot, cost, reuse, destroy)
 
 
 def choose_placement(
-    gpus: Sequence[GpuState],
+    gpus: Sequence[Gpu],
     sizes: Sequence[int],
     model: GpuModel,
     threshold: float = DEFAULT_THRESHOLD,
@@ -270,7 +226,7 @@ def choose_placement(
     Static: an idle instance of ``sizes[0]`` (lazy GPUs first, then the lowest
     index), else of the next size in ``sizes``.
     """
-    groups: tuple[list[GpuState], ...] = ([], []) if load_balance else ([],)
+    groups: tuple[list[Gpu], ...] = ([], []) if load_balance else ([],)
     for g in gpus:
         groups[1 if load_balance and not is_lazy(g, model, threshold) else 0].append(g)
     if dynamic:
@@ -287,9 +243,11 @@ def choose_placement(
     for size in sizes:
         for group in groups:
             for g in group:
-                for s in g.idle:
+                for s in _idle_slots(g):
                     if s.size == size:
-                        cost = _mask_cost(model.name, g.mem | _mem_mask(s), g.comp | _comp_mask(s))
+                        cost = _mask_cost(
+                            model.name, g.busy_mask | _mem_mask(s), g.compute_mask | _comp_mask(s)
+                        )
                         return Choice(g.index, s, cost, True, ())
     return None
 
@@ -299,7 +257,7 @@ def choose_placement(
 
 
 @dataclass(frozen=True, slots=True)
-class Move:
+class Migration:
     """Migrate ``job`` from ``src`` to ``slot`` on ``dst`` (destroying ``destroy``)."""
 
     job: str
@@ -309,54 +267,59 @@ class Move:
     destroy: tuple[Slot, ...] = ()
 
 
-def _moved_cost(g: GpuState, occ: Occupant, slot: Slot, model: GpuModel) -> float:
-    mem = (g.mem & ~_mem_mask(occ.slot)) | _mem_mask(slot)
-    comp = (g.comp & ~_comp_mask(occ.slot)) | _comp_mask(slot)
+def _moved_cost(g: Gpu, occ: Instance, slot: Slot, model: GpuModel) -> float:
+    mem = (g.busy_mask & ~_mem_mask(occ.slot)) | _mem_mask(slot)
+    comp = (g.compute_mask & ~_comp_mask(occ.slot)) | _comp_mask(slot)
     return _mask_cost(model.name, mem, comp)
 
 
-def _free_slots(g: GpuState, size: int, model: GpuModel, blocked: int) -> Iterator[Slot]:
+def _free_slots(size: int, model: GpuModel, blocked: int) -> Iterator[Slot]:
     for slot in _slots_of_size(model.name).get(size, ()):
         if not _mem_mask(slot) & blocked:
             yield slot
 
 
-def _apply_move(states: dict[int, GpuState], mv: Move, occ: Occupant) -> None:
-    src = states[mv.src].remove(mv.job)
-    states[mv.src] = src
-    dst = states[mv.dst]
-    states[mv.dst] = dst.place(replace(occ, slot=mv.slot, movable=False))
+def _apply_move(states: dict[int, Gpu], mv: Migration, occ: Instance) -> None:
+    states[mv.src] = states[mv.src].vacated(mv.job)
+    moved = Instance(mv.slot, occ.job, busy_until=occ.busy_until, pcie=occ.pcie)
+    states[mv.dst] = states[mv.dst].placed(moved)
 
 
-def _destroys(g: GpuState, slot: Slot) -> tuple[Slot, ...]:
+def _destroys(g: Gpu, slot: Slot) -> tuple[Slot, ...]:
     m = _mem_mask(slot)
-    return tuple(s for s in g.idle if _mem_mask(s) & m and s != slot)
+    return tuple(s for s in _idle_slots(g) if _mem_mask(s) & m and s != slot)
 
 
 def plan_departure(
-    gpus: Sequence[GpuState],
+    gpus: Sequence[Gpu],
     departed: int,
     model: GpuModel,
     threshold: float = DEFAULT_THRESHOLD,
     *,
-    can_move: Callable[[Occupant], bool] | None = None,
+    can_move: Callable[[Instance], bool] | None = None,
     max_moves: int = 64,
-) -> list[Move]:
+) -> list[Migration]:
     """Migrations after a job left GPU ``departed`` (Sec. IV-D); ``gpus`` is the state
-    after it left. ``can_move`` filters the movable occupants further."""
+    after it left. ``can_move`` says which running jobs may move (default: none); a job
+    moves at most once."""
     states = {g.index: g for g in gpus}
-    ok = can_move or (lambda o: True)
-    moves: list[Move] = []
+    ok = can_move or (lambda o: False)
+    moved: set[str] = set()
+
+    def movable(occ: Instance) -> bool:
+        return occ.job not in moved and ok(occ)
+
+    moves: list[Migration] = []
     if not is_lazy(states[departed], model, threshold):
         # intra-GPU: the single move that lowers this GPU's cost most, while one does
         while len(moves) < max_moves:
             g = states[departed]
-            current = _mask_cost(model.name, g.mem, g.comp)
+            current = _mask_cost(model.name, g.busy_mask, g.compute_mask)
             best = None
-            for occ in g.busy:
-                if not (occ.movable and ok(occ)):
+            for occ in g.occupants:
+                if not movable(occ):
                     continue
-                for slot in _free_slots(g, occ.slot.size, model, g.mem):
+                for slot in _free_slots(occ.slot.size, model, g.busy_mask):
                     cost = _moved_cost(g, occ, slot, model)
                     key = (cost, slot.placement.start, occ.job)
                     if cost < current - 1e-9 and (best is None or key < best[0]):
@@ -364,8 +327,10 @@ def plan_departure(
             if best is None:
                 break
             _, occ, slot = best
-            mv = Move(occ.job, departed, departed, slot, _destroys(g, slot))
+            assert occ.job is not None
+            mv = Migration(occ.job, departed, departed, slot, _destroys(g, slot))
             _apply_move(states, mv, occ)
+            moved.add(occ.job)
             moves.append(mv)
         return moves
     # inter-GPU: pull jobs from busy GPUs while that leaves this one less loaded
@@ -373,27 +338,31 @@ def plan_departure(
         g = states[departed]
         if not is_lazy(g, model, threshold):
             break
-        load_g = g.busy_slices
+        load_g = g.compute_mask.bit_count()
         best = None
         for k, src in states.items():
             if k == departed or is_lazy(src, model, threshold):
                 continue
-            load_src = src.busy_slices
-            for occ in src.busy:
+            load_src = src.compute_mask.bit_count()
+            for occ in src.occupants:
                 s = occ.slot.size
-                if not (occ.movable and ok(occ)) or not load_g + s < load_src - s:
+                if not movable(occ) or not load_g + s < load_src - s:
                     continue
-                for slot in _free_slots(g, s, model, g.mem):
+                for slot in _free_slots(s, model, g.busy_mask):
                     m = _mem_mask(slot)
-                    cost = _mask_cost(model.name, g.mem | m, g.comp | _comp_mask(slot))
+                    cost = _mask_cost(
+                        model.name, g.busy_mask | m, g.compute_mask | _comp_mask(slot)
+                    )
                     key = (cost, k, slot.placement.start, occ.job)
                     if best is None or key < best[0]:
                         best = (key, occ, k, slot)
         if best is None:
             break
         _, occ, k, slot = best
-        mv = Move(occ.job, k, departed, slot, _destroys(g, slot))
+        assert occ.job is not None
+        mv = Migration(occ.job, k, departed, slot, _destroys(g, slot))
         _apply_move(states, mv, occ)
+        moved.add(occ.job)
         moves.append(mv)
     return moves
 
@@ -429,12 +398,10 @@ def parse_layout(spec: str, model: GpuModel) -> tuple[tuple[Slot, ...], ...]:
 _SIZE_RULES = ("min", "fastest", "efficient")
 
 
-def pick_size(job, model: GpuModel, rule: str = "min") -> tuple[int, ...]:
+def pick_size(job: Job, model: GpuModel, rule: str = "min") -> tuple[int, ...]:
     """Sizes a job may take, preferred first: its requested size, else by ``rule``
     (min: the smallest it runs on; fastest; efficient: least slice-seconds), then the
     larger runnable sizes (for static layouts only)."""
-    from ..sim.cluster import runnable_sizes
-
     sizes = runnable_sizes(job, model)
     if job.size is not None:
         first = job.size
@@ -498,28 +465,9 @@ class OnlinePolicy:
         self.trace_fragmentation = bool(trace_fragmentation)
         self.migrations_intra = self.migrations_inter = self.reused = self.created = 0
         self.frag_samples: list[tuple[float, float]] = []
-        self._states: dict[int, GpuState] = {}
-        self._where: dict[str, int] = {}
         self._sizes: dict[str, tuple[int, ...]] = {}
         self._model: GpuModel | None = None
         self._layout: tuple[tuple[Slot, ...], ...] = ()
-
-    # -- snapshot ------------------------------------------------------------
-
-    def _snapshot(self, view, k: int) -> GpuState:
-        gv = view.gpus[k]
-        busy, idle = [], []
-        for inst in gv.instances:
-            if inst.job is None:
-                idle.append(inst.slot)
-                continue
-            movable = False
-            if self.migrate and view.job(inst.job).restartable:
-                run = view.running(inst.job)
-                movable = run is not None and run.started is not None
-            end = inst.busy_until if inst.busy_until is not None else math.inf
-            busy.append(Occupant(inst.job, inst.slot, movable, end))
-        return GpuState(k, tuple(busy), tuple(idle))
 
     def _sizes_of(self, job, model: GpuModel) -> tuple[int, ...]:
         s = self._sizes.get(job.id)
@@ -542,51 +490,64 @@ class OnlinePolicy:
 
     # -- decide --------------------------------------------------------------
 
-    def decide(self, view) -> Iterator:
-        from ..sim.api import Create, Destroy, Migrate, PolicyError, Start
+    kind = "online"
 
-        model = view.model
-        if self._model is None:
+    def decide(self, snap: ClusterSnapshot) -> Decisions:
+        return Decisions(tuple(self._ops(snap)))
+
+    def _can_move(self, snap: ClusterSnapshot) -> Callable[[Instance], bool]:
+        now, floor = snap.now, self.min_remaining_s
+
+        def can_move(o: Instance) -> bool:
+            run = snap.running.get(o.job) if o.job is not None else None
+            if run is None or run.started is None or not run.job.restartable:
+                return False
+            end = o.busy_until if o.busy_until is not None else math.inf
+            return end - now >= floor
+
+        return can_move
+
+    def _ops(self, snap: ClusterSnapshot) -> Iterator[Op]:
+        from .baseline import busy_instance
+
+        model = snap.model
+        if self._model is not model:
             self._model = model
+            self._sizes.clear()
             if not self.dynamic:
                 self._layout = parse_layout(self.layout_spec, model)
-                for k in range(len(view.gpus)):
-                    for slot in self._layout[k % len(self._layout)]:
+        states = {g.index: g for g in snap.gpus}
+        if not self.dynamic:
+            # the static layout: create its instances where they are missing and free
+            for k, g in states.items():
+                for slot in self._layout[k % len(self._layout)]:
+                    if g.instance(slot) is None and not _mem_mask(slot) & g.held_mask:
                         yield Create(k, slot)
                         self.created += 1
-        for k in view.changed:
-            self._states[k] = self._snapshot(view, k)
-        states = self._states
+                        g = g.placed(Instance(slot, None, snap.now))
+                states[k] = g
         departed = []
-        for job in view.finished:
-            k = self._where.pop(job, None)
+        for job, gpu in snap.finished:
             self._sizes.pop(job, None)
-            if k is not None and k not in departed:
-                departed.append(k)
+            if gpu not in departed:
+                departed.append(gpu)
         if self.migrate and self.dynamic:
-            now = view.now
-            floor = self.min_remaining_s
-
-            def can_move(o: Occupant) -> bool:
-                return o.end - now >= floor
-
+            can_move = self._can_move(snap)
             for k in departed:
-                order = [states[i] for i in range(len(view.gpus))]
+                order = [states[i] for i in range(len(snap.gpus))]
                 for mv in plan_departure(order, k, model, self.threshold, can_move=can_move):
                     for s in mv.destroy:
                         yield Destroy(mv.dst, s)
-                    yield Migrate(mv.job, mv.dst, mv.slot)
-                    occ = states[mv.src].occupant(mv.job)
-                    assert occ is not None
+                    yield Move(mv.job, mv.src, mv.dst, mv.slot)
+                    occ = next(o for o in states[mv.src].occupants if o.job == mv.job)
                     _apply_move(states, mv, occ)
-                    self._where[mv.job] = mv.dst
                     if mv.src == mv.dst:
                         self.migrations_intra += 1
                     else:
                         self.migrations_inter += 1
-        order = [states[i] for i in range(len(view.gpus))]
+        order = [states[i] for i in range(len(snap.gpus))]
         failed: set[tuple[int, ...]] = set()
-        for job in list(view.pending.values()):
+        for job in list(snap.pending.values()):
             sizes = self._sizes_of(job, model)
             if sizes in failed:
                 continue
@@ -601,7 +562,7 @@ class OnlinePolicy:
             if choice is None:
                 if not self.dynamic and not self._static_size(sizes):
                     names = ",".join(partition_name(p) for p in self._layout)
-                    raise PolicyError(
+                    raise ValueError(
                         f"policy {self.name!r}: job {job.id!r} runs on sizes "
                         f"{sizes} but the static layout {names!r} has no such instance; "
                         "pass layout=... with one, or use a policy with dynamic partitioning"
@@ -612,18 +573,15 @@ class OnlinePolicy:
                 continue
             for s in choice.destroy:
                 yield Destroy(choice.gpu, s)
-            yield Start(job.id, choice.gpu, choice.slot)
+            yield Place(job.id, choice.gpu, choice.slot, snap.now)
             if choice.reuse:
                 self.reused += 1
             else:
                 self.created += 1
-            self._where[job.id] = choice.gpu
-            g = order[choice.gpu].place(Occupant(job.id, choice.slot))
-            order[choice.gpu] = g
-            states[choice.gpu] = g
+            order[choice.gpu] = order[choice.gpu].placed(busy_instance(choice.slot, job))
         if self.trace_fragmentation:
-            total = math.fsum(_mask_cost(model.name, g.mem, g.comp) for g in order)
-            self.frag_samples.append((view.now, total / len(order)))
+            total = math.fsum(_mask_cost(model.name, g.busy_mask, g.compute_mask) for g in order)
+            self.frag_samples.append((snap.now, total / len(order)))
 
 
 _VARIANTS = {
@@ -637,7 +595,7 @@ _VARIANTS = {
 
 
 def make_policy(name: str, **options) -> OnlinePolicy:
-    """Registry hook of ``slurm_mig.sim.policies``: a fresh policy for ``name``.
+    """Registry hook: a fresh policy for ``name``.
     Options: threshold, layout, size, backfill, match, min_remaining_s, trace_fragmentation,
     and (frag-aware) load_balance / dynamic / migrate to switch a technique off."""
     if name not in _VARIANTS:

@@ -9,7 +9,7 @@ allocations can reach. It is precomputed per model for every valid state (Algori
 most (Algorithm 3; ``best_slot``). On an empty A100 a 1g goes to the last slice: 12
 full configurations keep a 1g there, 6 keep one on any other slice.
 
-Schedulers (simulator policies):
+Schedulers (online policies):
   migm-b  Scheme B, in order: the head of the queue takes an idle partition of its
           tight size, else a new one in free space, else one made by destroying
           (merging/splitting) idle partitions, each the most reachable; if none,
@@ -20,6 +20,9 @@ Schedulers (simulator policies):
           round-robin to the partitions, which run their queues one job after another
           ("multi-threaded", equal division). Idle partitions of a phase take later
           jobs of the class; the GPU is repartitioned only when all of them finished.
+          The partitions' queues are standing plans (``Decisions.planned``): the
+          executor keeps them and hands them back in the next snapshot, so a phase is
+          read from the snapshot (its running and planned jobs), never remembered.
 A job's tight size: its requested size, else the sizes of the least memory it fits
 (on the A100 a 20 GB job fits 3g.20gb and 4g.20gb; the more reachable placement
 wins, the larger compute on a tie: 3g at 4, then 4g at 0 - the 4/7 + 3/7 split of the
@@ -29,12 +32,15 @@ paper's Ml3 corner case).
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from types import MappingProxyType
 
-from ..geometry import GpuModel, Slot, get_model, planner_slots, valid_partitions
+from ..geometry import GpuModel, Slot, get_model, planner_slots, slot_mask, valid_partitions
+from .baseline import busy_instance
+from .decisions import Create, Decisions, Destroy, Op, Place
+from .snapshot import ClusterSnapshot, Gpu, Job, Planned, runnable_sizes
 
 __all__ = [
     "MigmPolicy",
@@ -61,7 +67,7 @@ def _tables(model_name: str) -> _Tables:
     model = get_model(model_name)
     slots = tuple(sorted(planner_slots(model), key=lambda s: (s.placement.start, s.size)))
     index = {s: i for i, s in enumerate(slots)}
-    masks = tuple(((1 << s.placement.size) - 1) << s.placement.start for s in slots)
+    masks = tuple(slot_mask(s) for s in slots)
     configs = []
     for part in valid_partitions(model.name):
         bits = 0
@@ -152,10 +158,8 @@ def best_slot(
     return None if best is None else (best[1], best[2])
 
 
-def tight_sizes(job, model: GpuModel) -> tuple[int, ...]:
+def tight_sizes(job: Job, model: GpuModel) -> tuple[int, ...]:
     """The job's requested size, else the sizes with the least memory it runs on."""
-    from ..sim.cluster import runnable_sizes
-
     if job.size is not None:
         return (job.size,)
     sizes = runnable_sizes(job, model)
@@ -165,16 +169,14 @@ def tight_sizes(job, model: GpuModel) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------------------
-# The simulator policies
-
-
-def _mask(slot: Slot) -> int:
-    return ((1 << slot.placement.size) - 1) << slot.placement.start
+# The policies
 
 
 class MigmPolicy:
     """MIGM scheme A (``by_size``) or scheme B (in order) on every GPU of a cluster.
     Counters: ``reconfigurations`` (partitions destroyed), ``phases`` (scheme A)."""
+
+    kind = "online"
 
     def __init__(self, name: str = "migm-b", *, by_size: bool = False) -> None:
         self.name = name
@@ -182,122 +184,126 @@ class MigmPolicy:
         self.reconfigurations = 0
         self.phases = 0
         self._key: dict[str, tuple[int, ...]] = {}
-        # scheme A: per GPU, the phase's class and each partition's queue
-        self._phase: dict[int, tuple[tuple[int, ...], dict[Slot, deque[str]]]] = {}
-        self._claimed: set[str] = set()
-        self._summaries: dict[int, tuple[int, int, int, int]] = {}
 
-    def _sizes(self, job, model: GpuModel) -> tuple[int, ...]:
+    def _sizes(self, job: Job, model: GpuModel) -> tuple[int, ...]:
         k = self._key.get(job.id)
         if k is None:
             k = self._key[job.id] = tight_sizes(job, model)
         return k
 
-    def decide(self, view) -> Iterator:
-        for job in view.finished:
+    def decide(self, snap: ClusterSnapshot) -> Decisions:
+        for job, _ in snap.finished:
             self._key.pop(job, None)
         if self.by_size:
-            yield from self._scheme_a(view)
-        else:
-            yield from self._scheme_b(view)
+            ops, planned = self._scheme_a(snap)
+            return Decisions(tuple(ops), MappingProxyType(planned))
+        return Decisions(tuple(self._scheme_b(snap)))
 
     # -- scheme B ------------------------------------------------------------
 
-    def _scheme_b(self, view) -> Iterator:
-        from ..sim.api import Destroy, Start
-
-        model = view.model
+    def _scheme_b(self, snap: ClusterSnapshot) -> Iterator[Op]:
+        model = snap.model
         t = _tables(model.name)
-        gpus = view.gpus
-        cache = self._summaries
-        for k in view.changed:
-            cache.pop(k, None)
-        for job in list(view.pending.values()):
+        gpus: dict[int, Gpu] = {}
+        summaries = [(k, _summary(t, g)) for k, g in enumerate(snap.gpus)]
+        for job in list(snap.pending.values()):
             sizes = self._sizes(job, model)
-            summaries = []
-            for k in range(len(gpus)):
-                got = cache.get(k)
-                if got is None:
-                    got = cache[k] = _summary(t, gpus[k])
-                summaries.append((k, got))
             pick = _place(summaries, sizes, model)
             if pick is None:
                 return  # FIFO: the rest waits for the head
             k, slot, destroy = pick
-            for s in destroy:
-                yield Destroy(k, s)
+            for sl in destroy:
+                yield Destroy(k, sl)
                 self.reconfigurations += 1
-            yield Start(job.id, k, slot)
-            cache.pop(k, None)
+            yield Place(job.id, k, slot, snap.now)
+            g = gpus.get(k, snap.gpus[k]).placed(busy_instance(slot, job))
+            gpus[k] = g
+            summaries[k] = (k, _summary(t, g))
 
     # -- scheme A ------------------------------------------------------------
 
-    def _scheme_a(self, view) -> Iterator:
-        from ..sim.api import Create, Destroy, Start
-
-        model = view.model
-        gpus = view.gpus
-        pending = view.pending
-        # 1. active phases: partitions that are idle run their next job (only GPUs
-        # that changed, or, for a class with new arrivals, every GPU in that class)
-        fresh = {self._sizes(j, model) for j in view.arrived}
-        changed = view.changed
-        for k in sorted(self._phase):
-            key, queues = self._phase[k]
-            if k not in changed and key not in fresh:
+    def _scheme_a(self, snap: ClusterSnapshot) -> tuple[list[Op], dict[str, Planned]]:
+        model = snap.model
+        now = snap.now
+        pending = snap.pending
+        ops: list[Op] = []
+        planned: dict[str, Planned] = {j: p for j, p in snap.planned.items() if j in pending}
+        # phases from the snapshot: a GPU is in one while it runs or has planned jobs
+        queues: dict[int, dict[Slot, list[Planned]]] = {}
+        for p in sorted(planned.values(), key=lambda p: (p.gpu, p.order)):
+            queues.setdefault(p.gpu, {}).setdefault(p.slot, []).append(p)
+        phase_key: dict[int, tuple[int, ...]] = {}
+        for k, g in enumerate(snap.gpus):
+            member = next((i.job for i in g.instances if i.job is not None), None)
+            if member is None and k in queues:
+                member = next(iter(queues[k].values()))[0].job
+            if member is not None:
+                try:
+                    phase_key[k] = self._sizes(snap.job(member), model)
+                except KeyError:  # a job the snapshot does not describe: leave the GPU be
+                    phase_key[k] = ()
+        claimed = set(planned)
+        # 1. active phases: idle partitions run their next job, else pull one of the class
+        for k in sorted(phase_key):
+            key = phase_key[k]
+            if not key:
                 continue
-            busy = {inst.slot for inst in gpus[k].instances if inst.job is not None}
-            running = False
-            for slot, q in queues.items():
+            g = snap.gpus[k]
+            busy = {inst.slot for inst in g.instances if inst.job is not None}
+            for slot in _fill(model, key):
                 if slot in busy:
-                    running = True
                     continue
-                while q and q[0] not in pending:
-                    q.popleft()
-                nxt = q.popleft() if q else self._pull(pending, key, model)
-                if nxt is not None:
-                    yield Start(nxt, k, slot)
-                    running = True
-            if not running:
-                del self._phase[k]
-        # 2. GPUs with nothing running start a phase for the smallest class pending
-        free = [k for k in range(len(gpus)) if k not in self._phase and not gpus[k].busy_mask]
+                q = queues.get(k, {}).get(slot, [])
+                nxt = q[0].job if q else self._pull(pending, claimed, key, model)
+                if nxt is None:
+                    continue
+                if q:
+                    planned.pop(nxt, None)
+                claimed.add(nxt)
+                ops.append(Place(nxt, k, slot, now))
+        # 2. GPUs with nothing running or planned start a phase for the smallest class
+        free = [k for k in range(len(snap.gpus)) if k not in phase_key]
         while free:
             by_class: dict[tuple[int, ...], list[str]] = {}
             for jid, job in pending.items():
-                if jid not in self._claimed:
+                if jid not in claimed:
                     by_class.setdefault(self._sizes(job, model), []).append(jid)
             if not by_class:
-                return
+                break
             key = min(by_class, key=lambda c: (model.profile_for_size(c[0]).memory_slices, c))
             jobs = by_class[key]
             k = free.pop(0)
-            gv = gpus[k]
+            g = snap.gpus[k]
             parts = _fill(model, key)
             keep = set(parts)
-            for inst in gv.instances:
+            for inst in g.instances:
                 if inst.slot not in keep:
-                    yield Destroy(k, inst.slot)
+                    ops.append(Destroy(k, inst.slot))
                     self.reconfigurations += 1
             share = max(len(parts), math.ceil(len(jobs) / (len(free) + 1)))
             claim = jobs[:share]
-            queues = {s: deque() for s in parts}
+            deal: dict[Slot, list[str]] = {s: [] for s in parts}
             for i, jid in enumerate(claim):
-                queues[parts[i % len(parts)]].append(jid)
-                self._claimed.add(jid)
+                deal[parts[i % len(parts)]].append(jid)
+                claimed.add(jid)
+            order = 0
             for s in parts:
-                q = queues[s]
+                q = deal[s]
                 if q:
-                    yield Start(q.popleft(), k, s)
-                elif gv.instance(s) is None:
-                    yield Create(k, s)
-            self._phase[k] = (key, queues)
+                    ops.append(Place(q[0], k, s, now))
+                    for jid in q[1:]:
+                        order += 1
+                        planned[jid] = Planned(jid, k, s, 0, order, 0.0, now)
+                elif g.instance(s) is None:
+                    ops.append(Create(k, s))
             self.phases += 1
+        return ops, planned
 
-    def _pull(self, pending, key: tuple[int, ...], model: GpuModel) -> str | None:
+    def _pull(
+        self, pending: Mapping[str, Job], claimed: set[str], key: tuple[int, ...], model: GpuModel
+    ) -> str | None:
         for jid, job in pending.items():
-            if jid not in self._claimed and self._sizes(job, model) == key:
-                self._claimed.add(jid)
+            if jid not in claimed and self._sizes(job, model) == key:
                 return jid
         return None
 
@@ -313,7 +319,7 @@ def _fill(model: GpuModel, sizes: tuple[int, ...]) -> list[Slot]:
         state.append(got[0])
 
 
-def _summary(t: _Tables, gv) -> tuple[int, int, int, int]:
+def _summary(t: _Tables, gv: Gpu) -> tuple[int, int, int, int]:
     """(idle slots, busy slots) as bitsets over slot numbers, (held, busy) memory masks."""
     idle = busy = 0
     for inst in gv.instances:
@@ -373,7 +379,7 @@ def _place(summaries, sizes: tuple[int, ...], model: GpuModel):
 
 
 def make_policy(name: str, **options) -> MigmPolicy:
-    """Registry hook of ``slurm_mig.sim.policies``: ``migm-a`` or ``migm-b``."""
+    """Registry hook: ``migm-a`` or ``migm-b``."""
     if name == "migm-a":
         return MigmPolicy(name, by_size=True, **options)
     if name == "migm-b":

@@ -8,10 +8,12 @@ Bit ``i`` of a mask is memory slice ``i`` (a 3g instance at 0 holds 0b1111).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from ..geometry import GpuModel, Slot, planner_slots
-from .api import GpuView, InstanceView, SimJob
+from ..geometry import MaskTables, Slot, compute_mask, mask_tables
+from ..planner.snapshot import Gpu as GpuView
+from ..planner.snapshot import Instance as InstanceView
+from ..planner.snapshot import default_size, runnable_sizes  # noqa: F401 (re-exported)
+from .api import SimJob
 
 EPS = 1e-9
 
@@ -20,97 +22,7 @@ class InvariantError(AssertionError):
     """The simulator broke one of its own invariants (a simulator bug)."""
 
 
-@dataclass(frozen=True)
-class SimGeometry:
-    """Lookup tables of one model's planner slots, built once per model. Slots are
-    numbered by placement order; the geometry's own Slot objects are canonical."""
-
-    model: GpuModel
-    slots: tuple[Slot, ...]  # canonical, by placement
-    masks: tuple[int, ...]  # memory-slice mask of slots[i]
-    mask: dict[Slot, int]
-    by_size: dict[int, tuple[Slot, ...]]  # legal slots of each size, by placement
-    fit_sizes: tuple[frozenset[int], ...]  # sizes with a slot avoiding mask m
-    first_fit: tuple[dict[int, Slot], ...]  # first slot of each size avoiding mask m
-    memory: dict[int, int]  # usable bytes of each size's profile
-    _by_id: dict[int, int]
-    _by_eq: dict[Slot, int]
-
-    def index_of(self, slot: Slot) -> int | None:
-        """Number of a planner slot (None if it is not one); fast for canonical ones."""
-        i = self._by_id.get(id(slot))
-        return i if i is not None else self._by_eq.get(slot)
-
-    def first_free(self, size: int, blocked: int) -> Slot | None:
-        """The first legal slot of ``size`` sharing no memory slice with ``blocked``."""
-        return self.first_fit[blocked].get(size)
-
-
-_GEOMETRY: dict[str, SimGeometry] = {}
-
-
-def geometry_for(model: GpuModel) -> SimGeometry:
-    """The tables of ``model`` (built on first use, then cached by model name)."""
-    geom = _GEOMETRY.get(model.name)
-    if geom is None or geom.model is not model:
-        geom = _GEOMETRY[model.name] = _build_geometry(model)
-    return geom
-
-
-def _build_geometry(model: GpuModel) -> SimGeometry:
-    slots = tuple(sorted(planner_slots(model), key=lambda s: (s.placement.start, s.size)))
-    masks = tuple(((1 << s.placement.size) - 1) << s.placement.start for s in slots)
-    mask = dict(zip(slots, masks))
-    by_size = {size: tuple(s for s in slots if s.size == size) for size in model.planner_sizes}
-    fit, first = [], []
-    for m in range(1 << model.memory_slices):
-        found = {}
-        for size, cands in by_size.items():
-            for s in cands:
-                if not mask[s] & m:
-                    found[size] = s
-                    break
-        first.append(found)
-        fit.append(frozenset(found))
-    memory = {s: model.profile_for_size(s).memory_bytes for s in model.planner_sizes}
-    return SimGeometry(
-        model,
-        slots,
-        masks,
-        mask,
-        by_size,
-        tuple(fit),
-        tuple(first),
-        memory,
-        {id(s): i for i, s in enumerate(slots)},
-        {s: i for i, s in enumerate(slots)},
-    )
-
-
-def slot_mask(model: GpuModel, slot: Slot) -> int:
-    """Memory-slice bitmask of a planner slot (KeyError if it is not one)."""
-    geom = geometry_for(model)
-    i = geom.index_of(slot)
-    if i is None:
-        raise KeyError(slot)
-    return geom.masks[i]
-
-
-def runnable_sizes(job: SimJob, model: GpuModel) -> tuple[int, ...]:
-    """Sizes the job can run on: a finite time and enough profile memory."""
-    memory = geometry_for(model).memory
-    times, need = job.times, job.memory
-    return tuple(
-        s for s in model.planner_sizes if times.get(s, math.inf) < math.inf and need <= memory[s]
-    )
-
-
-def default_size(job: SimJob, model: GpuModel) -> int | None:
-    """The job's requested size, else the smallest size it can run on."""
-    if job.size is not None:
-        return job.size
-    sizes = runnable_sizes(job, model)
-    return sizes[0] if sizes else None
+geometry_for = mask_tables  # the model's slot/mask tables (``geometry.MaskTables``)
 
 
 # ---------------------------------------------------------------------------
@@ -208,21 +120,35 @@ class Gpu:
         self.view: GpuView | None = None
 
 
-def build_view(g: Gpu, jobs: list[SimJob]) -> GpuView:
+def build_view(g: Gpu, jobs: list[SimJob], per_node: int) -> GpuView:
+    """The GPU as the snapshot shows it (``planner.snapshot.Gpu``)."""
     table = g.insts
     views = []
+    comp = 0
     for o in sorted(table):
         inst = table[o]
         v = inst.view
         if v is None:
             v = inst.view = _instance_view(inst, jobs)
+        if inst.job >= 0:
+            comp |= compute_mask(inst.slot)
         views.append(v)
-    return GpuView(g.index, g.node, tuple(views), g.channel, g.pcie_held, g.busy, g.held)
+    return GpuView(
+        g.index,
+        tuple(views),
+        g.channel,
+        g.pcie_held,
+        str(g.node),
+        g.index % per_node,
+        g.busy,
+        g.held,
+        comp,
+    )
 
 
 def _instance_view(inst: Inst, jobs: list[SimJob]) -> InstanceView:
     if inst.job < 0:
-        return InstanceView(inst.slot, None, inst.ready_at, None, False)
+        return InstanceView(inst.slot, None, inst.ready_at)
     job = jobs[inst.job]
     run = inst.run
     if run is not None:
@@ -234,7 +160,7 @@ def _instance_view(inst: Inst, jobs: list[SimJob]) -> InstanceView:
 
 
 def check_gpu(
-    g: Gpu, geom: SimGeometry, curve: tuple[float, ...], now: float, jobs: list[SimJob]
+    g: Gpu, geom: MaskTables, curve: tuple[float, ...], now: float, jobs: list[SimJob]
 ) -> None:
     """Every invariant of one GPU; raises InvariantError naming the first broken one."""
     where = f"t={now:.6f} gpu {g.index}"

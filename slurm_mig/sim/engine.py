@@ -16,24 +16,15 @@ import heapq
 import math
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 
 from ..geometry import GpuModel, Slot, get_model
 from ..pcie import PCIE_MAX_A100, slowdown
-from .api import (
-    Create,
-    Destroy,
-    GpuView,
-    Migrate,
-    Policy,
-    PolicyError,
-    RunningView,
-    SimJob,
-    Start,
-    Wake,
-    _GpuList,
-)
+from ..planner.decisions import Create, Destroy, Move, Place
+from ..planner.snapshot import ClusterSnapshot
+from ..planner.snapshot import Gpu as GpuView
+from .api import PolicyError, RunningView, SimJob
 from .cluster import (
     EPS,
     Gpu,
@@ -68,7 +59,7 @@ def default_pcie_max(model: GpuModel) -> float:
 
 def simulate(
     jobs: Sequence[SimJob],
-    policy: Policy | str,
+    policy,
     nodes: int = 1,
     gpus_per_node: int = 1,
     model: GpuModel | str = "A100-40GB",
@@ -79,24 +70,28 @@ def simulate(
     check: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
-    """Run ``jobs`` on ``nodes x gpus_per_node`` GPUs under ``policy`` (an object or a
-    registered name). ``check`` asserts every invariant after every instant."""
-    if isinstance(policy, str):
-        from .policies import get_policy
+    """Run ``jobs`` on ``nodes x gpus_per_node`` GPUs under ``policy`` (a registered
+    name, a ``sim.policies.SimPolicy``, or a registry policy object). ``check`` asserts
+    every invariant after every instant."""
+    from .policies import SimPolicy, get_policy
 
+    if isinstance(policy, str):
         policy = get_policy(policy)
+    elif not isinstance(policy, SimPolicy) and hasattr(policy, "kind"):
+        policy = SimPolicy(policy)
     gm = get_model(model) if isinstance(model, str) else model
     engine = Engine(jobs, policy, nodes, gpus_per_node, gm, seed, pcie_max, migration_s, check)
     return engine.run(progress)
 
 
 class Engine:
-    """One simulation; it is also the policy's view (``api.ClusterView``)."""
+    """One simulation: the cluster's state, the event heap, and the snapshots it hands
+    to the policy (``snapshot()``)."""
 
     def __init__(
         self,
         jobs: Sequence[SimJob],
-        policy: Policy,
+        policy,
         nodes: int,
         gpus_per_node: int,
         model: GpuModel,
@@ -111,7 +106,7 @@ class Engine:
                 f"{nodes} x {gpus_per_node}"
             )
         if not hasattr(policy, "decide"):
-            raise SimInputError(f"{policy!r} is not a policy: it has no decide(view)")
+            raise SimInputError(f"{policy!r} is not a policy: it has no decide(snapshot)")
         self.policy = policy
         self.policy_name = str(getattr(policy, "name", type(policy).__name__))
         self.model = model
@@ -156,28 +151,42 @@ class Engine:
         self.util_busy = array("d", [0.0])
         self._changed: set[int] = set(range(g_total))
         self._arrived: list[SimJob] = []
-        self._finished: list[str] = []
-        self.arrived: tuple[SimJob, ...] = ()
-        self.finished: tuple[str, ...] = ()
-        self.changed: frozenset[int] = frozenset()
+        self._finished: list[tuple[str, int]] = []
+        self._first = True  # the first snapshot says "everything is new"
         self.gpus = _GpuList(self._view_of, g_total)
+        self.running_jobs = _RunningMap(self)
         self._check_dirty: set[int] = set(range(g_total))
 
-    # -- the policy's view -------------------------------------------------
+    # -- the policy's snapshot ---------------------------------------------
 
     def _view_of(self, k: int) -> GpuView:
         g = self.gpu_state[k]
         v = g.view
         if v is None:
-            v = g.view = build_view(g, self.jobs)
+            v = g.view = build_view(g, self.jobs, self.gpus_per_node)
         return v
 
-    def waited(self, job: str | SimJob) -> float:
-        j = job if isinstance(job, SimJob) else self.jobs[self.index[job]]
-        return self.now - j.arrival
-
-    def job(self, job: str) -> SimJob:
-        return self.jobs[self.index[job]]
+    def snapshot(self) -> ClusterSnapshot:
+        """The cluster now, for the policy (valid until the engine moves on)."""
+        first = self._first
+        self._first = False
+        snap = ClusterSnapshot(
+            now=self.now,
+            model=self.model,
+            gpus=self.gpus,
+            pending=self.pending,
+            running=self.running_jobs,
+            planned=MappingProxyType(getattr(self.policy, "planned", {})),
+            pcie_max=self.pcie_max,
+            seed=self.seed,
+            arrived=None if first else tuple(self._arrived),
+            finished=tuple(self._finished),
+            changed=None if first else frozenset(self._changed),
+        )
+        self._arrived.clear()
+        self._finished.clear()
+        self._changed.clear()
+        return snap
 
     def running(self, job: str) -> RunningView | None:
         idx = self.index.get(job)
@@ -258,37 +267,32 @@ class Engine:
         return self._result(time.perf_counter() - wall0)
 
     def _decide(self) -> None:
-        self.arrived = tuple(self._arrived)
-        self.finished = tuple(self._finished)
-        self.changed = frozenset(self._changed)
-        self._arrived.clear()
-        self._finished.clear()
-        self._changed.clear()
         self.decisions += 1
-        cmds = self.policy.decide(self)  # type: ignore[arg-type]
-        if cmds is None:
-            return
-        for c in cmds:
+        got = self.policy.decide(self.snapshot())
+        for c in got.ops:
             tp = type(c)
-            if tp is Start:
+            if tp is Place:
+                if c.start > self.now + EPS:
+                    self._bad(c, "a placement for later: the driver starts planned jobs")
                 self._cmd_start(c)
             elif tp is Destroy:
                 self._cmd_destroy(c)
             elif tp is Create:
                 self._cmd_create(c)
-            elif tp is Migrate:
+            elif tp is Move:
                 self._cmd_migrate(c)
-            elif tp is Wake:
-                if not isinstance(c.at, (int, float)) or math.isnan(c.at):
-                    self._bad(c, "its time is not a number")
-                if c.at > self.now and c.at not in self._wakes:
-                    self._wakes.add(c.at)
-                    self._push(c.at, _WAKE, None, c.at)
             else:
                 raise PolicyError(
-                    f"policy {self.policy_name!r} returned {c!r}, which is not a command "
-                    "(Start, Create, Destroy, Migrate or Wake)"
+                    f"policy {self.policy_name!r} returned {c!r}, which is not an "
+                    "operation (Place, Create, Destroy or Move)"
                 )
+        at = got.wake_at
+        if at is not None:
+            if not isinstance(at, (int, float)) or math.isnan(at):
+                self._bad(at, "its wake-up time is not a number")
+            if at > self.now and at not in self._wakes:
+                self._wakes.add(at)
+                self._push(at, _WAKE, None, at)
 
     def _push(self, t: float, kind: int, obj, tok) -> None:
         self.seq += 1
@@ -389,7 +393,7 @@ class Engine:
         self.state[idx] = _DONE
         self.finish_t[idx] = self.now
         self.done += 1
-        self._finished.append(run.job.id)
+        self._finished.append((run.job.id, run.inst.gpu))
 
     def _bind(self, g: Gpu, inst: Inst, idx: int, rem: float, not_before: float) -> None:
         job = self.jobs[idx]
@@ -416,7 +420,7 @@ class Engine:
             self._bad(
                 cmd,
                 f"its memory slices overlap live instance(s) {', '.join(others)} on gpu "
-                f"{g.index}; destroy idle ones first (sim.policies.start_commands does)",
+                f"{g.index}; destroy idle ones first (planner.baseline.start_ops does)",
             )
         start = self.now if self.now > g.channel else g.channel
         end = start + self.model.create_time(slot.size)
@@ -453,7 +457,7 @@ class Engine:
         return order
 
     def _target(self, cmd, idx: int) -> tuple[Gpu, Inst | None, int]:
-        g = self._gpu(cmd, cmd.gpu)
+        g = self._gpu(cmd, cmd.dst if type(cmd) is Move else cmd.gpu)
         order = self._order(cmd, cmd.slot)
         job = self.jobs[idx]
         size = cmd.slot.size
@@ -466,7 +470,7 @@ class Engine:
             self._bad(cmd, f"the instance is busy with job {self.jobs[inst.job].id!r}")
         return g, inst, order
 
-    def _cmd_start(self, c: Start) -> None:
+    def _cmd_start(self, c: Place) -> None:
         idx = self.index.get(c.job)
         if idx is None:
             self._bad(c, f"no job {c.job!r}")
@@ -503,16 +507,18 @@ class Engine:
         self.destroys += 1
         self._touch(g)
 
-    def _cmd_migrate(self, c: Migrate) -> None:
+    def _cmd_migrate(self, c: Move) -> None:
         idx = self.index.get(c.job)
         if idx is None:
             self._bad(c, f"no job {c.job!r}")
         src = self.held.get(idx)
         if src is None or src.run is None:
             self._bad(c, f"job {c.job!r} is not running")
+        if src.gpu != c.src:
+            self._bad(c, f"job {c.job!r} runs on gpu {src.gpu}, not {c.src}")
         if not self.jobs[idx].restartable:
             self._bad(c, f"job {c.job!r} is not restartable")
-        if src.gpu == c.gpu and src.slot == c.slot:
+        if src.gpu == c.dst and src.slot == c.slot:
             self._bad(c, "the job already runs there")
         run = src.run
         g, inst, order = self._target(c, idx)
@@ -640,3 +646,52 @@ def _validate_jobs(jobs: list[SimJob], model: GpuModel) -> None:
             raise SimInputError(f"job {j.id!r}: alpha {j.alpha} must be > 0")
         if j.memory < 0:
             raise SimInputError(f"job {j.id!r}: memory {j.memory} must be >= 0 bytes")
+
+
+class _GpuList(Sequence[GpuView]):
+    """The engine's GPUs as snapshot GPUs, built lazily for GPUs that changed."""
+
+    __slots__ = ("_build", "_n")
+
+    def __init__(self, build, n: int) -> None:
+        self._build, self._n = build, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self._build(k) for k in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._build(i)
+
+    def __iter__(self) -> Iterator[GpuView]:
+        build = self._build
+        for k in range(self._n):
+            yield build(k)
+
+
+class _RunningMap(Mapping[str, RunningView]):
+    """The jobs on instances, read-only, built on access."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __getitem__(self, job: str) -> RunningView:
+        got = self._engine.running(job)
+        if got is None:
+            raise KeyError(job)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        jobs = self._engine.jobs
+        for idx in list(self._engine.held):
+            yield jobs[idx].id
+
+    def __len__(self) -> int:
+        return len(self._engine.held)

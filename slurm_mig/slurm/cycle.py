@@ -4,24 +4,34 @@
 squeue shows them, the usable nodes and their GPU models, runtime estimates, the
 planner settings) and returns the `Action`s that move Slurm towards the plan: hold,
 write the assignment (AdminComment ``slurm-mig:{json}`` + ReqNodeList), release, note
-why a job cannot be planned, learn a runtime. It keeps no state between cycles: every
-planned job's assignment lives in its AdminComment, so a daemon restarted at any moment
-rebuilds the same view.
+why a job cannot be planned, learn a runtime, requeue a job a policy moves. It keeps no
+state between cycles: every planned job's assignment lives in its AdminComment, so a
+daemon restarted at any moment rebuilds the same view.
 
-Safety (no two jobs on overlapping slices of a GPU) rests on Slurm's view alone. *Busy*
-jobs are those running, configuring or completing (the epilog still owns the
-instance) with an assignment, and those released but still pending. A held job is
-released only when no busy job and no held job ordered before it (``(batch, order)``
-on its GPU) overlaps its placement; so two jobs released in one cycle never overlap,
-and a released job stays busy until Slurm says it has left. The daemon writes the
+The cycle in steps, each a function below:
+
+1. `classify`: each job of the partition is busy (running, configuring, completing, or
+   released and not yet started, with an assignment), planned (held, with a standing
+   assignment for this run on a usable GPU), waiting (held, no plan), to hold, to note
+   (it cannot be planned), or finished (its runtime to learn; an early or late end, a
+   failure, a requeue or a lost node is an event that may call for a re-plan).
+2. `cluster_snapshots`: the planning core's `ClusterSnapshot` per GPU model: the GPUs of
+   the usable nodes (nodes sorted by name, then GPU index), the busy jobs' instances,
+   the standing plans, the waiting jobs with that model's runtimes, the events.
+3. `schedule`: ``planner.driver`` with the policy the config names (``algorithm``):
+   whether to re-plan, batches, planning through the registry, the release gate - the
+   code the simulator runs too.
+4. `assignments`: the driver's standing plans and releases as `Assignment`s (a plan
+   that did not change keeps its record, so its AdminComment is not rewritten).
+5. `link_reuse`: ``keep_for``/``reuse_from`` where the next job on an instance runs on
+   the identical instance, so the Epilog keeps it for that job.
+6. `actions`: what to write, release and learn.
+
+Safety (no two jobs on overlapping slices of a GPU) rests on Slurm's view alone: a held
+job is released only when no busy job and no job ordered before it on its GPU overlaps
+it, and a released job stays busy until Slurm says it has left. The daemon writes the
 AdminComment before the release (and skips the release when that write failed), so a
-busy job's slices are always known.
-
-Planning: the GPUs of the usable nodes form one FAR forest per GPU model (global index
-<-> (node, local GPU), nodes sorted by name); a batch of held jobs is split between the
-models (LPT on estimated work) and each part is planned with FAR and concatenated
-(reversed, or forward when that ends sooner) onto the busy and already-planned work.
-All times in the plan are seconds relative to ``snapshot.now``.
+busy job's slices are always known. Times in plans are seconds from ``snapshot.now``.
 """
 
 from __future__ import annotations
@@ -32,16 +42,27 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from functools import cache
+from functools import cache, lru_cache
+from types import MappingProxyType
 from typing import Protocol
 
-from ..geometry import GeometryError, GpuModel, Placement, Slot, get_model
-from ..planner.timeline import GpuState
-from ..workload import Task
-from .assignment import Assignment, AssignmentError, comment_with_token
+from ..geometry import GeometryError, GpuModel, Placement, Slot, get_model, mask_tables
+from ..planner.decisions import Decisions, Move, Place
+from ..planner.driver import BatchSettings, project, step_groups
+from ..planner.registry import get_policy, policy_info
+from ..planner.snapshot import (
+    ClusterSnapshot,
+    Event,
+    Gpu,
+    Instance,
+    Job,
+    Planned,
+    Running,
+)
+from . import comment as comments
+from .assignment import Assignment, AssignmentError
 
 ADMIN_TAG = "slurm-mig:"
-NOTE_RE = re.compile(r"\s*\[slurm-mig: [^\]]*\]")
 
 # squeue states: busy while one of these (COMPLETING: the epilog still owns the instance)
 ACTIVE_STATES = frozenset(
@@ -71,6 +92,7 @@ class JobLike(Protocol):
     name: str
     partition: str
     state: str
+    reason: str
     held: bool
     comment: str
     admin_comment: str
@@ -89,13 +111,17 @@ class JobLike(Protocol):
 @dataclass(frozen=True)
 class Estimate:
     """A job's runtime estimate: seconds per instance size per GPU model (inf = cannot
-    run there, e.g. too little memory), its learning key, its memory hint, and a problem
-    (e.g. a bad hint) that keeps it from being planned."""
+    run there, e.g. too little memory), its learning key, its memory hint, its PCIe
+    demand and alpha, whether it may be restarted elsewhere, and a problem (e.g. a bad
+    hint) that keeps it from being planned."""
 
     key: str
     times: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
     mem: int | None = None
     problem: str | None = None
+    pcie: float = 0.0
+    alpha: float = 1.0
+    restartable: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,9 +133,9 @@ class Snapshot:
     nodes: Mapping[str, tuple[str, ...]]  # usable node -> GPU model names, index order
     estimates: Mapping[str, Estimate]  # job id -> estimate
     partition: str = "mig"
-    algorithm: str = "far"  # far | auto
+    algorithm: str = "far"  # any registered policy name
     batch_window: float = 30.0
-    batch_size: int = 64
+    batch_size: int = 0  # jobs per batch (0: every waiting job)
     previous_nodes: frozenset[str] | None = None  # usable nodes of the last cycle, if any
 
 
@@ -142,7 +168,8 @@ class UpdateJob:
 
 @dataclass(frozen=True)
 class Release:
-    """Sign ``assignment`` (issued = now), write the token into ``comment`` and release."""
+    """Sign ``assignment`` (issued = now), write the token into the job's Comment (the
+    user's text ``comment`` kept) and release."""
 
     job_id: str
     assignment: Assignment
@@ -186,7 +213,19 @@ class Learn:
         )
 
 
-Action = Hold | UpdateJob | Release | Note | Learn
+@dataclass(frozen=True)
+class Requeue:
+    """``scontrol requeue``: a policy moves this running, restartable job; it is planned
+    again for its next run (MIG has no live migration)."""
+
+    job_id: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"job {self.job_id}: requeued ({self.reason})"
+
+
+Action = Hold | UpdateJob | Release | Note | Learn | Requeue
 
 
 @dataclass(frozen=True)
@@ -194,15 +233,18 @@ class CycleResult:
     """The actions, in the order to apply them, and what the plan looks like."""
 
     actions: tuple[Action, ...]
-    planned: Mapping[str, Assignment]  # every held job's assignment after this cycle
+    planned: Mapping[str, Assignment]  # every held job's assignment (released ones too)
     released: tuple[str, ...]
     batches: tuple[int, ...]  # batch numbers formed this cycle
-    replanned: tuple[str, ...]  # why every held job was planned again ('' none)
+    replanned: tuple[str, ...]  # why standing plans were made again ('' none)
     busy: int  # jobs holding or about to hold slices
     waiting: int  # held jobs left for a later batch
     noted: int  # held jobs that cannot be planned
     makespan: float  # seconds from now until all busy and planned work ends (projected)
     nodes: frozenset[str]  # pass as the next snapshot's previous_nodes
+    # what the policy saw and answered, per GPU model (plans carry their timing stats)
+    snapshots: tuple[ClusterSnapshot, ...] = field(default=(), compare=False)
+    decisions: tuple[Decisions, ...] = field(default=(), compare=False)
 
 
 # ---------------------------------------------------------------------------
@@ -217,8 +259,10 @@ def admin_comment_for(a: Assignment) -> str:
     return ADMIN_TAG + json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
+@lru_cache(maxsize=1 << 16)
 def parse_admin_comment(text: str | None) -> Assignment | None:
-    """The assignment an AdminComment holds, or None (none, a note, or unreadable)."""
+    """The assignment an AdminComment holds, or None (none, a note, or unreadable).
+    Memoised: a steady cycle reads the same records again."""
     raw = (text or "").strip()
     if not raw.startswith(ADMIN_TAG + "{"):
         return None
@@ -238,22 +282,12 @@ def parse_admin_comment(text: str | None) -> Assignment | None:
             planned_seconds=float(a.planned_seconds),
             issued=float(a.issued),
         )
-    except (AssignmentError, ValueError, TypeError):
+    except (AssignmentError, ValueError, TypeError, RecursionError):
         return None
 
 
 def note_admin_comment(text: str) -> str:
     return f"{ADMIN_TAG} not planned: {text}"
-
-
-def strip_note(comment: str | None) -> str:
-    """A Comment without the planner's ``[slurm-mig: ...]`` note."""
-    return NOTE_RE.sub("", comment or "").strip()
-
-
-def comment_with_note(comment: str | None, text: str) -> str:
-    clean = text.replace("[", "(").replace("]", ")")
-    return f"{strip_note(comment)} [slurm-mig: {clean}]".strip()
 
 
 # ---------------------------------------------------------------------------
@@ -287,55 +321,10 @@ def _gib(n: int) -> str:
     return f"{n / 1024**3:.1f} GiB"
 
 
-@dataclass(frozen=True)
-class _Busy:
-    job_id: str
-    node: str
-    gpu: int
-    placement: Placement
-    size: int
-    end: float  # relative to now
-
-
-@dataclass(frozen=True)
-class _Gpu:
-    node: str
-    local: int
-    model: GpuModel
-
-
-class _Track:
-    """Per memory slice of one GPU: when it is released and which instance holds it."""
-
-    def __init__(self, model: GpuModel) -> None:
-        self.end = [0.0] * model.memory_slices
-        self.owner: list[Slot | None] = [None] * model.memory_slices
-
-    def ready(self, p: Placement) -> float:
-        return max(self.end[p.start : p.end], default=0.0)
-
-    def occupy(self, slot: Slot, end: float) -> None:
-        p = slot.placement
-        for s in range(p.start, min(p.end, len(self.end))):
-            if end >= self.end[s]:
-                self.end[s] = end
-                self.owner[s] = slot
-
-    def state(self) -> GpuState:
-        live: dict[Slot, float] = {}
-        for s, owner in enumerate(self.owner):
-            if owner is not None:
-                live[owner] = max(live.get(owner, 0.0), self.end[s])
-        return GpuState(live)
-
-
-def _slot_of(model: GpuModel, a: Assignment) -> Slot | None:
-    """The planner slot of an assignment on ``model``, or None when it is not legal."""
-    return _legal_slot(model.name, a.profile, a.placement)
-
-
 @cache
 def _legal_slot(model_name: str, profile: str, placement: Placement) -> Slot | None:
+    """The planner slot of ``profile`` at ``placement`` on the model (canonical), or
+    None when the planner does not use that profile there."""
     model = get_model(model_name)
     try:
         prof = model.profile(profile)
@@ -344,11 +333,16 @@ def _legal_slot(model_name: str, profile: str, placement: Placement) -> Slot | N
             return None
     except GeometryError:
         return None
-    return slot
+    tables = mask_tables(model)
+    i = tables.index_of(slot)
+    return tables.slots[i] if i is not None else slot
 
 
 def _model_slot(a: Assignment) -> Slot:
     """The slot of a busy job's assignment (best effort: its profile on its model)."""
+    got = _legal_slot(a.model, a.profile, a.placement)
+    if got is not None:
+        return got
     try:
         prof = get_model(a.model).profile(a.profile)
         return Slot(a.placement, prof.compute_slices)
@@ -356,49 +350,65 @@ def _model_slot(a: Assignment) -> Slot:
         return Slot(a.placement, a.placement.size)
 
 
+def _submitted(job: JobLike, now: float) -> float:
+    return job.submit_time if job.submit_time is not None else now
+
+
 # ---------------------------------------------------------------------------
-# The cycle
+# Step 1: classify
 
 
-def plan_cycle(snap: Snapshot) -> CycleResult:
-    """The actions this cycle takes, from Slurm's view alone (pure and deterministic)."""
+@dataclass
+class _Busy:
+    job_id: str
+    node: str
+    gpu: int
+    slot: Slot
+    ready: float  # when it started (or now, if not yet)
+    end: float  # predicted end, absolute
+    started: bool
+
+
+@dataclass
+class Classified:
+    """What step 1 found (see the module doc)."""
+
+    jobs: dict[str, JobLike] = field(default_factory=dict)
+    holds: list[Hold] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    learns: list[Learn] = field(default_factory=list)
+    busy: list[_Busy] = field(default_factory=list)
+    kept: dict[str, Assignment] = field(default_factory=dict)  # standing plans
+    waiting: list[JobLike] = field(default_factory=list)  # held, no plan
+    events: list[tuple[float, str, str | None, int | None]] = field(default_factory=list)
+    max_batch: int = -1
+    no_gpu: int = 0  # held jobs no usable GPU can run
+    noted: int = 0
+    models: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, gpu) -> model
+
+
+def classify(snap: Snapshot) -> Classified:
+    """Step 1 (module doc)."""
     now = snap.now
+    out = Classified()
+    for node in sorted(snap.nodes):
+        for local, name in enumerate(snap.nodes[node]):
+            out.models[(node, local)] = get_model(name).name
+
+    def valid(a: Assignment) -> bool:
+        model = out.models.get((a.node, a.gpu))
+        return model == a.model and _legal_slot(a.model, a.profile, a.placement) is not None
+
+    usable_models = set(out.models.values())
     jobs = sorted(
         (j for j in snap.jobs if _in_partition(j, snap.partition)),
         key=lambda j: job_sort_key(j.job_id),
     )
-    # GPUs per model, global index <-> (node, local gpu)
-    groups: dict[str, list[_Gpu]] = defaultdict(list)
-    gpu_at: dict[tuple[str, int], _Gpu] = {}
-    for node in sorted(snap.nodes):
-        for local, name in enumerate(snap.nodes[node]):
-            model = get_model(name)
-            g = _Gpu(node, local, model)
-            groups[model.name].append(g)
-            gpu_at[(node, local)] = g
-
-    def valid(a: Assignment) -> bool:
-        g = gpu_at.get((a.node, a.gpu))
-        return g is not None and g.model.name == a.model and _slot_of(g.model, a) is not None
-
-    holds: list[Hold] = []
-    notes: list[Note] = []
-    learns: list[Learn] = []
-    busy: list[_Busy] = []
-    kept: dict[str, Assignment] = {}  # held jobs whose plan still stands
-    unplanned: list[JobLike] = []
-    by_id: dict[str, JobLike] = {}
-    events: list[tuple[float, str]] = []  # (when, what) that may call for a re-plan
-    must: list[str] = []  # reasons that call for a re-plan whenever anything is planned
-    max_batch = -1
-    waiting_no_gpu = 0
-    noted = 0
-
     for job in jobs:
-        by_id[job.job_id] = job
+        out.jobs[job.job_id] = job
         a = parse_admin_comment(job.admin_comment)
         if a is not None:
-            max_batch = max(max_batch, a.batch)
+            out.max_batch = max(out.max_batch, a.batch)
         current = a if a is not None and a.restart == job.restart_count else None
         if current is not None and current.job_id != job.job_id:
             current = None
@@ -408,20 +418,11 @@ def plan_cycle(snap: Snapshot) -> CycleResult:
         if phase == "active":
             if a is not None:
                 start = job.start_time or now
-                end = start + a.planned_seconds - now
-                busy.append(
-                    _Busy(
-                        job.job_id,
-                        a.node,
-                        a.gpu,
-                        a.placement,
-                        _model_slot(a).size,
-                        max(end, OVERDUE_SECONDS),
-                    )
-                )
+                end = max(start + a.planned_seconds, now + OVERDUE_SECONDS)
+                out.busy.append(_Busy(job.job_id, a.node, a.gpu, _model_slot(a), start, end, True))
                 late = start + a.planned_seconds + _late_threshold(a.planned_seconds)
                 if job.start_time and now > late:
-                    events.append((late, f"job {job.job_id} runs late"))
+                    out.events.append((late, f"job {job.job_id} runs late", a.node, a.gpu))
             continue
 
         if phase == "done":
@@ -429,187 +430,80 @@ def plan_cycle(snap: Snapshot) -> CycleResult:
                 continue
             start, end = job.start_time, job.end_time
             ok = job.state.upper().startswith("COMPLETED") and not job.exit_code
+            where = (current.node, current.gpu)
             if start and end:
                 ran = end - start
                 if ok and ran > 0:
                     size = _model_slot(current).size
                     key = est.key if est is not None else job.name
-                    learns.append(
+                    out.learns.append(
                         Learn(job.job_id, current.restart, key, current.model, size, ran, end)
                     )
                 if not ok:
-                    events.append((end, f"job {job.job_id} failed"))
+                    out.events.append((end, f"job {job.job_id} failed", *where))
                 elif abs(ran - current.planned_seconds) > _late_threshold(current.planned_seconds):
                     word = "early" if ran < current.planned_seconds else "late"
-                    events.append((end, f"job {job.job_id} ended {word}"))
+                    out.events.append((end, f"job {job.job_id} ended {word}", *where))
             elif end:
-                events.append((end, f"job {job.job_id} left before it ran"))
+                out.events.append((end, f"job {job.job_id} left before it ran", *where))
             continue
 
         # pending
         if not job.held:
             if current is not None and valid(current):
-                slot = _model_slot(current)
-                busy.append(
+                end = now + max(current.planned_seconds, OVERDUE_SECONDS)
+                out.busy.append(
                     _Busy(
                         job.job_id,
                         current.node,
                         current.gpu,
-                        current.placement,
-                        slot.size,
-                        max(current.planned_seconds, OVERDUE_SECONDS),
+                        _model_slot(current),
+                        now,
+                        end,
+                        False,
                     )
                 )
                 continue
             if current is not None:
-                holds.append(Hold(job.job_id, f"node {current.node} gpu {current.gpu} unusable"))
+                out.holds.append(
+                    Hold(job.job_id, f"node {current.node} gpu {current.gpu} unusable")
+                )
             else:
-                holds.append(Hold(job.job_id, "not planned yet"))
+                out.holds.append(Hold(job.job_id, "not planned yet"))
         elif job.reason == "JobHeldUser":
             # job_submit.lua's hold or a requeuehold: the user could release it himself
-            holds.append(Hold(job.job_id, "an admin hold in place of the user's"))
-        problem = _problem(est, groups, snap)
+            out.holds.append(Hold(job.job_id, "an admin hold in place of the user's"))
+        problem = _problem(est)
         if problem is not None:
-            noted += 1
-            fields = []
+            out.noted += 1
+            fields_ = []
             want_admin = note_admin_comment(problem)
             if job.admin_comment != want_admin:
-                fields.append(("AdminComment", want_admin))
-            want_comment = comment_with_note(job.comment, problem)
+                fields_.append(("AdminComment", want_admin))
+            want_comment = comments.parse(job.comment).with_note(problem).render()
             if job.comment != want_comment:
-                fields.append(("Comment", want_comment))
-            if fields:
-                notes.append(Note(job.job_id, problem, tuple(fields)))
+                fields_.append(("Comment", want_comment))
+            if fields_:
+                out.notes.append(Note(job.job_id, problem, tuple(fields_)))
             continue
         if current is not None and valid(current):
-            kept[job.job_id] = current
+            out.kept[job.job_id] = current
             continue
         if a is not None and a.restart < job.restart_count:
-            must.append(f"job {job.job_id} was requeued")
+            out.events.append((now, f"job {job.job_id} was requeued", a.node, a.gpu))
         elif current is not None:
-            must.append(f"node {current.node} gpu {current.gpu} is not usable")
-        if not any(m in groups for m in _feasible(est)):
-            waiting_no_gpu += 1
+            out.events.append(
+                (now, f"node {current.node} gpu {current.gpu} is not usable", None, None)
+            )
+        if not any(m in usable_models for m in _feasible(est)):
+            out.no_gpu += 1
             continue
-        unplanned.append(job)
+        out.waiting.append(job)
 
     nodes = frozenset(snap.nodes)
     if snap.previous_nodes is not None and nodes != snap.previous_nodes:
-        must.append("usable nodes changed")
-
-    # Re-plan every held job when something changed since the oldest plan was made,
-    # at most once per batch window.
-    replanned: tuple[str, ...] = ()
-    # the node change counts as seen once nothing planned is left to move
-    seen_nodes = nodes if not kept or snap.previous_nodes is None else snap.previous_nodes
-    if kept:
-        first = min(a.issued for a in kept.values())
-        last = max(a.issued for a in kept.values())
-        why = must + [w for t, w in sorted(events) if t > first]
-        if why and now - last >= snap.batch_window:
-            replanned = tuple(dict.fromkeys(why))
-            seen_nodes = nodes
-            unplanned.extend(by_id[i] for i in kept)
-            kept = {}
-
-    # Batches: full batches always; the last, smaller one once its oldest job waited.
-    unplanned.sort(key=lambda j: (_submitted(j, now), job_sort_key(j.job_id)))
-    size = max(1, snap.batch_size)
-    chunks = [unplanned[i : i + size] for i in range(0, len(unplanned), size)]
-    formed = [
-        c
-        for c in chunks
-        if len(c) == size or replanned or now - _submitted(c[0], now) >= snap.batch_window
-    ]
-    waiting = sum(len(c) for c in chunks) - sum(len(c) for c in formed) + waiting_no_gpu
-
-    # The projected state every GPU is in before the new batches: busy, then kept plans.
-    tracks = {key: _Track(g.model) for key, g in gpu_at.items()}
-    for b in busy:
-        t = tracks.get((b.node, b.gpu))
-        if t is not None:
-            t.occupy(Slot(b.placement, b.size), b.end)
-    for a in sorted(kept.values(), key=_order_key):
-        t = tracks[(a.node, a.gpu)]
-        g = gpu_at[(a.node, a.gpu)]
-        slot = _slot_of(g.model, a)
-        assert slot is not None
-        start = t.ready(a.placement)
-        t.occupy(slot, start + g.model.create_time(slot.size) + a.planned_seconds)
-    states = {m: [tracks[(g.node, g.local)].state() for g in gpus] for m, gpus in groups.items()}
-
-    new: dict[str, Assignment] = {}
-    batches: list[int] = []
-    for k, chunk in enumerate(formed):
-        b = max_batch + 1 + k
-        batches.append(b)
-        for model_name, part in _split(chunk, snap.estimates, groups, states).items():
-            gpus = groups[model_name]
-            model = gpus[0].model
-            tasks = [_task(j.job_id, snap.estimates[j.job_id], model) for j in part]
-            planned, states[model_name] = _plan_group(
-                tasks, model, states[model_name], snap.algorithm, b
-            )
-            per_gpu: dict[int, list[tuple[float, int, str, Slot, float]]] = defaultdict(list)
-            for pt in planned:
-                per_gpu[pt.gpu].append(
-                    (pt.start, pt.slot.placement.start, pt.id, pt.slot, pt.end - pt.start)
-                )
-            for gi, items in per_gpu.items():
-                g = gpus[gi]
-                for order, (_, _, jid, slot, dur) in enumerate(sorted(items)):
-                    new[jid] = Assignment(
-                        job_id=jid,
-                        restart=by_id[jid].restart_count,
-                        node=g.node,
-                        gpu=g.local,
-                        model=model.name,
-                        profile=model.profile_for_size(slot.size).name,
-                        placement=slot.placement,
-                        batch=b,
-                        order=order,
-                        planned_seconds=dur,
-                        issued=now,
-                    )
-
-    final = _link_reuse({**kept, **new}, busy)
-
-    # Write what changed, then release what the gate allows.
-    updates: list[UpdateJob] = []
-    for jid in sorted(final, key=job_sort_key):
-        a = final[jid]
-        job = by_id[jid]
-        fields = []
-        text = admin_comment_for(a)
-        if job.admin_comment != text:
-            fields.append(("AdminComment", text))
-        if (job.required_nodes or "") != a.node:
-            fields.append(("ReqNodeList", a.node))
-        if fields:
-            updates.append(UpdateJob(jid, tuple(fields), _plan_text(a, fields)))
-
-    released = _gate(final, busy)
-    releases = [
-        Release(jid, final[jid], comment_with_token(strip_note(by_id[jid].comment), None))
-        for jid in released
-    ]
-    actions: tuple[Action, ...] = (*holds, *notes, *updates, *releases, *learns)
-    return CycleResult(
-        actions=actions,
-        planned=final,
-        released=tuple(released),
-        batches=tuple(batches),
-        replanned=replanned,
-        busy=len(busy) + len(released),
-        waiting=waiting,
-        noted=noted,
-        makespan=_makespan(final, busy, gpu_at),
-        nodes=seen_nodes,
-    )
-
-
-def _order_key(a: Assignment) -> tuple[int, int, tuple[int, int, str]]:
-    return (a.batch, a.order, job_sort_key(a.job_id))
+        out.events.append((now, "usable nodes changed", None, None))
+    return out
 
 
 def _feasible(est: Estimate | None) -> list[str]:
@@ -619,7 +513,7 @@ def _feasible(est: Estimate | None) -> list[str]:
     return [m for m, t in est.times.items() if any(math.isfinite(x) for x in t.values())]
 
 
-def _problem(est: Estimate | None, groups: Mapping[str, list[_Gpu]], snap: Snapshot) -> str | None:
+def _problem(est: Estimate | None) -> str | None:
     """Why a held job cannot be planned at all, or None."""
     if est is None:
         return None
@@ -641,160 +535,254 @@ def _problem(est: Estimate | None, groups: Mapping[str, list[_Gpu]], snap: Snaps
     return "no MIG instance size can run it (every runtime estimate is inf)"
 
 
-def _task(job_id: str, est: Estimate, model: GpuModel) -> Task:
+# ---------------------------------------------------------------------------
+# Step 2: the planning core's snapshots
+
+
+def _job(job: JobLike, est: Estimate, model: GpuModel, now: float) -> Job:
     got = est.times.get(model.name, {})
     times = {}
     for s in model.planner_sizes:
         t = got.get(s, math.inf)
         times[s] = t if math.isinf(t) else max(float(t), MIN_RUNTIME)
-    return Task(job_id, times)
+    return Job(
+        id=job.job_id,
+        arrival=_submitted(job, now),
+        times=times,
+        memory=est.mem or 0,
+        pcie_demand=est.pcie,
+        alpha=est.alpha,
+        restartable=est.restartable,
+        kind=est.key,
+    )
 
 
-def _min_work(est: Estimate, model: GpuModel) -> float:
-    got = est.times.get(model.name, {})
-    return min((s * got.get(s, math.inf) for s in model.planner_sizes), default=math.inf)
-
-
-def _split(
-    chunk: Sequence[JobLike],
-    estimates: Mapping[str, Estimate],
-    groups: Mapping[str, list[_Gpu]],
-    states: Mapping[str, list[GpuState]],
-) -> dict[str, list[JobLike]]:
-    """Jobs of a batch per GPU model: LPT on estimated work over each model's capacity
-    (its slices times the work already queued on them counted as load)."""
-    names = sorted(groups)
-    if len(names) == 1:
-        only = names[0]
-        return {only: [j for j in chunk if only in _feasible(estimates[j.job_id])]}
-    load: dict[str, float] = {}
-    cap: dict[str, float] = {}
-    for m in names:
-        model = groups[m][0].model
-        cap[m] = float(len(groups[m]) * model.compute_slices)
-        backlog = 0.0
-        for st in states[m]:
-            per_slice = [0.0] * model.memory_slices
-            for slot, free in st.live.items():
-                for s in range(slot.placement.start, slot.placement.end):
-                    per_slice[s] = max(per_slice[s], free)
-            backlog += sum(per_slice[: model.compute_slices])
-        load[m] = backlog
-    out: dict[str, list[JobLike]] = {}
-    work = []
-    for j in chunk:
-        est = estimates[j.job_id]
-        w = {m: _min_work(est, groups[m][0].model) for m in names}
-        feasible = [m for m in names if math.isfinite(w[m])]
-        if feasible:
-            work.append((-min(w[m] for m in feasible), job_sort_key(j.job_id), j, w, feasible))
-    for _, _, j, w, feasible in sorted(work, key=lambda x: (x[0], x[1])):
-        m = min(feasible, key=lambda m: ((load[m] + w[m]) / cap[m], m))
-        load[m] += w[m]
-        out.setdefault(m, []).append(j)
-    return {m: sorted(js, key=lambda j: job_sort_key(j.job_id)) for m, js in out.items()}
-
-
-def _plan_group(
-    tasks: Sequence[Task],
-    model: GpuModel,
-    states: Sequence[GpuState],
-    algorithm: str,
-    batch: int,
-) -> tuple[list, list[GpuState]]:
-    """Plan one batch on one model's GPUs after ``states``; the planned tasks (ids are
-    job ids, gpu the model-group index) and the states after them."""
-    from ..planner.concat import concat_batch
-    from ..planner.far import far_schedule, time_assignment
-
-    gpus = len(states)
-    if all(not s.live for s in states):
-        if algorithm.strip().lower() == "auto":
-            from ..planner import Batch, get_planner
-
-            plan = get_planner("auto")(Batch(tuple(tasks), model, gpus))
-            tracks = [_Track(model) for _ in range(gpus)]
-            for pt in sorted(plan.tasks, key=lambda t: t.start):
-                tracks[pt.gpu].occupy(pt.slot, pt.end)
-            return list(plan.tasks), [t.state() for t in tracks]
-        res = far_schedule(tasks, model, gpus)
-        timeline, _ = time_assignment(res.forest, tasks, res.assign, batch=batch)
-        return timeline.tasks, timeline.states
-    res = far_schedule(tasks, model, gpus)
-    _match_gpus(res, tasks, states)
-    options = [concat_batch(states, tasks, res, reverse=False, batch=batch).timeline]
-    for assign in (res.assign, _mirrored(res, tasks, states)):
-        trial = replace(res, assign=[list(x) for x in assign])
-        options.append(
-            concat_batch(states, tasks, trial, reverse=True, batch=batch, mirror=False).timeline
+def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot, ...]:
+    """Step 2: one `ClusterSnapshot` per GPU model of the usable nodes (module doc)."""
+    now = snap.now
+    groups: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for key, model in view.models.items():
+        groups[model].append(key)
+    out = []
+    for name in sorted(groups):
+        model = get_model(name)
+        keys = sorted(groups[name])
+        index = {k: i for i, k in enumerate(keys)}
+        insts: dict[int, list[Instance]] = defaultdict(list)
+        running: dict[str, Running] = {}
+        for b in view.busy:
+            g = index.get((b.node, b.gpu))
+            if g is None:
+                continue
+            est = snap.estimates.get(b.job_id, Estimate(b.job_id))
+            job = view.jobs[b.job_id]
+            j = _job(job, est, model, now)
+            insts[g].append(Instance(b.slot, b.job_id, b.ready, b.end, j.pcie_bound))
+            seconds = max(b.end - b.ready, MIN_RUNTIME)
+            left = max(0.0, min(1.0, (b.end - now) / seconds))
+            running[b.job_id] = Running(
+                j, g, b.slot, b.ready if b.started else None, left, 1.0, b.end
+            )
+        pcie = defaultdict(int)
+        for r in running.values():
+            if r.job.pcie_bound:
+                pcie[r.gpu] += 1
+        gpus = tuple(
+            Gpu(
+                i,
+                tuple(sorted(insts[i], key=lambda x: (x.slot.placement.start, x.slot.size))),
+                -math.inf,
+                pcie[i],
+                node,
+                local,
+            )
+            for i, (node, local) in enumerate(keys)
         )
-    # reversed first: on a tie the paper's orientation wins
-    best = min(options[1:] + options[:1], key=lambda tl: tl.makespan)
-    return best.tasks, best.states
+        pending: dict[str, Job] = {}
+        held = sorted(
+            [*view.waiting, *(view.jobs[j] for j in view.kept)],
+            key=lambda j: (_submitted(j, now), job_sort_key(j.job_id)),
+        )
+        for job in held:
+            est = snap.estimates.get(job.job_id)
+            if est is None or name not in _feasible(est):
+                continue
+            pending[job.job_id] = _job(job, est, model, now)
+        planned: dict[str, Planned] = {}
+        for jid, a in view.kept.items():
+            g = index.get((a.node, a.gpu))
+            slot = _legal_slot(a.model, a.profile, a.placement)
+            if g is None or slot is None or jid not in pending:
+                continue
+            planned[jid] = Planned(jid, g, slot, a.batch, a.order, a.planned_seconds, a.issued)
+        events = tuple(
+            Event(at, what, None if node is None else index.get((node, gpu)))
+            for at, what, node, gpu in view.events
+            if node is None or (node, gpu) in index
+        )
+        out.append(
+            ClusterSnapshot(
+                now=now,
+                model=model,
+                gpus=gpus,
+                pending=MappingProxyType(pending),
+                running=MappingProxyType(running),
+                planned=MappingProxyType(planned),
+                pcie_max=_pcie_max(model),
+                events=events,
+            )
+        )
+    return tuple(out)
 
 
-def _match_gpus(res, tasks: Sequence[Task], states: Sequence[GpuState]) -> None:
-    """Put the batch's longest GPU schedules on the GPUs that free up first (in place)."""
-    forest = res.forest
-    T = len(forest.model.tree)
-    G = forest.gpus
-    if G < 2:
-        return
-    dur = [tasks[i].times[res.allocation[i]] for i in range(len(tasks))]
+def _pcie_max(model: GpuModel) -> float:
+    from ..pcie import pcie_max_for
 
-    def chain(v: int) -> float:
-        """The longest root-to-leaf run of work below node v."""
-        own = sum(dur[k] for k in res.assign[v])
-        return own + max((chain(c) for c in forest.children[v]), default=0.0)
-
-    span = [chain(i * T) for i in range(G)]
-    free = [max(st.live.values(), default=0.0) for st in states]
-    trees = sorted(range(G), key=lambda i: (-span[i], i))
-    slots = sorted(range(G), key=lambda h: (free[h], h))
-    out: list[list[int]] = [[] for _ in range(forest.nodes)]
-    for i, h in zip(trees, slots):
-        for v in range(T):
-            out[h * T + v] = list(res.assign[i * T + v])
-    res.assign = out
+    return pcie_max_for(model)
 
 
-def _mirrored(res, tasks: Sequence[Task], states: Sequence[GpuState]) -> list[list[int]]:
-    """``concat.mirror_to_fit`` GPU by GPU (the GPUs are matched already): each GPU's
-    tree relabelled onto equivalent instances to fit behind that GPU's own work."""
-    from ..planner.concat import mirror_to_fit, slice_free_times
-    from ..planner.far import Forest
-
-    forest = res.forest
-    model = forest.model
-    T, S = len(model.tree), model.compute_slices
-    one = Forest.build(model, 1)
-    dur = [tasks[i].times[res.allocation[i]] for i in range(len(tasks))]
-    prev = slice_free_times(forest, states)
-    out: list[list[int]] = []
-    for g in range(forest.gpus):
-        block = res.assign[g * T : (g + 1) * T]
-        if any(block):
-            block = mirror_to_fit(one, block, dur, prev[g * S : (g + 1) * S])
-        out.extend(list(x) for x in block)
-    return out
+# ---------------------------------------------------------------------------
+# Step 3: the driver
 
 
-def _link_reuse(plans: Mapping[str, Assignment], busy: Sequence[_Busy]) -> dict[str, Assignment]:
-    """Set keep_for / reuse_from where the next job on a job's slices of its GPU runs on
-    the identical instance (same profile and placement)."""
+def schedule(
+    snap: Snapshot, view: Classified, groups: Sequence[ClusterSnapshot]
+) -> list[Decisions]:
+    """Step 3: the planning core's driver with the configured policy (module doc)."""
+    if not groups:
+        return []
+    policies = [get_policy(snap.algorithm) for _ in groups]
+    settings = BatchSettings(
+        window=snap.batch_window,
+        size=max(0, snap.batch_size),
+        eager=False,
+        next_batch=view.max_batch + 1,
+    )
+    return step_groups(groups, policies, settings)
+
+
+# ---------------------------------------------------------------------------
+# Step 4: assignments
+
+
+def assignments(
+    snap: Snapshot,
+    view: Classified,
+    groups: Sequence[ClusterSnapshot],
+    decisions: Sequence[Decisions],
+) -> tuple[dict[str, Assignment], list[str], list[Requeue]]:
+    """Step 4: every held job's assignment after this cycle (standing and released),
+    the jobs released now, and the requeues of moved jobs."""
+    now = snap.now
+    final: dict[str, Assignment] = {}
+    released: list[str] = []
+    requeues: list[Requeue] = []
+    next_batch = view.max_batch + 1
+    online = policy_info(snap.algorithm).kind == "online"
+    for snap_g, got in zip(groups, decisions):
+        for jid, p in got.planned.items():
+            final[jid] = _assignment(
+                view, snap_g, now, jid, p.gpu, p.slot, p.batch, p.order, p.seconds
+            )
+        orders: dict[int, int] = defaultdict(int)
+        for op in got.ops:
+            if type(op) is Place:
+                seconds = op.end - op.start
+                if not math.isfinite(seconds):
+                    seconds = snap_g.pending[op.job].time(op.slot.size)
+                if online:  # placed now: numbered after every batch so far
+                    batch, order = next_batch, orders[op.gpu]
+                    orders[op.gpu] += 1
+                else:
+                    batch, order = op.batch, op.order
+                final[op.job] = _assignment(
+                    view, snap_g, now, op.job, op.gpu, op.slot, batch, order, seconds
+                )
+                released.append(op.job)
+            elif type(op) is Move:
+                job = view.jobs.get(op.job)
+                if job is not None:
+                    requeues.append(Requeue(op.job, f"{snap.algorithm} moves it to another slice"))
+    return final, sorted(set(released), key=job_sort_key), requeues
+
+
+def _assignment(
+    view: Classified,
+    snap: ClusterSnapshot,
+    now: float,
+    jid: str,
+    g: int,
+    slot: Slot,
+    batch: int,
+    order: int,
+    seconds: float,
+) -> Assignment:
+    """The record of a plan; a standing one that did not change keeps its own."""
+    gpu, model = snap.gpus[g], snap.model
+    a = Assignment(
+        job_id=jid,
+        restart=view.jobs[jid].restart_count,
+        node=gpu.node,
+        gpu=gpu.local,
+        model=model.name,
+        profile=model.profile_for_size(slot.size).name,
+        placement=slot.placement,
+        batch=batch,
+        order=order,
+        planned_seconds=seconds,
+        issued=now,
+    )
+    old = view.kept.get(jid)
+    return old if old is not None and _same_plan(old, a) else a
+
+
+def _same_plan(a: Assignment, b: Assignment) -> bool:
+    return (a.node, a.gpu, a.model, a.profile, a.placement, a.batch, a.order) == (
+        b.node,
+        b.gpu,
+        b.model,
+        b.profile,
+        b.placement,
+        b.batch,
+        b.order,
+    ) and math.isclose(a.planned_seconds, b.planned_seconds, rel_tol=1e-9, abs_tol=1e-9)
+
+
+# ---------------------------------------------------------------------------
+# Step 5: instance reuse
+
+
+def _order_key(a: Assignment) -> tuple[int, int, tuple[int, int, str]]:
+    return (a.batch, a.order, job_sort_key(a.job_id))
+
+
+def link_reuse(plans: Mapping[str, Assignment], busy: Sequence[_Busy]) -> dict[str, Assignment]:
+    """Step 5: set keep_for / reuse_from where the next job on a job's slices of its GPU
+    runs on the identical instance (same profile and placement)."""
     per_gpu: dict[tuple[str, int], list[Assignment]] = defaultdict(list)
     for a in plans.values():
         per_gpu[(a.node, a.gpu)].append(a)
     busy_on: dict[tuple[str, int], list[_Busy]] = defaultdict(list)
     for b in busy:
         busy_on[(b.node, b.gpu)].append(b)
-    out = {jid: replace(a, keep_for=None, reuse_from=None) for jid, a in plans.items()}
+    out = {
+        jid: (
+            a
+            if a.keep_for is None and a.reuse_from is None
+            else replace(a, keep_for=None, reuse_from=None)
+        )
+        for jid, a in plans.items()
+    }
     for key, lst in per_gpu.items():
         lst.sort(key=_order_key)
         # a busy job's instance is reused by the first held job on its slices
         for b in busy_on.get(key, []):
-            nxt = next((a for a in lst if a.placement.overlaps(b.placement)), None)
-            if nxt is not None and nxt.placement == b.placement and _model_slot(nxt).size == b.size:
+            nxt = next((a for a in lst if a.placement.overlaps(b.slot.placement)), None)
+            if (
+                nxt is not None
+                and nxt.placement == b.slot.placement
+                and _model_slot(nxt).size == b.slot.size
+            ):
                 out[nxt.job_id] = replace(out[nxt.job_id], reuse_from=b.job_id)
         for i, a in enumerate(lst):
             nxt = next((c for c in lst[i + 1 :] if c.placement.overlaps(a.placement)), None)
@@ -804,46 +792,102 @@ def _link_reuse(plans: Mapping[str, Assignment], busy: Sequence[_Busy]) -> dict[
     return out
 
 
-def _gate(plans: Mapping[str, Assignment], busy: Sequence[_Busy]) -> list[str]:
-    """Held jobs free to start: no busy job and no held job ordered before them on
-    their GPU overlaps their placement."""
-    blocked: dict[tuple[str, int], set[int]] = defaultdict(set)
-    for b in busy:
-        blocked[(b.node, b.gpu)].update(range(b.placement.start, b.placement.end))
-    out = []
-    for a in sorted(plans.values(), key=_order_key):
-        taken = blocked[(a.node, a.gpu)]
-        mine = range(a.placement.start, a.placement.end)
-        if not any(s in taken for s in mine):
-            out.append(a.job_id)
-        taken.update(mine)
-    return sorted(out, key=job_sort_key)
+# ---------------------------------------------------------------------------
+# Step 6 and the cycle
 
 
-def _makespan(
-    plans: Mapping[str, Assignment], busy: Sequence[_Busy], gpu_at: Mapping[tuple[str, int], _Gpu]
-) -> float:
-    tracks = {key: _Track(g.model) for key, g in gpu_at.items()}
+def plan_cycle(snap: Snapshot) -> CycleResult:
+    """The actions this cycle takes, from Slurm's view alone (pure and deterministic)."""
+    view = classify(snap)
+    groups = cluster_snapshots(snap, view)
+    decisions = schedule(snap, view, groups)
+    planned, released, requeues = assignments(snap, view, groups, decisions)
+    final = link_reuse(planned, view.busy)
+    return _result(snap, view, groups, decisions, final, released, requeues)
+
+
+def _result(
+    snap: Snapshot,
+    view: Classified,
+    groups: Sequence[ClusterSnapshot],
+    decisions: Sequence[Decisions],
+    final: Mapping[str, Assignment],
+    released: Sequence[str],
+    requeues: Sequence[Requeue],
+) -> CycleResult:
+    """Step 6: what to write (changed records), release, learn and requeue."""
+    updates: list[UpdateJob] = []
+    for jid in sorted(final, key=job_sort_key):
+        a = final[jid]
+        job = view.jobs[jid]
+        fields_ = []
+        text = admin_comment_for(a)
+        if job.admin_comment != text:
+            fields_.append(("AdminComment", text))
+        if (job.required_nodes or "") != a.node:
+            fields_.append(("ReqNodeList", a.node))
+        if fields_:
+            updates.append(UpdateJob(jid, tuple(fields_), _plan_text(a, fields_)))
+    releases = []
+    for jid in released:
+        user = comments.parse(view.jobs[jid].comment).with_token(None).with_note(None)
+        releases.append(Release(jid, final[jid], user.render()))
+    stats = [d.stats for d in decisions]
+    batches = sorted({b for a in final.values() for b in [a.batch] if b > view.max_batch})
+    why = tuple(dict.fromkeys(w for s in stats for w in s.get("replanned", ())))
+    waiting = sum(int(s.get("waiting", 0)) for s in stats) + view.no_gpu
+    actions: tuple[Action, ...] = (
+        *view.holds,
+        *view.notes,
+        *updates,
+        *releases,
+        *requeues,
+        *view.learns,
+    )
+    return CycleResult(
+        actions=actions,
+        planned=MappingProxyType({j: final[j] for j in sorted(final, key=job_sort_key)}),
+        released=tuple(released),
+        batches=tuple(batches),
+        replanned=why,
+        busy=len(view.busy) + len(released),
+        waiting=waiting,
+        noted=view.noted,
+        makespan=_makespan(groups, decisions),
+        nodes=_seen_nodes(snap, view, bool(why)),
+        snapshots=tuple(groups),
+        decisions=tuple(decisions),
+    )
+
+
+def _seen_nodes(snap: Snapshot, view: Classified, replanned: bool) -> frozenset[str]:
+    """The usable nodes to compare the next cycle with: a change of them counts as seen
+    once the standing plans were made again, or when none was left to move."""
+    nodes = frozenset(snap.nodes)
+    if snap.previous_nodes is None or not view.kept or replanned:
+        return nodes
+    return snap.previous_nodes
+
+
+def _makespan(groups: Sequence[ClusterSnapshot], decisions: Sequence[Decisions]) -> float:
+    """Seconds from now until every busy and planned job is projected to end."""
     ms = 0.0
-    for b in busy:
-        t = tracks.get((b.node, b.gpu))
-        if t is not None:
-            t.occupy(Slot(b.placement, b.size), b.end)
-            ms = max(ms, b.end)
-    for a in sorted(plans.values(), key=_order_key):
-        g = gpu_at[(a.node, a.gpu)]
-        slot = _slot_of(g.model, a)
-        if slot is None:
-            continue
-        t = tracks[(a.node, a.gpu)]
-        end = t.ready(a.placement) + g.model.create_time(slot.size) + a.planned_seconds
-        t.occupy(slot, end)
-        ms = max(ms, end)
+    for snap, got in zip(groups, decisions):
+        started = {op.job: op for op in got.ops if type(op) is Place}
+        plans = list(got.planned.values()) + [
+            Planned(p.job, p.gpu, p.slot, p.batch, p.order, p.end - p.start, snap.now)
+            for p in started.values()
+            if math.isfinite(p.end - p.start)
+        ]
+        for gpu in project(snap, plans):
+            for inst in gpu.instances:
+                if inst.busy_until is not None and math.isfinite(inst.busy_until):
+                    ms = max(ms, inst.busy_until - snap.now)
     return ms
 
 
-def _plan_text(a: Assignment, fields: Sequence[tuple[str, str]]) -> str:
-    if not any(k == "AdminComment" for k, _ in fields):
+def _plan_text(a: Assignment, fields_: Sequence[tuple[str, str]]) -> str:
+    if not any(k == "AdminComment" for k, _ in fields_):
         return f"node list set to {a.node}"
     text = (
         f"planned on {a.node} gpu {a.gpu} {a.profile}@{a.placement.start} "
@@ -854,7 +898,3 @@ def _plan_text(a: Assignment, fields: Sequence[tuple[str, str]]) -> str:
     if a.keep_for:
         text += f", keeps its instance for job {a.keep_for}"
     return text
-
-
-def _submitted(job: JobLike, now: float) -> float:
-    return job.submit_time if job.submit_time is not None else now

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from ..geometry import get_model
-from .assignment import comment_with_token, load_key, sign
+from . import comment as comments
+from .assignment import load_key, sign
 from .cycle import (
     Action,
     CycleResult,
@@ -36,6 +37,7 @@ from .cycle import (
     Learn,
     Note,
     Release,
+    Requeue,
     Snapshot,
     UpdateJob,
     job_phase,
@@ -54,6 +56,7 @@ class Client(Protocol):
     def nodes(self, partition: str | None = None) -> list: ...
     def hold(self, job_id: str) -> None: ...
     def release(self, job_id: str) -> None: ...
+    def requeue(self, job_id: str) -> None: ...
     def update_job(self, job_id: str, **fields: str) -> None: ...
 
 
@@ -123,7 +126,16 @@ class Estimator:
         if isinstance(hints, Exception):
             return Estimate(key, problem=" ".join(str(hints).split()))
         names = tuple(sorted({get_model(m).name for m in models}))
-        memo = (key, names, hints.time, job.time_limit, hints.mem)
+        memo = (
+            key,
+            names,
+            hints.time,
+            job.time_limit,
+            hints.mem,
+            hints.pcie,
+            hints.alpha,
+            hints.restartable,
+        )
         if memo not in self._memo:
             times = {
                 name: estimate_for_job(
@@ -140,7 +152,14 @@ class Estimator:
             }
             learned = self.store.memory_need(key) if self.store is not None else None
             mem = max(hints.mem or 0, learned or 0) or None
-            self._memo[memo] = Estimate(key, times, mem)
+            self._memo[memo] = Estimate(
+                key,
+                times,
+                mem,
+                pcie=hints.pcie or 0.0,
+                alpha=hints.alpha if hints.alpha is not None else 1.0,
+                restartable=bool(hints.restartable),
+            )
         return self._memo[memo]
 
 
@@ -234,7 +253,7 @@ def apply_actions(
                 "%s",
                 action.describe(),
             )
-        except (SlurmError, OSError) as exc:
+        except (SlurmError, OSError, comments.CommentTooLong) as exc:
             failed_jobs.add(action.job_id)
             text = " ".join(str(exc).split()) or exc.__class__.__name__
             report.failed.append((action.job_id, text))
@@ -253,8 +272,11 @@ def _apply_one(action: Action, client: Client, key: bytes, clock: Callable[[], f
         client.update_job(action.job_id, **dict(action.fields))
     elif isinstance(action, Release):
         token = sign(replace(action.assignment, issued=clock()), key)
-        client.update_job(action.job_id, Comment=comment_with_token(action.comment, token))
+        text = comments.parse(action.comment).with_token(token).render()
+        client.update_job(action.job_id, Comment=text)
         client.release(action.job_id)
+    elif isinstance(action, Requeue):
+        client.requeue(action.job_id, hold=True)
     else:  # pragma: no cover - every Action type is handled above
         raise TypeError(f"unknown action {action!r}")
 
@@ -271,6 +293,7 @@ class CycleReport:
     result: CycleResult | None
     apply: ApplyReport | None
     error: str | None = None
+    policy: str = ""
 
     def to_json(self) -> dict:
         r, a = self.result, self.apply
@@ -295,6 +318,8 @@ class CycleReport:
             "noted": r.noted if r else 0,
             "makespan": round(r.makespan, 3) if r else 0.0,
             "nodes": sorted(r.nodes) if r else [],
+            "policy": self.policy,
+            "state": [s.to_json() for s in r.snapshots] if r else [],
         }
 
 
@@ -344,7 +369,9 @@ class PlannerDaemon:
             text = " ".join(str(exc).split())
             what = "Slurm" if isinstance(exc, SlurmError) else "the runtime store"
             log.error("cycle %d: cannot read %s: %s", self.cycles, what, text)
-            report = CycleReport(self.cycles, started, self.clock(), None, None, text)
+            report = CycleReport(
+                self.cycles, started, self.clock(), None, None, text, self.config.algorithm
+            )
             self._write_status(report)
             return report
         if self.dry_run:
@@ -362,7 +389,9 @@ class PlannerDaemon:
                 stop=self.stop,
             )
             self.previous_nodes = result.nodes
-        report = CycleReport(self.cycles, started, self.clock(), result, applied)
+        report = CycleReport(
+            self.cycles, started, self.clock(), result, applied, None, self.config.algorithm
+        )
         log.info(
             "cycle %d done in %.2f s: %d actions, %d failed; %d planned, %d released, "
             "%d waiting, %d noted, %d busy; plan ends in %.0f s%s",

@@ -1,0 +1,279 @@
+"""One registry of policy names for the CLI, the simulator and the planner daemon.
+
+Two kinds, one contract each (Kubernetes' scheduling framework in small: plugins over
+an immutable snapshot that return decisions):
+
+* ``batch``: ``plan(batch) -> Plan`` plans a batch of jobs onto the GPUs as
+  ``batch.start`` (a `ClusterSnapshot`) finds them; ``planner.driver`` forms the
+  batches, keeps standing plans and starts jobs as their slices free up.
+* ``online``: ``decide(snapshot) -> Decisions`` places waiting jobs now (or lets them
+  wait). A policy object may keep caches between calls (``snapshot.changed`` says what
+  to refresh) but decides from the snapshot alone.
+
+Modules are imported only when a policy of theirs is asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover - the registry stays cheap to import
+    from ..plan import Plan
+    from .decisions import Decisions
+    from .snapshot import ClusterSnapshot
+
+__all__ = [
+    "BatchPlanner",
+    "BatchPolicy",
+    "OnlinePolicy",
+    "Policy",
+    "PolicyInfo",
+    "UnknownPolicy",
+    "describe",
+    "get_policy",
+    "policy_info",
+    "policy_names",
+]
+
+
+class UnknownPolicy(ValueError):
+    """A policy name or option the registry does not know; lists the valid ones."""
+
+
+@runtime_checkable
+class BatchPlanner(Protocol):
+    name: str
+    kind: Literal["batch"]
+
+    def plan(self, batch: Any) -> Plan: ...
+
+
+@runtime_checkable
+class OnlinePolicy(Protocol):
+    name: str
+    kind: Literal["online"]
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decisions: ...
+
+
+Policy = BatchPlanner | OnlinePolicy
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """A batch planner function as a registered policy."""
+
+    name: str
+    fn: Callable[[Any], Plan]
+    kind: Literal["batch"] = "batch"
+
+    def plan(self, batch: Any) -> Plan:
+        return self.fn(batch)
+
+
+def bind_options(fn: Callable[..., Plan], name: str, options: dict[str, Any]) -> Callable:
+    """``fn`` with keyword ``options`` bound, checked now (TypeError names a bad one)."""
+    if not options:
+        return fn
+    import inspect  # only when a policy is built with options
+
+    inspect.signature(fn).bind(None, **options)  # raises TypeError for unknown names
+    return partial(fn, **options)
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    """A registered name: its kind, a line for --help, and ``module:factory`` (called
+    as ``factory(name, **options)``)."""
+
+    name: str
+    kind: Literal["batch", "online"]
+    summary: str
+    target: str
+
+
+_P = "slurm_mig.planner."
+_ENTRIES = (
+    PolicyInfo(
+        "auto",
+        "batch",
+        "FAR, plus an exact search where a batch is small enough (default)",
+        _P + "exact:make_planner",
+    ),
+    PolicyInfo(
+        "far",
+        "batch",
+        "FAR: allotment family, LPT list scheduling over the repartitioning tree, "
+        "moves and swaps; batches appended onto busy GPUs reversed (FAR Section 4)",
+        _P + "far_planner:make_planner",
+    ),
+    PolicyInfo(
+        "far-pcie",
+        "batch",
+        "FAR candidates ranked under the PCIe slowdown model (Eq. 2), with the co-location gate",
+        _P + "far_pcie:make_planner",
+    ),
+    PolicyInfo(
+        "exact",
+        "batch",
+        "branch and bound over FAR's search space (small batches only)",
+        _P + "exact:make_planner",
+    ),
+    PolicyInfo(
+        "miso-opt",
+        "batch",
+        "MISO's optimizer: per step the partition that maximises summed speedup",
+        _P + "baselines:make_planner",
+    ),
+    PolicyInfo(
+        "fixpart-best",
+        "batch",
+        "the best fixed partition, never reconfigured",
+        _P + "baselines:make_planner",
+    ),
+    PolicyInfo(
+        "fixpart-SIZES",
+        "batch",
+        "one fixed partition, sizes left to right: fixpart-7, fixpart-4-3, fixpart-1-1-1-1-1-1-1",
+        _P + "baselines:make_planner",
+    ),
+    PolicyInfo(
+        "baseline",
+        "online",
+        "first GPU with room for the job's size, in arrival order with backfilling; PCIe-unaware",
+        _P + "baseline:make_policy",
+    ),
+    PolicyInfo(
+        "pcie-aware",
+        "online",
+        "the PCIe paper's scheduler: lowest predicted slowdown first, gated by delay "
+        "and wait-time thresholds",
+        _P + "gate:make_policy",
+    ),
+    PolicyInfo(
+        "first-fit",
+        "online",
+        "static layout, first fit (the fragmentation paper's ablation baseline)",
+        _P + "online:make_policy",
+    ),
+    PolicyInfo(
+        "ff+lb", "online", "static layout + conditional load balancing", _P + "online:make_policy"
+    ),
+    PolicyInfo(
+        "ff+lb+dp",
+        "online",
+        "+ fragmentation-aware exact-size dynamic partitioning",
+        _P + "online:make_policy",
+    ),
+    PolicyInfo(
+        "ff+lb+dp+mig",
+        "online",
+        "+ migration on departure (restartable jobs)",
+        _P + "online:make_policy",
+    ),
+    PolicyInfo(
+        "frag-aware",
+        "online",
+        "the fragmentation-aware scheduler: load balancing, dynamic partitioning, "
+        "migration on departure",
+        _P + "online:make_policy",
+    ),
+    PolicyInfo(
+        "migm-a",
+        "online",
+        "MIGM scheme A: by size class, partitions that keep the most configurations reachable",
+        _P + "partition_manager:make_policy",
+    ),
+    PolicyInfo(
+        "migm-b",
+        "online",
+        "MIGM scheme B: in order (FIFO), the most reachable partition",
+        _P + "partition_manager:make_policy",
+    ),
+)
+_BY_NAME = {e.name: e for e in _ENTRIES}
+_FIXPART = re.compile(r"^fixpart-\d+(-\d+)*$")
+_EXTRA: dict[str, tuple[PolicyInfo, Callable[..., Policy]]] = {}
+
+
+def register_policy(info: PolicyInfo, factory: Callable[..., Policy]) -> None:
+    """Add (or replace) a name at run time (tests, experiments)."""
+    _EXTRA[info.name] = (info, factory)
+
+
+def _key(name: str) -> str:
+    return name.strip().lower()
+
+
+def policy_info(name: str) -> PolicyInfo:
+    """The entry of ``name`` (``fixpart-4-3`` finds ``fixpart-SIZES``); UnknownPolicy
+    lists the valid names."""
+    key = _key(name)
+    if key in _EXTRA:
+        return _EXTRA[key][0]
+    if key in _BY_NAME and key != "fixpart-sizes":
+        return _BY_NAME[key]
+    if _FIXPART.match(key):
+        return _BY_NAME["fixpart-SIZES"]
+    raise UnknownPolicy(f"unknown policy {name!r}; choose one of {', '.join(policy_names())}")
+
+
+def policy_names(kind: str | None = None) -> list[str]:
+    """Registered names (``fixpart-SIZES`` stands for every fixed partition)."""
+    infos = [*_ENTRIES, *(i for i, _ in _EXTRA.values())]
+    seen: dict[str, None] = {}
+    for i in infos:
+        if kind is None or i.kind == kind:
+            seen[i.name] = None
+    return list(seen)
+
+
+def describe(kind: str | None = None, width: int = 14, columns: int = 79) -> str:
+    """``name  summary`` lines for --help and check-config, wrapped to ``columns``."""
+    import textwrap
+
+    infos = {i.name: i for i in (*_ENTRIES, *(i for i, _ in _EXTRA.values()))}
+    lines = []
+    for name in policy_names(kind):
+        head = f"  {name:<{width}}"
+        if len(head) > 2 + width:
+            head += " "
+        lines.append(
+            textwrap.fill(
+                infos[name].summary,
+                width=columns,
+                initial_indent=head,
+                subsequent_indent=" " * (2 + width),
+            )
+        )
+    return "\n".join(lines)
+
+
+def get_policy(name: str, **options: Any) -> Policy:
+    """A fresh policy for ``name`` with ``options``; UnknownPolicy names a bad name or
+    option and lists the valid ones."""
+    key = _key(name)
+    info = policy_info(key)
+    if key in _EXTRA:
+        factory = _EXTRA[key][1]
+        return _call(info, key, lambda **kw: factory(**kw), options)
+    module_name, func = info.target.split(":")
+    make = getattr(import_module(module_name), func)
+    return _call(info, key, lambda **kw: make(key, **kw), options)
+
+
+def _call(info: PolicyInfo, key: str, factory: Callable[..., Policy], options: dict) -> Policy:
+    try:
+        policy = factory(**options)
+    except TypeError as exc:
+        if "argument" not in str(exc):
+            raise
+        raise UnknownPolicy(f"policy {key!r}: {exc}") from None
+    if getattr(policy, "kind", None) != info.kind:  # pragma: no cover - a registry bug
+        raise TypeError(f"policy {key!r} is registered as {info.kind} but is not")
+    return policy
