@@ -27,6 +27,9 @@ class Placement:
     start: int
     size: int
 
+    def __hash__(self) -> int:  # planners key dicts by slots: keep hashing cheap
+        return self.start * 16 + self.size
+
     @property
     def end(self) -> int:
         return self.start + self.size
@@ -44,6 +47,10 @@ class Slot:
 
     placement: Placement
     size: int
+
+    def __hash__(self) -> int:
+        p = self.placement
+        return (p.start * 16 + p.size) * 16 + self.size
 
     @property
     def slices(self) -> tuple[int, ...]:

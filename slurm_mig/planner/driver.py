@@ -33,10 +33,19 @@ from ..plan import Plan
 from ..workload import Task
 from .batch import Batch
 from .decisions import Decisions, Destroy, Op, Place
+from .gcpause import paused_gc
 from .registry import Policy
 from .snapshot import INF, ClusterSnapshot, Gpu, Instance, Job, Planned, runnable_sizes
 
-__all__ = ["BatchSettings", "step", "step_groups", "project", "gate", "task_of"]
+__all__ = [
+    "BatchSettings",
+    "gate",
+    "project",
+    "projected_end",
+    "step",
+    "step_groups",
+    "task_of",
+]
 
 MIN_RUNTIME = 1e-3  # a planned runtime is never shorter (the planner needs > 0)
 
@@ -118,6 +127,35 @@ def _order_key(p: Planned) -> tuple[int, int, str]:
     return (p.batch, p.order, p.job)
 
 
+def projected_end(snap: ClusterSnapshot, planned: Iterable[Planned]) -> float:
+    """When the last busy or planned job of `project`'s projection ends (absolute),
+    without building the projected GPUs."""
+    model = snap.model
+    now = snap.now
+    ends = [[-INF] * model.memory_slices for _ in snap.gpus]
+    last = now
+    for gpu, end in zip(snap.gpus, ends):
+        for inst in gpu.instances:
+            if inst.job is not None:
+                e = inst.busy_until if inst.busy_until is not None else INF
+                e = max(e, now)
+                last = max(last, e)
+                p = inst.slot.placement
+                for s in range(p.start, p.end):
+                    if e > end[s]:
+                        end[s] = e
+    for p in sorted(planned, key=_order_key):
+        end = ends[p.gpu]
+        pl = p.slot.placement
+        begin = max(now, max(end[pl.start : pl.end])) + model.create_time(p.slot.size)
+        e = begin + p.seconds
+        last = max(last, e)
+        for s in range(pl.start, pl.end):
+            if e > end[s]:
+                end[s] = e
+    return last
+
+
 def project(snap: ClusterSnapshot, planned: Iterable[Planned]) -> tuple[Gpu, ...]:
     """The GPUs as a new batch finds them: the busy instances until their jobs end,
     then the standing plans in order, each after the work on its slices, created, run
@@ -192,9 +230,10 @@ def step_groups(
     times). Online policies are offered the jobs group by group, in order."""
     if not groups:
         return []
-    if policies[0].kind == "online":
-        return _online(groups, policies)
-    return _batch(groups, policies, settings)
+    with paused_gc():
+        if policies[0].kind == "online":
+            return _online(groups, policies)
+        return _batch(groups, policies, settings)
 
 
 def _online(groups: Sequence[ClusterSnapshot], policies: Sequence[Policy]) -> list[Decisions]:
@@ -252,9 +291,9 @@ def _batch(
     # waiting jobs without a plan, in arrival order (each job once, from its first group)
     waiting: dict[str, Job] = {}
     for snap in groups:
-        for jid, job in snap.pending.items():
+        for jid in snap.pending:  # keys first: a snapshot may make its jobs on demand
             if jid not in planned_ids and jid not in waiting:
-                waiting[jid] = job
+                waiting[jid] = snap.pending[jid]
     order = sorted(waiting.values(), key=lambda j: (j.arrival, _id_key(j.id)))
     size = st.size if st.size > 0 else max(1, len(order))
     chunks = [order[i : i + size] for i in range(0, len(order), size)]
@@ -267,21 +306,24 @@ def _batch(
         or now - c[0].arrival >= st.window
         or (st.eager and not standing)
     ]
-    starts = [project(snap, k.values()) for snap, k in zip(groups, kept)]
     new: list[dict[str, Planned]] = [{} for _ in groups]
     plans: list[list[Plan]] = [[] for _ in groups]
-    for n, chunk in enumerate(formed):
-        number = st.next_batch + n
-        for g, jobs in _split(chunk, groups, starts).items():
-            snap = groups[g]
-            start = replace(snap, gpus=starts[g], planned={})
-            tasks = tuple(task_of(snap.pending[j.id], snap, st.moldable) for j in jobs)
-            batch = Batch(tasks, snap.model, len(snap.gpus), snap.seed, start, number)
-            plan = policies[g].plan(batch)  # type: ignore[union-attr]
-            plans[g].append(plan)
-            fresh = _planned_from(plan, now, number)
-            new[g].update(fresh)
-            starts[g] = project(replace(snap, gpus=starts[g], planned={}), fresh.values())
+    if formed:
+        # the projection is built only when a batch is to be planned onto it
+        starts = [_projected(snap, k.values()) for snap, k in zip(groups, kept)]
+        for n, chunk in enumerate(formed):
+            number = st.next_batch + n
+            for g, jobs in _split(chunk, groups, starts).items():
+                snap = groups[g]
+                start = replace(snap, gpus=starts[g], planned={})
+                tasks = tuple(task_of(snap.pending[j.id], snap, st.moldable) for j in jobs)
+                batch = Batch(tasks, snap.model, len(snap.gpus), snap.seed, start, number)
+                plan = policies[g].plan(batch)  # type: ignore[union-attr]
+                plans[g].append(plan)
+                fresh = _planned_from(plan, now, number)
+                new[g].update(fresh)
+                if n + 1 < len(formed):
+                    starts[g] = project(replace(snap, gpus=starts[g], planned={}), fresh.values())
     out = []
     for g, snap in enumerate(groups):
         standing_g = {**kept[g], **new[g]}
@@ -304,6 +346,14 @@ def _batch(
     return out
 
 
+def _projected(snap: ClusterSnapshot, planned: Iterable[Planned]) -> Sequence[Gpu]:
+    """`project`, or the snapshot's own GPUs when there is nothing to project."""
+    planned = list(planned)
+    if not planned and not any(g.busy_mask for g in snap.gpus):
+        return snap.gpus
+    return project(snap, planned)
+
+
 def _planned_from(plan: Plan, now: float, number: int) -> dict[str, Planned]:
     per_gpu: dict[int, list] = defaultdict(list)
     for t in plan.tasks:
@@ -322,9 +372,8 @@ def _split(
 ) -> dict[int, list[Job]]:
     """Jobs of a batch per group: LPT on least work over each group's slices, counting
     the work already projected there as load."""
-    if len(groups) == 1:
-        snap = groups[0]
-        return {0: [j for j in chunk if runnable_sizes(snap.pending[j.id], snap.model)]}
+    if len(groups) == 1:  # its waiting jobs run on its model (the executor checked)
+        return {0: list(chunk)}
     load, cap = [], []
     for snap, gpus in zip(groups, starts):
         m = snap.model

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from ..geometry import GpuModel
 from ..workload import Task
-from .allotment import canonical_allotment, ladder, moldable_bound
+from .allotment import Allotments, ladder, moldable_bound
 from .snapshot import Gpu
 from .timeline import Timeline, Use, run_uses
 
@@ -63,6 +63,17 @@ class Forest:
 
     @classmethod
     def build(cls, model: GpuModel, gpus: int) -> Forest:
+        """The forest of ``gpus`` trees of ``model`` (shared: read it, never change it)."""
+        key = (model.name, gpus)
+        got = _FORESTS.get(key)
+        if got is None or got.model is not model:
+            if len(_FORESTS) >= 32:
+                _FORESTS.pop(next(iter(_FORESTS)))
+            got = _FORESTS[key] = cls._make(model, gpus)
+        return got
+
+    @classmethod
+    def _make(cls, model: GpuModel, gpus: int) -> Forest:
         f = cls(model, gpus)
         T, S = len(model.tree), model.compute_slices
         for g in range(gpus):
@@ -93,6 +104,9 @@ class Forest:
             for v in range(self.nodes)
             if assign[v]
         ]
+
+
+_FORESTS: dict[tuple[str, int], Forest] = {}
 
 
 @dataclass
@@ -321,8 +335,9 @@ def _phase2_ladder(
     best_assign: list[list[int]] = []
     best_k = evaluated = 0
     seen: set[tuple[int, ...]] = set()
+    table = Allotments(tasks, sizes)
     for k, target in enumerate(targets):
-        alloc = canonical_allotment(tasks, sizes, target)
+        alloc = table.at(target)
         key = tuple(alloc)
         if key in seen:
             continue

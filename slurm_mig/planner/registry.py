@@ -73,7 +73,10 @@ class BatchPolicy:
     kind: Literal["batch"] = "batch"
 
     def plan(self, batch: Any) -> Plan:
-        return self.fn(batch)
+        from .gcpause import paused_gc
+
+        with paused_gc():
+            return self.fn(batch)
 
 
 def bind_options(fn: Callable[..., Plan], name: str, options: dict[str, Any]) -> Callable:

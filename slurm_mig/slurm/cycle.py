@@ -41,14 +41,15 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from functools import cache, lru_cache
 from types import MappingProxyType
 from typing import Protocol
 
 from ..geometry import GeometryError, GpuModel, Placement, Slot, get_model, mask_tables
 from ..planner.decisions import Decisions, Move, Place
-from ..planner.driver import BatchSettings, project, step_groups
+from ..planner.driver import BatchSettings, projected_end, step_groups
+from ..planner.gcpause import paused_gc
 from ..planner.registry import get_policy, policy_info
 from ..planner.snapshot import (
     ClusterSnapshot,
@@ -60,7 +61,7 @@ from ..planner.snapshot import (
     Running,
 )
 from . import comment as comments
-from .assignment import Assignment, AssignmentError
+from .assignment import Assignment
 
 ADMIN_TAG = "slurm-mig:"
 
@@ -252,11 +253,30 @@ class CycleResult:
 
 
 def admin_comment_for(a: Assignment) -> str:
-    """``slurm-mig:{json}``; ``issued`` is when the job was planned (the token carries
-    its own issue time)."""
-    data = {f.name: getattr(a, f.name) for f in fields(Assignment)}  # = a.to_json(), faster
-    data["placement"] = {"start": a.placement.start, "size": a.placement.size}
-    return ADMIN_TAG + json.dumps(data, sort_keys=True, separators=(",", ":"))
+    """``slurm-mig:{json}`` (keys sorted, no spaces: what ``json.dumps(a.to_json(),
+    sort_keys=True, separators=(",", ":"))`` writes, built faster); ``issued`` is when
+    the job was planned (the token carries its own issue time)."""
+    return ADMIN_TAG + "{" + ",".join(f'"{k}":{_json_value(getattr(a, k))}' for k in _KEYS) + "}"
+
+
+def _json_value(v: object) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, str):
+        return _json_str(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return int.__repr__(v)
+    if isinstance(v, float) and math.isfinite(v):
+        return float.__repr__(v)
+    if isinstance(v, Placement):
+        return f'{{"size":{v.size},"start":{v.start}}}'
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+_json_str = json.encoder.encode_basestring_ascii
+_KEYS = tuple(sorted(f.name for f in fields(Assignment)))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -267,23 +287,33 @@ def parse_admin_comment(text: str | None) -> Assignment | None:
     if not raw.startswith(ADMIN_TAG + "{"):
         return None
     try:
-        data = json.loads(raw[len(ADMIN_TAG) :])
-        if not isinstance(data, dict):
+        d = json.loads(raw[len(ADMIN_TAG) :])
+        if not isinstance(d, dict):
             return None
-        data.setdefault("issued", 0.0)
-        a = Assignment.from_json(data)
-        return replace(
-            a,
-            job_id=str(a.job_id),
-            restart=int(a.restart),
-            gpu=int(a.gpu),
-            batch=int(a.batch),
-            order=int(a.order),
-            planned_seconds=float(a.planned_seconds),
-            issued=float(a.issued),
+        pl = d["placement"]
+        extra = set(d) - _RECORD_KEYS
+        if extra:
+            return None
+        return Assignment(
+            job_id=str(d["job_id"]),
+            restart=int(d["restart"]),
+            node=str(d["node"]),
+            gpu=int(d["gpu"]),
+            model=str(d["model"]),
+            profile=str(d["profile"]),
+            placement=Placement(int(pl["start"]), int(pl["size"])),
+            batch=int(d["batch"]),
+            order=int(d["order"]),
+            planned_seconds=float(d["planned_seconds"]),
+            issued=float(d.get("issued", 0.0)),
+            reuse_from=None if d.get("reuse_from") is None else str(d["reuse_from"]),
+            keep_for=None if d.get("keep_for") is None else str(d["keep_for"]),
         )
-    except (AssignmentError, ValueError, TypeError, RecursionError):
+    except (KeyError, ValueError, TypeError, RecursionError):
         return None
+
+
+_RECORD_KEYS = frozenset(f.name for f in fields(Assignment))
 
 
 def note_admin_comment(text: str) -> str:
@@ -294,6 +324,7 @@ def note_admin_comment(text: str) -> str:
 # Helpers
 
 
+@lru_cache(maxsize=1 << 17)
 def job_sort_key(job_id: str) -> tuple[int, int, str]:
     """Numeric job ids in numeric order, others after them."""
     return (0, int(job_id), "") if job_id.isdigit() else (1, 0, job_id)
@@ -301,6 +332,10 @@ def job_sort_key(job_id: str) -> tuple[int, int, str]:
 
 def job_phase(state: str) -> str:
     """'active' (holds or may hold slices), 'pending' or 'done', from a squeue state."""
+    if state in ACTIVE_STATES:  # the common one-word states, without the split
+        return "active"
+    if state in PENDING_STATES:
+        return "pending"
     words = set(re.split(r"[\s,|+]+", (state or "").upper()))
     if words & ACTIVE_STATES:
         return "active"
@@ -539,16 +574,27 @@ def _problem(est: Estimate | None) -> str | None:
 # Step 2: the planning core's snapshots
 
 
-def _job(job: JobLike, est: Estimate, model: GpuModel, now: float) -> Job:
-    got = est.times.get(model.name, {})
-    times = {}
+def _times(est: Estimate, model: GpuModel, memo: dict) -> Mapping[int, float]:
+    """Seconds per size on ``model`` (never below MIN_RUNTIME); jobs of one kind share
+    one estimate, so the table is made once per estimate and model."""
+    key = (id(est), model.name)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit[0]
+    raw = est.times.get(model.name, {})
+    table = {}
     for s in model.planner_sizes:
-        t = got.get(s, math.inf)
-        times[s] = t if math.isinf(t) else max(float(t), MIN_RUNTIME)
+        t = raw.get(s, math.inf)
+        table[s] = t if math.isinf(t) else max(float(t), MIN_RUNTIME)
+    memo[key] = (table, est)  # keeps est alive: its id cannot be reused meanwhile
+    return table
+
+
+def _job(job: JobLike, est: Estimate, model: GpuModel, now: float, memo: dict) -> Job:
     return Job(
         id=job.job_id,
         arrival=_submitted(job, now),
-        times=times,
+        times=_times(est, model, memo),
         memory=est.mem or 0,
         pcie_demand=est.pcie,
         alpha=est.alpha,
@@ -560,6 +606,7 @@ def _job(job: JobLike, est: Estimate, model: GpuModel, now: float) -> Job:
 def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot, ...]:
     """Step 2: one `ClusterSnapshot` per GPU model of the usable nodes (module doc)."""
     now = snap.now
+    memo: dict = {}
     groups: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for key, model in view.models.items():
         groups[model].append(key)
@@ -569,24 +616,26 @@ def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot
         keys = sorted(groups[name])
         index = {k: i for i, k in enumerate(keys)}
         insts: dict[int, list[Instance]] = defaultdict(list)
-        running: dict[str, Running] = {}
+        busy: dict[str, tuple[_Busy, int]] = {}
+        pcie: dict[int, int] = defaultdict(int)
         for b in view.busy:
             g = index.get((b.node, b.gpu))
             if g is None:
                 continue
-            est = snap.estimates.get(b.job_id, Estimate(b.job_id))
-            job = view.jobs[b.job_id]
-            j = _job(job, est, model, now)
-            insts[g].append(Instance(b.slot, b.job_id, b.ready, b.end, j.pcie_bound))
+            est = snap.estimates.get(b.job_id)
+            bound = est is not None and est.pcie > 0
+            insts[g].append(Instance(b.slot, b.job_id, b.ready, b.end, bound))
+            busy[b.job_id] = (b, g)
+            pcie[g] += bound
+
+        def running_job(jid: str, model: GpuModel = model, busy: dict = busy) -> Running:
+            b, g = busy[jid]
+            est = snap.estimates.get(jid) or Estimate(jid)
+            j = _job(view.jobs[jid], est, model, now, memo)
             seconds = max(b.end - b.ready, MIN_RUNTIME)
             left = max(0.0, min(1.0, (b.end - now) / seconds))
-            running[b.job_id] = Running(
-                j, g, b.slot, b.ready if b.started else None, left, 1.0, b.end
-            )
-        pcie = defaultdict(int)
-        for r in running.values():
-            if r.job.pcie_bound:
-                pcie[r.gpu] += 1
+            return Running(j, g, b.slot, b.ready if b.started else None, left, 1.0, b.end)
+
         gpus = tuple(
             Gpu(
                 i,
@@ -598,16 +647,16 @@ def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot
             )
             for i, (node, local) in enumerate(keys)
         )
-        pending: dict[str, Job] = {}
         held = sorted(
             [*view.waiting, *(view.jobs[j] for j in view.kept)],
             key=lambda j: (_submitted(j, now), job_sort_key(j.job_id)),
         )
-        for job in held:
-            est = snap.estimates.get(job.job_id)
-            if est is None or name not in _feasible(est):
-                continue
-            pending[job.job_id] = _job(job, est, model, now)
+        pending_ids = [j.job_id for j in held if name in _feasible(snap.estimates.get(j.job_id))]
+
+        def pending_job(jid: str, model: GpuModel = model) -> Job:
+            return _job(view.jobs[jid], snap.estimates[jid], model, now, memo)
+
+        pending = _Lazy(pending_ids, pending_job)
         planned: dict[str, Planned] = {}
         for jid, a in view.kept.items():
             g = index.get((a.node, a.gpu))
@@ -625,14 +674,43 @@ def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot
                 now=now,
                 model=model,
                 gpus=gpus,
-                pending=MappingProxyType(pending),
-                running=MappingProxyType(running),
+                pending=pending,
+                running=_Lazy(list(busy), running_job),
                 planned=MappingProxyType(planned),
                 pcie_max=_pcie_max(model),
                 events=events,
             )
         )
     return tuple(out)
+
+
+class _Lazy(Mapping):
+    """A read-only mapping whose values are made when first read: a steady cycle reads
+    few of the ten thousand jobs a snapshot may name."""
+
+    __slots__ = ("_keys", "_make", "_made")
+
+    def __init__(self, keys: Sequence[str], make) -> None:
+        self._keys = dict.fromkeys(keys)
+        self._make = make
+        self._made: dict = {}
+
+    def __getitem__(self, key: str):
+        got = self._made.get(key)
+        if got is None:
+            if key not in self._keys:
+                raise KeyError(key)
+            got = self._made[key] = self._make(key)
+        return got
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 def _pcie_max(model: GpuModel) -> float:
@@ -706,6 +784,25 @@ def assignments(
     return final, sorted(set(released), key=job_sort_key), requeues
 
 
+def _linked(a: Assignment, keep: str | None, reuse: str | None) -> Assignment:
+    """``a`` with ``keep_for``/``reuse_from`` set (faster than dataclasses.replace)."""
+    return Assignment(
+        a.job_id,
+        a.restart,
+        a.node,
+        a.gpu,
+        a.model,
+        a.profile,
+        a.placement,
+        a.batch,
+        a.order,
+        a.planned_seconds,
+        a.issued,
+        reuse,
+        keep,
+    )
+
+
 def _assignment(
     view: Classified,
     snap: ClusterSnapshot,
@@ -765,14 +862,7 @@ def link_reuse(plans: Mapping[str, Assignment], busy: Sequence[_Busy]) -> dict[s
     busy_on: dict[tuple[str, int], list[_Busy]] = defaultdict(list)
     for b in busy:
         busy_on[(b.node, b.gpu)].append(b)
-    out = {
-        jid: (
-            a
-            if a.keep_for is None and a.reuse_from is None
-            else replace(a, keep_for=None, reuse_from=None)
-        )
-        for jid, a in plans.items()
-    }
+    links: dict[str, dict[str, str]] = defaultdict(dict)
     for key, lst in per_gpu.items():
         lst.sort(key=_order_key)
         # a busy job's instance is reused by the first held job on its slices
@@ -783,12 +873,17 @@ def link_reuse(plans: Mapping[str, Assignment], busy: Sequence[_Busy]) -> dict[s
                 and nxt.placement == b.slot.placement
                 and _model_slot(nxt).size == b.slot.size
             ):
-                out[nxt.job_id] = replace(out[nxt.job_id], reuse_from=b.job_id)
+                links[nxt.job_id]["reuse_from"] = b.job_id
         for i, a in enumerate(lst):
             nxt = next((c for c in lst[i + 1 :] if c.placement.overlaps(a.placement)), None)
             if nxt is not None and nxt.placement == a.placement and nxt.profile == a.profile:
-                out[a.job_id] = replace(out[a.job_id], keep_for=nxt.job_id)
-                out[nxt.job_id] = replace(out[nxt.job_id], reuse_from=a.job_id)
+                links[a.job_id]["keep_for"] = nxt.job_id
+                links[nxt.job_id]["reuse_from"] = a.job_id
+    out = {}
+    for jid, a in plans.items():
+        want = links.get(jid, {})
+        keep, reuse = want.get("keep_for"), want.get("reuse_from")
+        out[jid] = a if (a.keep_for, a.reuse_from) == (keep, reuse) else _linked(a, keep, reuse)
     return out
 
 
@@ -798,12 +893,13 @@ def link_reuse(plans: Mapping[str, Assignment], busy: Sequence[_Busy]) -> dict[s
 
 def plan_cycle(snap: Snapshot) -> CycleResult:
     """The actions this cycle takes, from Slurm's view alone (pure and deterministic)."""
-    view = classify(snap)
-    groups = cluster_snapshots(snap, view)
-    decisions = schedule(snap, view, groups)
-    planned, released, requeues = assignments(snap, view, groups, decisions)
-    final = link_reuse(planned, view.busy)
-    return _result(snap, view, groups, decisions, final, released, requeues)
+    with paused_gc():
+        view = classify(snap)
+        groups = cluster_snapshots(snap, view)
+        decisions = schedule(snap, view, groups)
+        planned, released, requeues = assignments(snap, view, groups, decisions)
+        final = link_reuse(planned, view.busy)
+        return _result(snap, view, groups, decisions, final, released, requeues)
 
 
 def _result(
@@ -821,9 +917,9 @@ def _result(
         a = final[jid]
         job = view.jobs[jid]
         fields_ = []
-        text = admin_comment_for(a)
-        if job.admin_comment != text:
-            fields_.append(("AdminComment", text))
+        old = parse_admin_comment(job.admin_comment)  # cached: no JSON when unchanged
+        if old is None or a != old:
+            fields_.append(("AdminComment", admin_comment_for(a)))
         if (job.required_nodes or "") != a.node:
             fields_.append(("ReqNodeList", a.node))
         if fields_:
@@ -873,16 +969,14 @@ def _makespan(groups: Sequence[ClusterSnapshot], decisions: Sequence[Decisions])
     """Seconds from now until every busy and planned job is projected to end."""
     ms = 0.0
     for snap, got in zip(groups, decisions):
-        started = {op.job: op for op in got.ops if type(op) is Place}
         plans = list(got.planned.values()) + [
             Planned(p.job, p.gpu, p.slot, p.batch, p.order, p.end - p.start, snap.now)
-            for p in started.values()
-            if math.isfinite(p.end - p.start)
+            for p in got.ops
+            if type(p) is Place and math.isfinite(p.end - p.start)
         ]
-        for gpu in project(snap, plans):
-            for inst in gpu.instances:
-                if inst.busy_until is not None and math.isfinite(inst.busy_until):
-                    ms = max(ms, inst.busy_until - snap.now)
+        end = projected_end(snap, plans)
+        if math.isfinite(end):
+            ms = max(ms, end - snap.now)
     return ms
 
 
