@@ -27,19 +27,23 @@ _TIE = 1e-9
 
 
 def canonical_size(times: dict[int, float] | object, sizes: Sequence[int], target: float) -> int:
-    """The least-work size on which a task takes at most ``target`` (smallest size on a
-    tie), else its fastest size."""
-    best, best_w = None, math.inf
+    """The least-work size on which a task takes at most ``target`` (the smallest of
+    those within a relative 1e-9 of the least work: float ties), else its fastest."""
+    least = math.inf
     fastest, fastest_t = sizes[0], math.inf
     for s in sizes:
         t = times[s]  # type: ignore[index]
         if t < fastest_t:
             fastest, fastest_t = s, t
-        if t <= target:
-            w = s * t
-            if w < best_w * (1 - _TIE):
-                best, best_w = s, w
-    return best if best is not None else fastest
+        if t <= target and s * t < least:
+            least = s * t
+    if least == math.inf:
+        return fastest
+    for s in sizes:
+        t = times[s]  # type: ignore[index]
+        if t <= target and s * t <= least * (1 + _TIE):
+            return s
+    return fastest  # pragma: no cover - the loop above found ``least``
 
 
 def canonical_allotment(tasks: Sequence[Task], sizes: Sequence[int], target: float) -> list[int]:
@@ -66,7 +70,8 @@ class Allotments:
 
         ok = self.times <= target
         work = np.where(ok, self.work, np.inf)
-        pick = np.argmin(work, axis=1)
+        least = work.min(axis=1, keepdims=True)
+        pick = np.argmax(work <= least * (1 + _TIE), axis=1)  # the first within the tie
         pick = np.where(ok.any(axis=1), pick, self.fastest)
         return self.sizes[pick].tolist()
 

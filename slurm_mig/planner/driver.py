@@ -53,14 +53,13 @@ MIN_RUNTIME = 1e-3  # a planned runtime is never shorter (the planner needs > 0)
 @dataclass(frozen=True)
 class BatchSettings:
     """How batches form and run (module doc). ``moldable=False`` runs every job on its
-    requested size (else the smallest it runs on) only; ``next_batch`` numbers the
-    first batch formed in this step."""
+    requested size (else the smallest it runs on) only. The first batch formed in a
+    step is numbered ``snapshot.next_batch``."""
 
     window: float = 30.0
     size: int = 0
     eager: bool = False
     moldable: bool = True
-    next_batch: int = 0
 
 
 def task_of(job: Job, snap: ClusterSnapshot, moldable: bool = True) -> Task:
@@ -311,8 +310,9 @@ def _batch(
     if formed:
         # the projection is built only when a batch is to be planned onto it
         starts = [_projected(snap, k.values()) for snap, k in zip(groups, kept)]
+        first_number = max(s.next_batch for s in groups)
         for n, chunk in enumerate(formed):
-            number = st.next_batch + n
+            number = first_number + n
             for g, jobs in _split(chunk, groups, starts).items():
                 snap = groups[g]
                 start = replace(snap, gpus=starts[g], planned={})
@@ -324,6 +324,11 @@ def _batch(
                 new[g].update(fresh)
                 if n + 1 < len(formed):
                     starts[g] = project(replace(snap, gpus=starts[g], planned={}), fresh.values())
+    # a partial batch forms once its oldest job has waited the window: ask to be called then
+    left_out = [j.arrival for c in chunks if c not in formed for j in c[:1]]
+    wake = min(left_out) + st.window if left_out and math.isfinite(st.window) else None
+    if wake is not None and wake <= now:
+        wake = None
     out = []
     for g, snap in enumerate(groups):
         standing_g = {**kept[g], **new[g]}
@@ -339,6 +344,7 @@ def _batch(
             Decisions(
                 tuple(ops),
                 MappingProxyType(left),
+                wake_at=wake,
                 plan=plans[g][-1] if plans[g] else None,
                 stats=stats,
             )

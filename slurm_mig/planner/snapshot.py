@@ -272,6 +272,7 @@ class ClusterSnapshot:
     pending: Mapping[str, Job] = field(default_factory=dict)  # waiting, in arrival order
     running: Mapping[str, Running] = field(default_factory=dict)
     planned: Mapping[str, Planned] = field(default_factory=dict)  # waiting jobs' plans
+    next_batch: int = 0  # the number the next batch formed gets
     pcie_max: float = 30.08  # GB/s per GPU (Eq. 1-2)
     seed: int = 0
     arrived: Sequence[Job] | None = None  # None: every pending job is new
@@ -352,6 +353,7 @@ def snapshot_to_json(snap: ClusterSnapshot) -> dict[str, Any]:
         "gpu_model": m.name,
         "pcie_max": snap.pcie_max,
         "seed": snap.seed,
+        "next_batch": snap.next_batch,
         "gpus": gpus,
         "pending": [_job_json(j) for j in snap.pending.values()],
         "running": [
@@ -667,6 +669,7 @@ def snapshot_from_json(data: Any, source: str = "snapshot") -> ClusterSnapshot:
         pending=MappingProxyType(pending),
         running=MappingProxyType(running),
         planned=MappingProxyType(planned),
+        next_batch=r.int_(d.get("next_batch", 0), "next_batch"),
         pcie_max=r.num(d.get("pcie_max", 30.08), "pcie_max"),
         seed=r.int_(d.get("seed", 0), "seed"),
         events=tuple(events),

@@ -177,6 +177,7 @@ class Engine:
             pending=self.pending,
             running=self.running_jobs,
             planned=MappingProxyType(getattr(self.policy, "planned", {})),
+            next_batch=int(getattr(self.policy, "batches", 0)),
             pcie_max=self.pcie_max,
             seed=self.seed,
             arrived=None if first else tuple(self._arrived),

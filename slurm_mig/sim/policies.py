@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -47,7 +46,7 @@ class SimPolicy:
         self.kind = policy.kind
         self.settings = settings or BatchSettings(window=math.inf, eager=True)
         self.planned: Mapping[str, Planned] = MappingProxyType({})
-        self.batches = 0
+        self.batches = 0  # batches formed so far; the next one's number
         self.plan_seconds = 0.0
         self.chosen: dict[str, int] = {}
         self.record = record
@@ -60,9 +59,9 @@ class SimPolicy:
         if self.kind == "online":
             got = self.policy.decide(snap)  # type: ignore[union-attr]
         else:
-            got = step(snap, self.policy, replace(self.settings, next_batch=self.batches))
+            got = step(snap, self.policy, self.settings)
             formed = int(got.stats.get("batches", 0))
-            self.batches += formed
+            self.batches = snap.next_batch + formed
             if got.plan is not None and formed:
                 if self.record:
                     self.plans.append(got.plan)
@@ -71,22 +70,8 @@ class SimPolicy:
                 cand = got.plan.stats.get("candidate")
                 if cand is not None:
                     self.chosen[cand] = self.chosen.get(cand, 0) + 1
-            wake = _window_wake(snap, got, self.settings)
-            if wake is not None:
-                got = replace(got, wake_at=wake if got.wake_at is None else min(wake, got.wake_at))
         self.planned = got.planned
         return got
-
-
-def _window_wake(snap: ClusterSnapshot, got: Decisions, st: BatchSettings) -> float | None:
-    """When the oldest job left out of every batch reaches the window (finite windows)."""
-    if not math.isfinite(st.window) or st.window <= 0:
-        return None
-    placed = {p.job for p in got.places}
-    waiting = [
-        j.arrival for jid, j in snap.pending.items() if jid not in got.planned and jid not in placed
-    ]
-    return min(waiting) + st.window if waiting else None
 
 
 def get_policy(name: str, **options: Any) -> SimPolicy:

@@ -677,6 +677,7 @@ def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot
                 pending=pending,
                 running=_Lazy(list(busy), running_job),
                 planned=MappingProxyType(planned),
+                next_batch=view.max_batch + 1,
                 pcie_max=_pcie_max(model),
                 events=events,
             )
@@ -730,12 +731,7 @@ def schedule(
     if not groups:
         return []
     policies = [get_policy(snap.algorithm) for _ in groups]
-    settings = BatchSettings(
-        window=snap.batch_window,
-        size=max(0, snap.batch_size),
-        eager=False,
-        next_batch=view.max_batch + 1,
-    )
+    settings = BatchSettings(window=snap.batch_window, size=max(0, snap.batch_size))
     return step_groups(groups, policies, settings)
 
 

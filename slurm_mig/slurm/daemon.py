@@ -294,6 +294,8 @@ class CycleReport:
     apply: ApplyReport | None
     error: str | None = None
     policy: str = ""
+    batch_window: float = 30.0
+    batch_size: int = 0
 
     def to_json(self) -> dict:
         r, a = self.result, self.apply
@@ -319,6 +321,8 @@ class CycleReport:
             "makespan": round(r.makespan, 3) if r else 0.0,
             "nodes": sorted(r.nodes) if r else [],
             "policy": self.policy,
+            "batch_window": self.batch_window,
+            "batch_size": self.batch_size,
             "state": [s.to_json() for s in r.snapshots] if r else [],
         }
 
@@ -369,9 +373,7 @@ class PlannerDaemon:
             text = " ".join(str(exc).split())
             what = "Slurm" if isinstance(exc, SlurmError) else "the runtime store"
             log.error("cycle %d: cannot read %s: %s", self.cycles, what, text)
-            report = CycleReport(
-                self.cycles, started, self.clock(), None, None, text, self.config.algorithm
-            )
+            report = self._report(started, None, None, text)
             self._write_status(report)
             return report
         if self.dry_run:
@@ -389,9 +391,7 @@ class PlannerDaemon:
                 stop=self.stop,
             )
             self.previous_nodes = result.nodes
-        report = CycleReport(
-            self.cycles, started, self.clock(), result, applied, None, self.config.algorithm
-        )
+        report = self._report(started, result, applied, None)
         log.info(
             "cycle %d done in %.2f s: %d actions, %d failed; %d planned, %d released, "
             "%d waiting, %d noted, %d busy; plan ends in %.0f s%s",
@@ -410,6 +410,26 @@ class PlannerDaemon:
         if not self.dry_run:
             self._write_status(report)
         return report
+
+    def _report(
+        self,
+        started: float,
+        result: CycleResult | None,
+        applied: ApplyReport | None,
+        error: str | None,
+    ) -> CycleReport:
+        c = self.config
+        return CycleReport(
+            self.cycles,
+            started,
+            self.clock(),
+            result,
+            applied,
+            error,
+            c.algorithm,
+            c.batch_window,
+            c.batch_size,
+        )
 
     def _write_status(self, report: CycleReport) -> None:
         path = self.status_path()
