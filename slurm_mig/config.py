@@ -58,6 +58,8 @@ class Config:
     batch_size: int
     cycle: float
     token_ttl: float
+    release_ahead: float
+    notify: str
     default_runtime: float
     serial_fraction: float
     backend: str
@@ -133,6 +135,8 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         "batch_size": _Field("batch_size", "int", 0, "0 (all waiting jobs)", _NON_NEGATIVE),
         "cycle": _Field("cycle", "float", 5.0, "5.0", _POSITIVE),
         "token_ttl": _Field("token_ttl", "float", 3600.0, "3600.0", _POSITIVE),
+        "release_ahead": _Field("release_ahead", "float", 600.0, "600.0", _NON_NEGATIVE),
+        "notify": _Field("notify", "address", "", '"" (off) or "10.0.0.1:6820"'),
         "default_runtime": _Field("default_runtime", "float", 3600.0, "3600.0", _POSITIVE),
         "serial_fraction": _Field("serial_fraction", "float", 0.3, "0.3", _fraction),
     },
@@ -275,9 +279,32 @@ def _validate(data: Mapping, source: Path | None) -> tuple[Config | None, list[s
             values[field.attr] = _convert(field, value)
 
     nodes = _validate_nodes(data.get("nodes"), bad)
+    if values["release_ahead"] >= values["token_ttl"] and not problems:
+        bad(
+            "planner.release_ahead",
+            f"{values['release_ahead']:g} s is not below token_ttl ({values['token_ttl']:g} s): "
+            "a job released ahead would find its token expired; lower it, or 0 to turn it off",
+        )
     if problems:
         return None, problems
     return Config(nodes=nodes, source=source, **values), []  # type: ignore[arg-type]
+
+
+def _check_address(value: str, fix: str) -> str | None:
+    """Why ``value`` is not ``host:port`` (an IPv4 address or a host name), or None."""
+    host, sep, port = value.rpartition(":")
+    ok_host = bool(host) and all(c.isalnum() or c in ".-" for c in host)
+    if not sep or not ok_host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"must be host:port (a port from 1 to 65535), got {value!r}; {fix}"
+    return None
+
+
+def parse_address(value: str) -> tuple[str, int] | None:
+    """``host:port`` of a validated address setting, or None when it is off ("")."""
+    if not value:
+        return None
+    host, _, port = value.rpartition(":")
+    return host, int(port)
 
 
 def _check_policy(value: str) -> str | None:
@@ -300,7 +327,7 @@ def _check_policy(value: str) -> str | None:
 def _check_value(field: _Field, value: object) -> str | None:
     """Why ``value`` does not fit ``field``, with the fix; None when it fits."""
     fix = f"write e.g. {field.example}"
-    if field.kind in ("str", "choice", "policy", "path", "optpath"):
+    if field.kind in ("str", "choice", "policy", "address", "path", "optpath"):
         if not isinstance(value, str):
             return f"must be a string in quotes, got {_toml(value)}; {fix}"
         if field.kind == "str":
@@ -308,6 +335,8 @@ def _check_value(field: _Field, value: object) -> str | None:
                 return f"must be one Slurm name without spaces or commas, got {value!r}; {fix}"
         elif field.kind == "policy":
             return _check_policy(value)
+        elif field.kind == "address":
+            return None if value == "" else _check_address(value, fix)
         elif field.kind == "choice":
             if value not in field.choices:
                 near = _close(value, field.choices, n=1)

@@ -60,6 +60,8 @@ def test_only_nodes_is_required_and_everything_else_takes_the_documented_default
         algorithm="far",
         batch_window=30.0,
         batch_size=0,
+        release_ahead=600.0,
+        notify="",
         cycle=5.0,
         token_ttl=3600.0,
         default_runtime=3600.0,

@@ -76,6 +76,7 @@ class SimJob:
     end_time: float | None = None
     restart_count: int = 0
     exit_code: int | None = None
+    dependency: str = ""  # "afterany:a:b", as scontrol sets it
 
     def view(self) -> Job:
         return Job(
@@ -96,6 +97,7 @@ class SimJob:
             end_time=self.end_time,
             restart_count=self.restart_count,
             exit_code=self.exit_code,
+            dependency=self.dependency,
         )
 
 
@@ -162,6 +164,9 @@ class World:
                 if job.state != "PENDING":
                     raise SlurmError(f"job {job_id}: Job is no longer pending execution")
                 job.required_nodes = v
+            elif k == "Dependency":
+                assert v.startswith("afterany:"), v
+                job.dependency = v
             else:
                 raise SlurmError(f"unknown field {k}")
 
@@ -173,11 +178,21 @@ class World:
         self.estimates[jid] = est or estimate(t1, key=key)
         return jid
 
+    def waits(self, job: SimJob) -> bool:
+        """Slurm's afterany: the named jobs have not all left (COMPLETING still counts)."""
+        if not job.dependency:
+            return False
+        names = job.dependency.removeprefix("afterany:").split(":")
+        return any(self.jobs[n].state not in ("COMPLETED", "FAILED") for n in names)
+
     def startable(self) -> list[str]:
         return [
             j.job_id
             for j in self.jobs.values()
-            if j.state == "PENDING" and not j.held and j.required_nodes not in self.drained
+            if j.state == "PENDING"
+            and not j.held
+            and j.required_nodes not in self.drained
+            and not self.waits(j)
         ]
 
     def start(self, job_id: str) -> bool:
@@ -200,6 +215,7 @@ class World:
             job.held, job.reason = True, "JobHeldUser"
             return False
         job.state, job.start_time, job.nodes = "RUNNING", self.now, job.required_nodes
+        job.dependency = ""  # satisfied: Slurm clears it
         self.holding[job_id] = a
         return True
 
@@ -225,10 +241,11 @@ class World:
 
     # -- what holds slices ------------------------------------------------------
     def holders(self) -> dict[str, Assignment]:
-        """Running/completing jobs' instances and released jobs' tokens."""
+        """Running/completing jobs' instances and the tokens of released jobs that Slurm
+        may start now (one released ahead waits for the jobs it names)."""
         out = dict(self.holding)
         for j in self.jobs.values():
-            if j.state == "PENDING" and not j.held:
+            if j.state == "PENDING" and not j.held and not self.waits(j):
                 token = token_from_comment(j.comment)
                 if token:
                     out[j.job_id] = verify(
@@ -252,6 +269,17 @@ class World:
             assert can_coexist(model, placements), f"{node} gpu {gpu}: overlapping " + ", ".join(
                 f"job {j} {a.profile}@{a.placement.start}" for j, a in items
             )
+        # a job released ahead names every job that holds its slices: when Slurm
+        # starts it, they have all left
+        holding = self.holders()
+        for j in self.jobs.values():
+            if j.state != "PENDING" or j.held or not self.waits(j):
+                continue
+            a = parse_admin_comment(j.admin_comment)
+            names = set(j.dependency.removeprefix("afterany:").split(":"))
+            for other, b in holding.items():
+                if (a.node, a.gpu) == (b.node, b.gpu) and a.placement.overlaps(b.placement):
+                    assert other in names, (j.job_id, j.dependency, other)
 
     # -- the daemon -------------------------------------------------------------
     def cycle(self, previous_nodes=None, cut: int | None = None, **settings_):
@@ -688,8 +716,12 @@ def _pick(items, i):
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(steps=st.lists(STEP, min_size=1, max_size=40), window=st.sampled_from([0.0, 30.0]))
-def test_no_double_booking_over_random_events_and_restarts(steps, window):
+@given(
+    steps=st.lists(STEP, min_size=1, max_size=40),
+    window=st.sampled_from([0.0, 30.0]),
+    ahead=st.sampled_from([0.0, 600.0]),
+)
+def test_no_double_booking_over_random_events_and_restarts(steps, window, ahead):
     nodes = {
         "n1": ("A100-40GB", "A100-40GB"),
         "n2": ("A100-40GB",),
@@ -706,7 +738,9 @@ def test_no_double_booking_over_random_events_and_restarts(steps, window):
             _, cut, restart = step
             if restart:
                 previous = None  # a new daemon: nothing remembered
-            result, _ = w.cycle(previous, cut=cut, batch_window=window, batch_size=6)
+            result, _ = w.cycle(
+                previous, cut=cut, batch_window=window, batch_size=6, release_ahead=ahead
+            )
             previous = result.nodes
         elif kind == "start":
             jid = _pick(w.startable(), step[1])
@@ -741,7 +775,7 @@ def test_no_double_booking_over_random_events_and_restarts(steps, window):
     w.drained.clear()
     w.fail.clear()
     for _ in range(200):
-        result, report = w.cycle(previous, batch_window=window, batch_size=6)
+        result, report = w.cycle(previous, batch_window=window, batch_size=6, release_ahead=ahead)
         previous = result.nodes
         w.check_safe()
         for jid in w.startable():

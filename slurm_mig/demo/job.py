@@ -3,7 +3,9 @@
 It finds the slice that CUDA_VISIBLE_DEVICES names among the node's simulated MIG
 instances, sleeps for the kernel's profiled time on that slice size (times ``scale``),
 and appends one JSON line {job, kernel, node, uuid, profile, size, gpu, placement,
-start, end, alive_at_end} to ``log``: what the test compares with the plan.
+launched, start, end, alive_at_end} to ``log``: what the test compares with the plan.
+``launched`` is when its batch script began (``SLURM_MIG_T0``, set by the script's first
+command), ``start`` when this program did.
 
     python -m slurm_mig.demo.job KERNEL SCALE SIM_ROOT LOG
 """
@@ -46,6 +48,7 @@ def main(kernel: str, scale: float, sim_root: str, log: str) -> int:
         "size": size,
         "gpu": inst.gpu,
         "placement": [inst.placement.start, inst.placement.size],
+        "launched": float(os.environ.get("SLURM_MIG_T0") or start),
         "start": start,
         "end": end,
         "alive_at_end": alive,

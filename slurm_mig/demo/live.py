@@ -116,7 +116,15 @@ class LiveCluster:
         self.stop()
 
     def _write_config(self, key: Path) -> None:
-        planner = {"batch_window": 2.0, "cycle": 0.3, "default_runtime": 60.0, **self.planner}
+        from .localslurm import free_port
+
+        planner = {
+            "batch_window": 2.0,
+            "cycle": 0.3,
+            "default_runtime": 60.0,
+            "notify": f"127.0.0.1:{free_port()}",
+            **self.planner,
+        }
         lines = ["[slurm]", 'partition = "mig"', "", "[nodes]"]
         lines += [f'"{n}" = {json.dumps([self.model] * self.gpus)}' for n in self.nodes]
         lines += [
@@ -169,12 +177,31 @@ class LiveCluster:
                 self.daemon.wait()
         self.daemon = None
 
+    def runtimes(self) -> list[dict]:
+        """The Epilogs' records of every node (runtimes.jsonl)."""
+        out = []
+        for node in self.nodes:
+            path = self.run_root / node / "runtimes.jsonl"
+            if path.exists():
+                out += [json.loads(line) for line in path.read_text().splitlines() if line]
+        return out
+
     def status(self) -> dict:
         """The planner's last cycle (planner-status.json), {} before the first."""
         try:
             return json.loads((self.state_dir / "planner-status.json").read_text())
         except (OSError, ValueError):
             return {}
+
+    def wait_status(self, ok, timeout: float = 120.0) -> dict:
+        """The first status for which ``ok(status)`` holds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.status()
+            if st and ok(st):
+                return st
+            time.sleep(0.05)
+        raise TimeoutError(f"the planner's status did not come to pass in {timeout:.0f} s")
 
     def wait_plan(self, n: int, timeout: float = 120.0) -> dict:
         """The status of the first planner cycle that has planned ``n`` jobs."""
@@ -190,8 +217,8 @@ class LiveCluster:
     def submit(self, kernel: str, scale: float, user: str | None = None) -> str:
         assert self.cluster is not None
         wrap = (
-            f"env PYTHONPATH={ROOT} {sys.executable} -m slurm_mig.demo.job "
-            f"{kernel} {scale} {self.sim_root} {self.job_log}"
+            f"SLURM_MIG_T0=$(date +%s.%N) exec env PYTHONPATH={ROOT} {sys.executable} "
+            f"-m slurm_mig.demo.job {kernel} {scale} {self.sim_root} {self.job_log}"
         )
         return self.cluster.sbatch(
             wrap, partition="mig", comment=f"mig:key={kernel}", name=kernel, user=user
@@ -283,6 +310,28 @@ def handoff_gaps(records: Sequence[dict]) -> list[float]:
         ]
         if before:
             gaps.append(r["start"] - max(before))
+    return gaps
+
+
+def slice_handoffs(records: Sequence[dict], runtimes: Sequence[dict]) -> list[float]:
+    """Seconds from a slice being freed (the Epilog of the last job on it done: instance
+    destroyed, or kept for this job) to the next job on it running (its batch script
+    begun), one per job that had a predecessor on its slices. What the planner and Slurm
+    add between two jobs; the jobs' own start-up and exit are not in it."""
+    freed = {str(r["job_id"]): r["freed"] for r in runtimes if "freed" in r}
+    gaps = []
+    for r in records:
+        p = Placement(*r["placement"])
+        before = [
+            freed[o["job"]]
+            for o in records
+            if (o["node"], o["gpu"]) == (r["node"], r["gpu"])
+            and Placement(*o["placement"]).overlaps(p)
+            and o["end"] <= r["start"]
+            and o["job"] in freed
+        ]
+        if before:
+            gaps.append(r.get("launched", r["start"]) - max(before))
     return gaps
 
 

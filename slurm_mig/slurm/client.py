@@ -129,6 +129,7 @@ class Job:
     restart_count: int
     exit_code: int | None  # exit status, 128 + signal when killed; None until ended
     reason_detail: str = ""  # state_description, e.g. "launch failed requeued held"
+    dependency: str = ""  # e.g. "afterany:41(unfulfilled)"; "" when none
 
     @property
     def finished(self) -> bool:
@@ -239,6 +240,7 @@ def job_from_json(data: Mapping[str, Any]) -> Job:
         restart_count=int(_number(data.get("restart_cnt")) or 0),
         exit_code=_exit_code(data.get("exit_code")) if ended else None,
         reason_detail=_text(data.get("state_description")),
+        dependency=_text(data.get("dependency")),
     )
 
 

@@ -138,6 +138,7 @@ class Snapshot:
     batch_window: float = 30.0
     batch_size: int = 0  # jobs per batch (0: every waiting job)
     previous_nodes: frozenset[str] | None = None  # usable nodes of the last cycle, if any
+    release_ahead: float = 0.0  # seconds (0: off); see `release_ahead`
 
 
 # ---------------------------------------------------------------------------
@@ -170,17 +171,22 @@ class UpdateJob:
 @dataclass(frozen=True)
 class Release:
     """Sign ``assignment`` (issued = now), write the token into the job's Comment (the
-    user's text ``comment`` kept) and release."""
+    user's text ``comment`` kept) and release. With ``after``, the job is released ahead
+    of its slices: Slurm starts it once those jobs are gone (``Dependency=afterany``)."""
 
     job_id: str
     assignment: Assignment
     comment: str  # the job's Comment without token or note
+    after: tuple[str, ...] = ()
 
     def describe(self) -> str:
         a = self.assignment
-        return (
-            f"job {self.job_id}: released on {a.node} gpu {a.gpu} {a.profile}@{a.placement.start}"
-        )
+        where = f"on {a.node} gpu {a.gpu} {a.profile}@{a.placement.start}"
+        if self.after:
+            return f"job {self.job_id}: released {where}, to start after job " + ", ".join(
+                self.after
+            )
+        return f"job {self.job_id}: released {where}"
 
 
 @dataclass(frozen=True)
@@ -435,6 +441,7 @@ def classify(snap: Snapshot) -> Classified:
         return model == a.model and _legal_slot(a.model, a.profile, a.placement) is not None
 
     usable_models = set(out.models.values())
+    held_ids = {j.job_id for j in snap.jobs if j.held and job_phase(j.state) == "pending"}
     jobs = sorted(
         (j for j in snap.jobs if _in_partition(j, snap.partition)),
         key=lambda j: job_sort_key(j.job_id),
@@ -484,7 +491,13 @@ def classify(snap: Snapshot) -> Classified:
             continue
 
         # pending
-        if not job.held:
+        if not job.held and current is not None and _orphaned(job, held_ids):
+            out.holds.append(
+                Hold(job.job_id, "released ahead of a job that went back to the queue")
+            )
+            out.events.append((now, f"job {job.job_id} lost its predecessor", None, None))
+            current = None  # planned again, from its slices' new state
+        elif not job.held:
             if current is not None and valid(current):
                 end = now + max(current.planned_seconds, OVERDUE_SECONDS)
                 out.busy.append(
@@ -539,6 +552,20 @@ def classify(snap: Snapshot) -> Classified:
     if snap.previous_nodes is not None and nodes != snap.previous_nodes:
         out.events.append((now, "usable nodes changed", None, None))
     return out
+
+
+_AFTER = re.compile(r"after[a-z]*:([0-9:]+)")
+
+
+def _orphaned(job: JobLike, held: set[str]) -> bool:
+    """A job released ahead whose dependency names a job that is held again (requeued):
+    it would wait for that job's next run, wherever that runs."""
+    if not job.dependency:
+        return False
+    for m in _AFTER.finditer(job.dependency):
+        if any(n in held for n in m.group(1).split(":")):
+            return True
+    return False
 
 
 def _feasible(est: Estimate | None) -> list[str]:
@@ -895,7 +922,57 @@ def plan_cycle(snap: Snapshot) -> CycleResult:
         decisions = schedule(snap, view, groups)
         planned, released, requeues = assignments(snap, view, groups, decisions)
         final = link_reuse(planned, view.busy)
-        return _result(snap, view, groups, decisions, final, released, requeues)
+        ahead = release_ahead(snap, view, final, released)
+        return _result(snap, view, groups, decisions, final, released, requeues, ahead)
+
+
+def release_ahead(
+    snap: Snapshot,
+    view: Classified,
+    final: Mapping[str, Assignment],
+    released: Sequence[str],
+) -> dict[str, tuple[str, ...]]:
+    """Held jobs to release before their slices are free, each with the jobs it must
+    wait for (Slurm's ``afterany``: satisfied once those jobs have left, their Epilog
+    done, and that moment triggers Slurm's scheduler at once). A chain of jobs on a
+    slice then hands over in milliseconds, without the daemon's cycle or the
+    scheduler's batch delay in between.
+
+    In plan order, a job goes ahead when every job before it on its slices is running,
+    completing or released (now or ahead), and they are projected to be through within
+    ``snapshot.release_ahead`` seconds (kept below the token's lifetime, so that the
+    token is still valid when the job starts). A job with a dependency of its own is
+    not released ahead."""
+    if snap.release_ahead <= 0:
+        return {}
+    now = snap.now
+    # per GPU: (slot, job, projected end) of what holds or will hold slices, in order
+    holding: dict[tuple[str, int], list[tuple[Slot, str, float]]] = defaultdict(list)
+    for b in view.busy:
+        holding[(b.node, b.gpu)].append((b.slot, b.job_id, b.end))
+    out: dict[str, tuple[str, ...]] = {}
+    now_released = set(released)
+    for jid in sorted(final, key=lambda j: _order_key(final[j])):
+        a = final[jid]
+        key = (a.node, a.gpu)
+        slot = _model_slot(a)
+        before = [h for h in holding[key] if h[0].placement.overlaps(slot.placement)]
+        ready = max((h[2] for h in before), default=now)
+        create = get_model(a.model).create_time(slot.size)
+        if jid in now_released:
+            holding[key].append((slot, jid, max(now, ready) + create + a.planned_seconds))
+            continue
+        if (
+            before
+            and not view.jobs[jid].dependency
+            and ready - now <= snap.release_ahead
+            and all(math.isfinite(h[2]) for h in before)
+        ):
+            out[jid] = tuple(sorted({h[1] for h in before}, key=job_sort_key))
+            holding[key].append((slot, jid, ready + create + a.planned_seconds))
+        else:
+            holding[key].append((slot, jid, math.inf))  # later jobs wait for this one
+    return out
 
 
 def _result(
@@ -906,6 +983,7 @@ def _result(
     final: Mapping[str, Assignment],
     released: Sequence[str],
     requeues: Sequence[Requeue],
+    ahead: Mapping[str, tuple[str, ...]] = MappingProxyType({}),
 ) -> CycleResult:
     """Step 6: what to write (changed records), release, learn and requeue."""
     updates: list[UpdateJob] = []
@@ -921,9 +999,9 @@ def _result(
         if fields_:
             updates.append(UpdateJob(jid, tuple(fields_), _plan_text(a, fields_)))
     releases = []
-    for jid in released:
+    for jid in sorted([*released, *ahead], key=job_sort_key):
         user = comments.parse(view.jobs[jid].comment).with_token(None).with_note(None)
-        releases.append(Release(jid, final[jid], user.render()))
+        releases.append(Release(jid, final[jid], user.render(), ahead.get(jid, ())))
     stats = [d.stats for d in decisions]
     batches = sorted({b for a in final.values() for b in [a.batch] if b > view.max_batch})
     why = tuple(dict.fromkeys(w for s in stats for w in s.get("replanned", ())))
@@ -939,10 +1017,10 @@ def _result(
     return CycleResult(
         actions=actions,
         planned=MappingProxyType({j: final[j] for j in sorted(final, key=job_sort_key)}),
-        released=tuple(released),
+        released=tuple(sorted([*released, *ahead], key=job_sort_key)),
         batches=tuple(batches),
         replanned=why,
-        busy=len(view.busy) + len(released),
+        busy=len(view.busy) + len(released) + len(ahead),
         waiting=waiting,
         noted=view.noted,
         makespan=_makespan(groups, decisions),

@@ -193,6 +193,7 @@ def build_snapshot(
         batch_window=config.batch_window,
         batch_size=config.batch_size,
         previous_nodes=previous_nodes,
+        release_ahead=config.release_ahead,
     )
 
 
@@ -273,7 +274,11 @@ def _apply_one(action: Action, client: Client, key: bytes, clock: Callable[[], f
     elif isinstance(action, Release):
         token = sign(replace(action.assignment, issued=clock()), key)
         text = comments.parse(action.comment).with_token(token).render()
-        client.update_job(action.job_id, Comment=text)
+        if action.after:  # released ahead: Slurm starts it once those jobs have left
+            after = "afterany:" + ":".join(action.after)
+            client.update_job(action.job_id, Comment=text, Dependency=after)
+        else:
+            client.update_job(action.job_id, Comment=text)
         client.release(action.job_id)
     elif isinstance(action, Requeue):
         client.requeue(action.job_id, hold=True)
@@ -442,21 +447,56 @@ class PlannerDaemon:
             log.warning("cannot write %s: %s", path, exc)
 
     def run(self, once: bool = False) -> int:
-        """Cycle until stopped (or once); exit status 0, or 1 when ``once`` failed."""
-        while True:
-            self.wake.clear()
-            report = self.run_cycle()
-            if once:
-                if report.error:
-                    return 1
-                return 1 if report.apply is not None and report.apply.failed else 0
-            if self.stop.is_set():
-                break
-            self.wake.wait(self.config.cycle)
-            if self.stop.is_set():
-                break
+        """Cycle until stopped (or once); exit status 0, or 1 when ``once`` failed. A
+        notification from an Epilog (``[planner] notify``) or SIGHUP starts the next
+        cycle at once (at most every ``notify.MIN_GAP`` seconds)."""
+        from .notify import MIN_GAP
+
+        listener = None if once else self._listen()
+        try:
+            while True:
+                self.wake.clear()
+                report = self.run_cycle()
+                if once:
+                    if report.error:
+                        return 1
+                    return 1 if report.apply is not None and report.apply.failed else 0
+                if self.stop.is_set():
+                    break
+                self.wake.wait(self.config.cycle)
+                if self.stop.is_set():
+                    break
+                self.stop.wait(MIN_GAP)  # a burst of notifications: one cycle
+                if self.stop.is_set():
+                    break
+        finally:
+            if listener is not None:
+                listener.close()
         log.info("planner stopped after %d cycles", self.cycles)
         return 0
+
+    def _listen(self):
+        """The notification listener on ``[planner] notify``, or None (off, or the
+        address cannot be bound: then the cycle timer alone drives the daemon)."""
+        from ..config import parse_address
+        from .notify import Listener
+
+        address = parse_address(getattr(self.config, "notify", ""))
+        if address is None:
+            return None
+        try:
+            listener = Listener(address, self.wake.set).start()
+        except OSError as exc:
+            log.warning(
+                "cannot listen for Epilog notifications on %s:%d (%s); planning every "
+                "%.1f s instead",
+                *address,
+                exc.strerror or exc,
+                self.config.cycle,
+            )
+            return None
+        log.info("listening for Epilog notifications on %s:%d (UDP)", *listener.address)
+        return listener
 
     def install_signals(self) -> None:
         """SIGTERM/SIGINT: stop between actions; SIGHUP: next cycle now."""

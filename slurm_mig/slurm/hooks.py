@@ -534,6 +534,7 @@ def _release(
         "profile": rec.profile,
         "seconds": round(seconds, 3),
         "end": end,
+        "freed": clock(),  # the slices are free (or handed to the next job) from here
     }
     try:
         state.append_runtime(entry)
@@ -641,11 +642,25 @@ def _run(
         failed = run_scontrol(["requeuehold", job.job_id], env, scontrol)
         if failed:
             out.warn(f"could not requeue the job: {failed}")
+    if hook == "epilog" and config is not None and config.notify:
+        _notify(config, job.job_id, out)
     emit(hook, job.job_id, job.node, out.log, config)
     if out.stdout:
         sys.stdout.write("".join(f"{line}\n" for line in out.stdout))
         sys.stdout.flush()
     return out.exit_code
+
+
+def _notify(config: Config, job_id: str, out: Outcome) -> None:
+    """Wake the planner daemon: the job's slices are free (or kept for the next job)."""
+    from ..config import parse_address
+    from .notify import send
+
+    address = parse_address(config.notify)
+    if address is not None:
+        failed = send(address, job_id)
+        if failed:
+            out.warn(failed)
 
 
 def _decide(
