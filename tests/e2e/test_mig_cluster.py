@@ -32,14 +32,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def live():
-    require_local_slurm()
+    install = require_local_slurm()
     clusters: list[LiveCluster] = []
 
     def start(**kw) -> LiveCluster:
         # not under pytest's 0700 tmp dirs: jobs of other users must read the config
         root = Path(tempfile.mkdtemp(prefix="slurm-mig-live-"))
         os.chmod(root, 0o755)
-        lc = LiveCluster(root, **kw).start()
+        lc = LiveCluster(root, slurm=install, **kw).start()
         clusters.append(lc)
         return lc
 
