@@ -3,10 +3,20 @@
 `LocalSlurm` starts its own munged (own key and socket), one slurmctld and one slurmd
 per node (``slurmd -N <name>``, each on a free port) from a generated slurm.conf, so two
 clusters can run side by side. Clients reach it through `env` (SLURM_CONF, PATH).
-Needs root and Debian's Slurm 22.05 (slurmctld, slurmd, slurm-client, munge). Starts in
-about 1.2 s; ``stop()`` (also run at interpreter exit) kills every daemon it started and
-every process whose environment names its slurm.conf (slurmstepds and job processes
-outlive slurmd).
+Needs root and Debian's Slurm (slurmctld, slurmd, slurm-client, munge): the host's
+(22.05 on Debian 12), or with ``slurm=`` another release in a Debian root
+(slurm_mig.demo.slurmroot: 24.11, 26.05), whose daemons and client programs then run
+chrooted there (`env`'s PATH starts with wrappers for the clients), with /tmp, the
+checkout and this Python at their usual paths. Starts in about 1.2 s; ``stop()`` (also
+run at interpreter exit) kills every daemon it started and every process whose
+environment names its slurm.conf (slurmstepds and job processes outlive slurmd).
+Cgroups are off (task/none, proctrack/linuxproc; ``CgroupPlugin=disabled`` from 24.05,
+whose slurmd needs a cgroup hierarchy otherwise); ``task_plugin``, ``proctrack_type``
+and ``cgroup_conf`` turn them on for a test about device isolation.
+
+24.11 and 26.05 behave as listed below too (the same tests pass), except: a
+``job_modify`` refusal's message reaches the user (22.05: only slurmctld's log), and
+plain ``sinfo --json`` groups nodes (the client asks for ``-N``).
 
 What Slurm 22.05.8 does, measured with this harness (pinned by tests/e2e/test_client.py):
 

@@ -38,6 +38,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"e2e Slurm: {found.name} {found.version_text}"
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say which Slurm the e2e tests ran on (-q hides the header)."""
+    terminalreporter.write_line(pytest_report_header(terminalreporter.config))
+
+
 def require_local_slurm() -> SlurmInstall:
     """The Slurm under test; skip (or, on CI as root, fail) the calling test when
     LocalSlurm cannot run it."""
