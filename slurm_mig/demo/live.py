@@ -193,7 +193,7 @@ class LiveCluster:
     def submit(self, kernel: str, scale: float, user: str | None = None) -> str:
         assert self.cluster is not None
         wrap = (
-            f"env PYTHONPATH={ROOT} {sys.executable} -m slurm_mig.demo.job "
+            f"env PYTHONPATH={ROOT} {self.cluster.python} -m slurm_mig.demo.job "
             f"{kernel} {scale} {self.sim_root} {self.job_log}"
         )
         return self.cluster.sbatch(

@@ -70,13 +70,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .slurmroot import SlurmInstall, find_install, host_install
+from .slurmroot import SlurmInstall, find_install, host_install, make_job_python, python_in_usr
 
 SLURM_BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "munged")
 SBIN_PATHS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
@@ -200,6 +201,13 @@ class LocalSlurm:
     def install(self) -> SlurmInstall:
         """The Slurm release this cluster runs (the host's unless `slurm` names a root)."""
         return self.slurm or host_install()
+
+    @property
+    def python(self) -> str:
+        """This interpreter (and its packages) as the cluster's jobs can run it."""
+        if self.install.root is None or not python_in_usr():
+            return sys.executable  # the host's, or shared with the root at its own path
+        return str(make_job_python(self.root / "python"))
 
     @property
     def bin_dir(self) -> Path:

@@ -29,12 +29,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_CACHE = Path("/var/cache/slurm-mig/roots")
+HOST_USR = Path("/run/slurm-mig-host-usr")  # the host's /usr, inside a root
 SUITES = {"trixie": "Debian 13, Slurm 24.11", "sid": "Debian unstable, Slurm 26.05"}
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "python3", "libstdc++6")
 STAMP = ".slurm-mig-root"  # at the top of a finished root; /.slurm-mig-root inside it
@@ -53,6 +55,36 @@ def cache_dir() -> Path:
 
 def _inside(path: Path, dirs: Iterable[Path]) -> bool:
     return any(path == d or d in path.parents for d in dirs)
+
+
+def python_in_usr() -> bool:
+    """This interpreter is a system one (/usr/bin/python3.11): a root has its own /usr,
+    so jobs there reach this one under HOST_USR, through `make_job_python`'s venv."""
+    return Path(sys.base_prefix).resolve().is_relative_to("/usr")
+
+
+def in_root(path: Path) -> Path:
+    """Where a host path is seen inside a root (/usr under HOST_USR, shared paths as they are)."""
+    path = Path(path)
+    return HOST_USR / path.relative_to("/usr") if path.is_relative_to("/usr") else path
+
+
+def make_job_python(venv: Path) -> Path:
+    """A venv at ``venv`` (under /tmp: shared) for jobs inside a root: this interpreter
+    as a root sees it, with this environment's packages; its python's path."""
+    exe = Path(sys._base_executable).resolve()
+    major, minor, micro = sys.version_info[:3]
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    site = venv / "lib" / f"python{major}.{minor}" / "site-packages"
+    site.parent.mkdir(parents=True, exist_ok=True)
+    for link, target in ((venv / "bin" / "python", exe), (site, sysconfig.get_paths()["purelib"])):
+        if not link.is_symlink():
+            link.symlink_to(in_root(Path(target)))
+    (venv / "pyvenv.cfg").write_text(
+        f"home = {in_root(exe.parent)}\ninclude-system-site-packages = false\n"
+        f"version = {major}.{minor}.{micro}\n"
+    )
+    return venv / "bin" / "python"
 
 
 def shared_paths() -> tuple[Path, ...]:
@@ -82,6 +114,8 @@ def _enter_script(root: Path, shared: Sequence[Path]) -> str:
     for path in shared:
         q = shlex.quote(str(path))
         lines.append(f"mkdir -p {r}{q} && mount --rbind {q} {r}{q}")
+    if python_in_usr():
+        lines.append(f"mkdir -p {r}{HOST_USR} && mount --rbind /usr {r}{HOST_USR}")
     lines.append(f'exec chroot --userspec="$user" {r} "$@"')
     return "\n".join(lines)
 

@@ -195,10 +195,11 @@ def test_mig_run_requeues_a_job_whose_forecast_outgrows_its_slice(live):
 
     lc = live()
     workload = ROOT / "tests" / "workloads" / "growing_batch.py"
+    python = lc.cluster.python
     wrap = (
-        f"env PYTHONPATH={ROOT} {sys.executable} -m slurm_mig.memory.wrapper --mode slurm "
+        f"env PYTHONPATH={ROOT} {python} -m slurm_mig.memory.wrapper --mode slurm "
         f"--config {lc.config_path} --capacity 48M --emulate -- "
-        f"{sys.executable} {workload} --iters 400 --sleep 0.05"
+        f"{python} {workload} --iters 400 --sleep 0.05"
     )
     job = lc.cluster.sbatch(
         wrap, partition="mig", comment="mig:key=grow,time=60,iters=400", name="grow"

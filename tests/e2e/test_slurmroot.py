@@ -43,6 +43,6 @@ def test_nothing_stays_mounted_on_the_host(slurm) -> None:
 def test_jobs_run_this_python_with_the_checkouts_packages(slurm) -> None:
     cluster: LocalSlurm = slurm(nodes=("p1",))
     probe = "import sys, slurm_mig.memory.forecast; print(sys.version_info[:2])"
-    jid = cluster.sbatch(f"{sys.executable} -c '{probe}'", partition="mig")
+    jid = cluster.sbatch(f"{cluster.python} -c '{probe}'", partition="mig")
     assert cluster.wait_job(jid, ["COMPLETED", "FAILED"]) == "COMPLETED", cluster.job_output(jid)
     assert cluster.job_output(jid) == f"{sys.version_info[:2]}\n"
