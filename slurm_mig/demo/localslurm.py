@@ -12,7 +12,9 @@ run at interpreter exit) kills every daemon it started and every process whose
 environment names its slurm.conf (slurmstepds and job processes outlive slurmd).
 Cgroups are off (task/none, proctrack/linuxproc; ``CgroupPlugin=disabled`` from 24.05,
 whose slurmd needs a cgroup hierarchy otherwise); ``task_plugin``, ``proctrack_type``
-and ``cgroup_conf`` turn them on for a test about device isolation.
+and ``cgroup_conf`` turn them on for a test about device isolation (cgroup v1 names
+each node's hierarchy slurm_<node>: such clusters running at once need distinct node
+names).
 
 24.11 and 26.05 behave as listed below too (the same tests pass), except: a
 ``job_modify`` refusal's message reaches the user (22.05: only slurmctld's log), and
@@ -411,9 +413,24 @@ class LocalSlurm:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        self._remove_cgroups()
         atexit.unregister(self.stop)
         if self._own_root and self.root is not None and not os.environ.get("SLURM_MIG_E2E_KEEP"):
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _remove_cgroups(self) -> None:
+        """Remove the (empty, once its processes are gone) cgroup v1 directories each
+        slurmd made, slurm_<node> in every controller; rmdir never touches a live one."""
+        if "cgroup" not in self.task_plugin + self.proctrack_type:
+            return
+        for node in self.nodes:
+            for top in Path("/sys/fs/cgroup").glob(f"*/slurm_{node}"):
+                for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)) + [top]:
+                    if path.is_dir():
+                        try:
+                            path.rmdir()
+                        except OSError:
+                            pass
 
     def __enter__(self) -> LocalSlurm:
         return self.start()

@@ -46,3 +46,19 @@ def test_jobs_run_this_python_with_the_checkouts_packages(slurm) -> None:
     jid = cluster.sbatch(f"{cluster.python} -c '{probe}'", partition="mig")
     assert cluster.wait_job(jid, ["COMPLETED", "FAILED"]) == "COMPLETED", cluster.job_output(jid)
     assert cluster.job_output(jid) == f"{sys.version_info[:2]}\n"
+
+
+def test_cgroups_can_be_turned_on_for_a_test(slurm) -> None:
+    """task/cgroup and proctrack/cgroup with a given cgroup.conf (a device-isolation
+    test needs them); the job then runs in its own job cgroup, which stop() removes."""
+    cluster: LocalSlurm = slurm(
+        nodes=("cg1",),
+        task_plugin="task/cgroup",
+        proctrack_type="proctrack/cgroup",
+        cgroup_conf=["CgroupPlugin=autodetect", "ConstrainDevices=yes", "IgnoreSystemd=yes"],
+    )
+    jid = cluster.sbatch("cat /proc/self/cgroup", partition="mig")
+    assert cluster.wait_job(jid, ["COMPLETED", "FAILED"]) == "COMPLETED", cluster.logs()
+    assert f"/job_{jid}/step_batch" in cluster.job_output(jid)
+    cluster.stop()
+    assert not list(Path("/sys/fs/cgroup").glob("*/slurm_cg1"))
