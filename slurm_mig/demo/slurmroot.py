@@ -42,7 +42,6 @@ PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "python3", "libstdc+
 STAMP = ".slurm-mig-root"  # at the top of a finished root; /.slurm-mig-root inside it
 FORMAT = 1  # bump when a root needs rebuilding (other packages, other layout)
 CHECKOUT = Path(__file__).resolve().parents[2]
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/var")
 
 
 class RootError(RuntimeError):
@@ -72,7 +71,7 @@ def in_root(path: Path) -> Path:
 def make_job_python(venv: Path) -> Path:
     """A venv at ``venv`` (under /tmp: shared) for jobs inside a root: this interpreter
     as a root sees it, with this environment's packages; its python's path."""
-    exe = Path(sys._base_executable).resolve()
+    exe = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
     major, minor, micro = sys.version_info[:3]
     (venv / "bin").mkdir(parents=True, exist_ok=True)
     site = venv / "lib" / f"python{major}.{minor}" / "site-packages"
@@ -94,7 +93,7 @@ def shared_paths() -> tuple[Path, ...]:
     paths = [Path("/tmp"), CHECKOUT]
     for prefix in (sys.prefix, sys.base_prefix):
         p = Path(prefix).resolve()
-        system = str(p) in ("/", *_SYSTEM_DIRS) or str(p).startswith(_SYSTEM_DIRS)
+        system = p == Path("/") or p.is_relative_to("/usr")  # /usr: see HOST_USR
         if not system and not _inside(p, paths):
             paths.append(p)
     return tuple(paths)
