@@ -109,6 +109,7 @@ def _enter_script(root: Path, shared: Sequence[Path]) -> str:
         f"mount -t proc proc {r}/proc",
         f"mount --rbind /sys {r}/sys",
         f"mount --rbind /dev {r}/dev",
+        f"touch {r}/etc/hosts && mount --bind /etc/hosts {r}/etc/hosts",  # today's host name
     ]
     for path in shared:
         q = shlex.quote(str(path))
