@@ -7,8 +7,11 @@ BIN    := $(VENV)/bin
 # Debian packages for a real Slurm on loopback (the e2e tests start one).
 SLURM_PKGS := slurmctld slurmd slurm-client munge
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Other Slurm releases for the e2e suite: debootstrapped Debian roots, cached in
+# /var/cache/slurm-mig/roots ($$SLURM_MIG_ROOTS) across clones. trixie: 24.11, sid: 26.05.
+SLURM_ROOTS := trixie sid
 
-.PHONY: venv test demo bench lint format clean slurm-packages
+.PHONY: venv test demo bench lint format clean clean-roots slurm-packages slurm-roots
 
 # Stamps make re-runs instant; they are redone when the package metadata changes.
 $(BIN)/python:
@@ -34,10 +37,33 @@ slurm-packages:
 			--no-install-recommends $(SLURM_PKGS); \
 	fi
 
-test: slurm-packages venv
+# Builds the roots that are missing (about 30 s each; as root only, where LocalSlurm can
+# run at all). Outside CI a root that cannot be built is skipped by the e2e suite with
+# the reason; on CI ($$CI set) it is a failure.
+slurm-roots: $(VENV)/.installed
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "slurm roots: not root, not built (the e2e suite needs root anyway)"; \
+	else \
+		if ! command -v debootstrap >/dev/null 2>&1; then \
+			env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+				debootstrap >/dev/null 2>&1 || { \
+			env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+			env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+				debootstrap; }; \
+		fi; \
+		$(BIN)/python -m slurm_mig.demo.slurmroot build $(SLURM_ROOTS) || [ -z "$$CI" ]; \
+	fi
+
+# The whole suite on the host's Slurm (22.05 on Debian 12), then the e2e suite once per
+# root's release.
+test: slurm-packages venv slurm-roots
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest -q
+	@status=0; for release in $(SLURM_ROOTS); do \
+		echo "== tests/e2e on the Slurm of Debian $$release"; \
+		SLURM_MIG_SLURM=$$release $(BIN)/pytest -q tests/e2e || status=1; \
+	done; exit $$status
 
 lint: venv
 	$(BIN)/ruff check .
@@ -63,6 +89,9 @@ bench: $(VENV)/.installed
 		echo "== $$script"; $(BIN)/python "$$script"; \
 	done; \
 	[ $$found = 1 ] || echo "no scripts under benchmarks/"
+
+clean-roots:
+	rm -rf "$${SLURM_MIG_ROOTS:-/var/cache/slurm-mig/roots}"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis rodinia-far-gantt.png

@@ -408,6 +408,16 @@ def test_pending_job_that_is_not_held_gets_held_first():
     w.check_safe()
 
 
+@pytest.mark.parametrize("reason", ["JobHeldUser", "ReservationDeleted"])
+def test_a_hold_the_owner_could_lift_is_replaced_by_an_admin_hold(reason):
+    w = held_world(2)
+    w.jobs["101"].held, w.jobs["101"].reason = True, reason
+    w.jobs["100"].held, w.jobs["100"].reason = True, "JobHeldAdmin"
+    result, _ = w.cycle()
+    holds = [a.job_id for a in of_type(result, Hold)]
+    assert "101" in holds and "100" not in holds
+
+
 def test_second_cycle_is_quiet_and_releases_nothing_onto_running_slices():
     w = held_world(40)
     first, _ = w.cycle()

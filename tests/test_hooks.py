@@ -239,6 +239,7 @@ def test_full_lifecycle_creates_exports_and_destroys(site, capsys):
         "profile": "3g.20gb",
         "seconds": 60.0,
         "end": T0 + 65.0,
+        "freed": T0 + 65.0,
     }
     assert site.scontrol_calls() == []
     logged = (site.tmp / "hooks.log").read_text().splitlines()

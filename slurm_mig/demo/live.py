@@ -28,6 +28,7 @@ from ..slurm.client import SlurmClient
 from ..slurm.cycle import parse_admin_comment
 from ..workload import Task
 from .localslurm import LocalSlurm
+from .slurmroot import SlurmInstall
 
 ROOT = Path(__file__).resolve().parents[2]
 DONE_STATES = frozenset(
@@ -45,6 +46,7 @@ class LiveCluster:
     model: str = "A100-40GB"
     latency_scale: float = 1.0
     planner: Mapping[str, object] = field(default_factory=dict)  # [planner] overrides
+    slurm: SlurmInstall | None = None  # which Slurm release (None: the host's)
     cluster: LocalSlurm | None = field(default=None, init=False)
     daemon: subprocess.Popen | None = field(default=None, init=False)
 
@@ -100,6 +102,7 @@ class LiveCluster:
             hook_env=hooks,
             job_submit_lua=ROOT / "contrib" / "job_submit.lua",
             root=self.root / "slurm",
+            slurm=self.slurm,
         )
         self.cluster.start()
         return self
@@ -217,7 +220,7 @@ class LiveCluster:
     def submit(self, kernel: str, scale: float, user: str | None = None) -> str:
         assert self.cluster is not None
         wrap = (
-            f"SLURM_MIG_T0=$(date +%s.%N) exec env PYTHONPATH={ROOT} {sys.executable} "
+            f"SLURM_MIG_T0=$(date +%s.%N) exec env PYTHONPATH={ROOT} {self.cluster.python} "
             f"-m slurm_mig.demo.job {kernel} {scale} {self.sim_root} {self.job_log}"
         )
         return self.cluster.sbatch(

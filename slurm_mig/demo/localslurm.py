@@ -3,10 +3,22 @@
 `LocalSlurm` starts its own munged (own key and socket), one slurmctld and one slurmd
 per node (``slurmd -N <name>``, each on a free port) from a generated slurm.conf, so two
 clusters can run side by side. Clients reach it through `env` (SLURM_CONF, PATH).
-Needs root and Debian's Slurm 22.05 (slurmctld, slurmd, slurm-client, munge). Starts in
-about 1.2 s; ``stop()`` (also run at interpreter exit) kills every daemon it started and
-every process whose environment names its slurm.conf (slurmstepds and job processes
-outlive slurmd).
+Needs root and Debian's Slurm (slurmctld, slurmd, slurm-client, munge): the host's
+(22.05 on Debian 12), or with ``slurm=`` another release in a Debian root
+(slurm_mig.demo.slurmroot: 24.11, 26.05), whose daemons and client programs then run
+chrooted there (`env`'s PATH starts with wrappers for the clients), with /tmp, the
+checkout and this Python at their usual paths. Starts in about 1.2 s; ``stop()`` (also
+run at interpreter exit) kills every daemon it started and every process whose
+environment names its slurm.conf (slurmstepds and job processes outlive slurmd).
+Cgroups are off (task/none, proctrack/linuxproc; ``CgroupPlugin=disabled`` from 24.05,
+whose slurmd needs a cgroup hierarchy otherwise); ``task_plugin``, ``proctrack_type``
+and ``cgroup_conf`` turn them on for a test about device isolation (cgroup v1 names
+each node's hierarchy slurm_<node>: such clusters running at once need distinct node
+names).
+
+24.11 and 26.05 behave as listed below too (the same tests pass), except: a
+``job_modify`` refusal's message reaches the user (22.05: only slurmctld's log), and
+plain ``sinfo --json`` groups nodes (the client asks for ``-N``).
 
 What Slurm 22.05.8 does, measured with this harness (pinned by tests/e2e/test_client.py):
 
@@ -53,20 +65,26 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import pwd
 import re
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .slurmroot import SlurmInstall, find_install, host_install, make_job_python, python_in_usr
+
 SLURM_BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "munged")
 SBIN_PATHS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
+# Client programs a root's cluster puts on PATH as wrappers (daemons are started directly).
+CLIENT_PROGRAMS = ("sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "sprio")
 _counter = itertools.count(1)
 # Harmless lines every start logs (no PMIx, no saved state, munge's notes).
 _LOG_NOISE = re.compile(
@@ -81,10 +99,16 @@ def find_binary(name: str) -> str | None:
     return shutil.which(name, path=path)
 
 
-def skip_reason() -> str | None:
-    """Why LocalSlurm cannot run here (not root, programs missing), or None."""
+def skip_reason(slurm: str | SlurmInstall | None = None) -> str | None:
+    """Why LocalSlurm cannot run here with that Slurm (not root, programs or root
+    missing), or None. ``slurm``: "host" (the default) or a root's suite."""
     if os.geteuid() != 0:
         return "LocalSlurm needs root (it starts munged, slurmctld and slurmd)"
+    if isinstance(slurm, SlurmInstall):
+        slurm = slurm.name
+    if slurm not in (None, "host"):
+        found = find_install(slurm)
+        return found if isinstance(found, str) else None
     missing = [name for name in SLURM_BINARIES if find_binary(name) is None]
     if missing:
         return (
@@ -138,6 +162,12 @@ class LocalSlurm:
     extra_conf: Sequence[str] = ()
     requeue_delay: int = 5  # cred_expire: how long a requeued job waits (Slurm: 120)
     root: Path | None = None  # default: a fresh directory under /tmp (short socket paths)
+    slurm: SlurmInstall | None = None  # which Slurm: None = the host's
+    task_plugin: str = "task/none"  # task/cgroup for a device-isolation test
+    proctrack_type: str = "proctrack/linuxproc"
+    # cgroup.conf lines; None: none written, except CgroupPlugin=disabled on 24.05+,
+    # whose slurmd otherwise needs a cgroup hierarchy of its own
+    cgroup_conf: Sequence[str] | None = None
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False, repr=False)
     _own_root: bool = field(default=False, init=False, repr=False)
 
@@ -165,7 +195,29 @@ class LocalSlurm:
         }
         env["SLURM_CONF"] = str(self.conf)
         env["PATH"] = os.pathsep.join([env.get("PATH", "/usr/bin:/bin"), *SBIN_PATHS])
+        if self.install.root is not None:  # the release's own client programs first
+            env["PATH"] = os.pathsep.join([str(self.bin_dir), env["PATH"]])
         return env
+
+    @property
+    def install(self) -> SlurmInstall:
+        """The Slurm release this cluster runs (the host's unless `slurm` names a root)."""
+        return self.slurm or host_install()
+
+    @property
+    def python(self) -> str:
+        """This interpreter (and its packages) as the cluster's jobs can run it."""
+        if self.install.root is None or not python_in_usr():
+            return sys.executable  # the host's, or shared with the root at its own path
+        return str(make_job_python(self.root / "python"))
+
+    @property
+    def bin_dir(self) -> Path:
+        """Wrappers that run a root's client programs (on `env`'s PATH)."""
+        return self.root / "bin"
+
+    def _argv(self, argv: Sequence[str], user: str | None = None) -> list[str]:
+        return self.install.argv(argv, user)
 
     # --- life cycle ----------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> LocalSlurm:
@@ -180,13 +232,14 @@ class LocalSlurm:
         os.chmod(self.root, 0o755)
         atexit.register(self.stop)
         try:
+            self._write_wrappers()
             self._start_munge()
             self._write_conf()
-            self._spawn("slurmctld", [find_binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+            self._spawn("slurmctld", [self._binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
             for node in self.nodes:
                 self._spawn(
                     f"slurmd-{node}",
-                    [find_binary("slurmd"), "-D", "-N", node, "-f", str(self.conf)],
+                    [self._binary("slurmd"), "-D", "-N", node, "-f", str(self.conf)],
                     extra_env=self.slurmd_env,
                 )
             self.wait_idle(timeout)
@@ -194,6 +247,21 @@ class LocalSlurm:
             self.stop()
             raise
         return self
+
+    def _binary(self, name: str) -> str | None:
+        if self.install.root is None:
+            return find_binary(name)
+        return f"/usr/sbin/{name}"  # Debian's place for the daemons, inside the root
+
+    def _write_wrappers(self) -> None:
+        if self.install.root is None:
+            return
+        self.bin_dir.mkdir(exist_ok=True)
+        os.chmod(self.bin_dir, 0o755)
+        for program in CLIENT_PROGRAMS:
+            path = self.bin_dir / program
+            path.write_text(self.install.wrapper(program))
+            os.chmod(path, 0o755)
 
     def _start_munge(self) -> None:
         mdir = self.root / "munge"
@@ -205,7 +273,7 @@ class LocalSlurm:
         self._spawn(
             "munged",
             [
-                find_binary("munged"),
+                self._binary("munged"),
                 "--foreground",
                 "--force",
                 f"--socket={self.munge_socket}",
@@ -257,8 +325,8 @@ class LocalSlurm:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             "MailProg=/bin/true",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
+            f"ProctrackType={self.proctrack_type}",
+            f"TaskPlugin={self.task_plugin}",
             "JobAcctGatherType=jobacct_gather/none",
             "MpiDefault=none",
             "SchedulerType=sched/backfill",
@@ -285,6 +353,11 @@ class LocalSlurm:
             shutil.copyfile(self.job_submit_lua, etc / "job_submit.lua")
             lines.append("JobSubmitPlugins=lua")
         lines.extend(self.extra_conf)
+        cgroup = self.cgroup_conf
+        if cgroup is None and self.install.version >= (24, 5):
+            cgroup = ["CgroupPlugin=disabled"]
+        if cgroup is not None:
+            (etc / "cgroup.conf").write_text("".join(f"{line}\n" for line in cgroup))
         for node in self.nodes:
             lines.append(
                 f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname=127.0.0.1 Port={free_port()} "
@@ -307,8 +380,9 @@ class LocalSlurm:
         env.update(extra_env or {})
         with open(self.root / f"{name}.out", "wb") as out:
             self._procs[name] = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+                self._argv(argv), stdout=out, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True,
+            )  # fmt: skip
 
     def stop(self) -> None:
         """Kill every daemon this cluster started (slurmds first, munged last) and
@@ -339,9 +413,24 @@ class LocalSlurm:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        self._remove_cgroups()
         atexit.unregister(self.stop)
         if self._own_root and self.root is not None and not os.environ.get("SLURM_MIG_E2E_KEEP"):
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _remove_cgroups(self) -> None:
+        """Remove the (empty, once its processes are gone) cgroup v1 directories each
+        slurmd made, slurm_<node> in every controller; rmdir never touches a live one."""
+        if "cgroup" not in self.task_plugin + self.proctrack_type:
+            return
+        for node in self.nodes:
+            for top in Path("/sys/fs/cgroup").glob(f"*/slurm_{node}"):
+                for path in sorted(top.rglob("*"), key=lambda p: -len(p.parts)) + [top]:
+                    if path.is_dir():
+                        try:
+                            path.rmdir()
+                        except OSError:
+                            pass
 
     def __enter__(self) -> LocalSlurm:
         return self.start()
@@ -354,10 +443,11 @@ class LocalSlurm:
         self, *argv: str, check: bool = True, timeout: float = 30.0, user: str | None = None
     ) -> subprocess.CompletedProcess:
         """Run a client command against this cluster (as ``user`` via runuser if given)."""
-        cmd = list(argv) if user is None else ["runuser", "-u", user, "--", *argv]
+        cmd = self._argv(argv, user)
         res = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and res.returncode != 0:
-            raise ClusterError(f"{' '.join(cmd)} exited {res.returncode}: {res.stderr.strip()}")
+            shown = " ".join(argv) + (f" (as {user})" if user else "")
+            raise ClusterError(f"{shown} exited {res.returncode}: {res.stderr.strip()}")
         return res
 
     def try_sbatch(
@@ -377,8 +467,8 @@ class LocalSlurm:
             cmd.append(f"--comment={comment}")
         if name is not None:
             cmd.append(f"--job-name={name}")
-        if user is not None:
-            cmd.append(f"--uid={user}")
+        if user is not None:  # numeric: 26.05 refuses --uid=<name>
+            cmd.append(f"--uid={pwd.getpwnam(user).pw_uid}")
         cmd.extend(args)
         cmd.append(f"--wrap={wrap}")
         return self.run(*cmd, check=False)

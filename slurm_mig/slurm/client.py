@@ -1,18 +1,23 @@
 """Slurm as slurm-mig sees it: jobs and nodes read from ``squeue --json`` and
-``sinfo --json``, and the few changes the planner makes, through ``scontrol``.
+``sinfo --json -N``, and the few changes the planner makes, through ``scontrol``.
 
 Standard library only (the hooks import it). Commands get an argument vector, never a
 shell, so values need no quoting: a Comment may hold spaces, quotes or ``$``.
 Reads accept the JSON of Slurm 22.05 (numbers, ``job_state`` a string, node
-``state`` + ``state_flags``) and of 23.x/24.x (numbers as ``{"set", "infinite",
-"number"}``, states as lists, ``sinfo`` as grouped records). Where pyslurm (>= 23.2,
+``state`` + ``state_flags``) through 26.05 (numbers as ``{"set", "infinite",
+"number"}``, states as lists, ``sinfo`` as records per node and partition);
+tests/fixtures/slurm holds each release's captured output. Where pyslurm (>= 23.2,
 ``pyslurm.Jobs``) imports and no explicit environment was given, ``jobs()`` reads
-through it instead of squeue; everything else always uses the commands.
+through it instead of squeue, as long as it agrees with squeue (see
+`reason_from_pyslurm`); everything else always uses the commands.
 
 What Slurm 22.05.8 does, measured on a loopback cluster (tests/e2e):
 - ``squeue --json`` ignores ``-p``/``--states`` and lists every job slurmctld still
   keeps (finished ones for MinJobAge seconds); ``sinfo --json`` ignores ``-p``. We
-  filter here.
+  filter here. From 24.05 squeue honours ``-p``, and we pass it.
+- From 23.11 plain ``sinfo --json`` groups nodes that share a partition and state:
+  one record, one reason and one CPU range for all of them. ``-N`` gives one record
+  per node and partition.
 - ``time_limit`` is in minutes, null for an unlimited pending job and 525600
   (365 days) once an unlimited job started: both read as None (unlimited).
 - ``exit_code`` is the raw wait status (768 = exit 3).
@@ -66,32 +71,58 @@ HELD_REASONS = frozenset(
     {
         "JobHeldUser",
         "JobHeldAdmin",
+        "JobHoldMaxRequeue",
         "job_requeued_in_held_state",
         "launch_failed_requeued_held",
     }
 )
-# Node states in which no new job should be planned onto the node.
+# Holds the job's owner may lift with `scontrol release` (slurmctld's job_mgr.c lets
+# a user release WAIT_HELD_USER and WAIT_RESV_DELETED, nothing else).
+OWNER_RELEASABLE_REASONS = frozenset({"JobHeldUser", "ReservationDeleted"})
+# The fixed descriptions slurmctld (job_mgr.c, 22.05-26.05) gives held jobs, by the
+# reason code it sets with them: pyslurm reports the description instead of the code.
+HOLD_DESCRIPTIONS = {
+    "job requeued in held state": "JobHeldUser",
+    "job requeued in special exit state": "JobHeldUser",
+    "launch failed requeued held": "JobHeldUser",
+    "user env retrieval failed requeued held": "JobHeldUser",
+    "launch failure limit exceeded requeued held": "JobHoldMaxRequeue",
+}
+# Node states (base states and flags, as the JSON of 22.05-26.05 names them) in which
+# no new job should be planned onto the node. Left out as usable: IDLE, MIXED,
+# ALLOCATED, COMPLETING, RESERVED, PLANNED, CLOUD, EXTERNAL, DYNAMIC_NORM, UNDRAIN,
+# REBOOT_CANCELED.
 UNUSABLE_NODE_STATES = frozenset(
     {
+        "BLOCKED",  # 25.11+: blocked by an exclusive topology allocation
         "DOWN",
         "DRAIN",
         "DRAINED",
         "DRAINING",
+        "DYNAMIC_FUTURE",
+        "ERROR",
         "FAIL",
         "FAILING",
         "FUTURE",
         "INVAL",
+        "INVALID_REG",  # registered with a configuration that does not match slurm.conf
+        "MAINT",
         "MAINTENANCE",
         "NOT_RESPONDING",
         "NO_RESPOND",
         "POWERED_DOWN",
         "POWER_DOWN",
+        "POWER_DRAIN",
         "POWERING_DOWN",
+        "POWERING_UP",
+        "POWER_UP",
         "REBOOT_REQUESTED",
         "REBOOT_ISSUED",
         "UNKNOWN",
     }
 )
+_REASON_CODE_RE = re.compile(r"[A-Za-z0-9_]+")  # every job_state_reason_string, 22.05-26.05
+_SQUEUE_HONOURS_PARTITION = (24, 5)
 _UNLIMITED_MINUTES = 525600  # 365 days: how 22.05 reports an unlimited job once started
 _NO_VAL32 = 0xFFFFFFFE  # INFINITE / NO_VAL in raw 32-bit fields
 _JOB_ID_RE = re.compile(r"[0-9]+(?:_[0-9]+)?")
@@ -135,6 +166,11 @@ class Job:
     def finished(self) -> bool:
         """True once the job ended (COMPLETING included)."""
         return self.state not in UNFINISHED_STATES
+
+    @property
+    def owner_can_release(self) -> bool:
+        """Held in a way the job's owner may undo with ``scontrol release``."""
+        return self.held and self.reason in OWNER_RELEASABLE_REASONS
 
 
 @dataclass(frozen=True)
@@ -251,8 +287,10 @@ def _node_states(base: Any, flags: Any) -> frozenset[str]:
 
 
 def nodes_from_json(data: Mapping[str, Any]) -> list[Node]:
-    """Nodes from ``sinfo --json``: 22.05/23.02's "nodes" list or 23.11+'s grouped
-    "sinfo" records (merged per node)."""
+    """Nodes from ``sinfo --json -N`` (22.05/23.02's "nodes" list or 23.11+'s "sinfo"
+    records, one per node and partition, merged here) or ``scontrol show nodes
+    --json``. Plain 23.11+ ``sinfo --json`` groups nodes: its reason and CPUs are one
+    node's, given to all of the group."""
     if isinstance(data.get("nodes"), list):
         return [
             Node(
@@ -295,10 +333,31 @@ def _load_pyslurm() -> Any | None:
     return pyslurm if hasattr(pyslurm, "Jobs") else None
 
 
+class PyslurmDisagrees(ValueError):
+    """pyslurm reported something the squeue JSON would say otherwise."""
+
+
+def reason_from_pyslurm(text: Any) -> tuple[str, str]:
+    """(reason code, description) from pyslurm's ``state_reason``, which is the job's
+    state description when it has one ("job requeued in held state") and the reason
+    code otherwise; PyslurmDisagrees for a description with no known code."""
+    text = _text(text)
+    if _REASON_CODE_RE.fullmatch(text):
+        return text, ""
+    code, colon, _ = text.partition(":")  # "RaisedSignal:9(Killed)" (job_mgr.c)
+    if colon and _REASON_CODE_RE.fullmatch(code):
+        return code, text
+    code = HOLD_DESCRIPTIONS.get(text)
+    if code is None:
+        raise PyslurmDisagrees(f"pyslurm gives no reason code for {text!r}")
+    return code, text
+
+
 def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
     """pyslurm Job objects as squeue-JSON-shaped dicts, for job_from_json."""
     records = []
     for j in pyslurm.Jobs.load().values():
+        reason, description = reason_from_pyslurm(j.state_reason)
         records.append(
             {
                 "job_id": j.id,
@@ -306,7 +365,8 @@ def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
                 "user_name": j.user_name,
                 "partition": j.partition,
                 "job_state": j.state,
-                "state_reason": j.state_reason,  # pyslurm: the description when set
+                "state_reason": reason,
+                "state_description": description,
                 "priority": j.priority,
                 "comment": j.comment,
                 "admin_comment": j.admin_comment,
@@ -332,6 +392,7 @@ class SlurmClient:
         self.env = dict(env) if env is not None else None
         self.timeout = timeout
         self._pyslurm = _load_pyslurm() if env is None else None
+        self._version: tuple[int, ...] | None = None
 
     def _run(self, *argv: str) -> str:
         cmd = list(argv)
@@ -373,6 +434,18 @@ class SlurmClient:
         return data
 
     # reads
+    def version(self) -> tuple[int, ...]:
+        """The Slurm release of the client commands, (22, 5, 8); (0,) when unknown.
+        Asked once (``sinfo --version``)."""
+        if self._version is None:
+            try:
+                text = self._run("sinfo", "--version")
+            except SlurmError:
+                text = ""
+            m = re.search(r"\b(\d+)\.(\d+)(?:\.(\d+))?", text)
+            self._version = tuple(int(g) for g in m.groups() if g) if m else (0,)
+        return self._version
+
     def jobs(self, partition: str | None = None) -> list[Job]:
         """Every job slurmctld knows (finished ones too, for MinJobAge), optionally
         only those of one partition."""
@@ -380,10 +453,13 @@ class SlurmClient:
         if self._pyslurm is not None:
             try:
                 records = _pyslurm_job_records(self._pyslurm)
-            except Exception:  # pyslurm and libslurm out of step: use the commands
+            except Exception:  # out of step with libslurm, or disagrees: the commands
                 records = None
         if records is None:
-            records = self._json("squeue", "--json", "--states=all").get("jobs") or []
+            argv = ["squeue", "--json", "--states=all"]
+            if partition is not None and self.version() >= _SQUEUE_HONOURS_PARTITION:
+                argv.append(f"--partition={partition}")  # slurmctld reads only that one
+            records = self._json(*argv).get("jobs") or []
         jobs = [job_from_json(r) for r in records]
         if partition is not None:
             jobs = [j for j in jobs if j.partition == partition]
@@ -391,7 +467,7 @@ class SlurmClient:
 
     def nodes(self, partition: str | None = None) -> list[Node]:
         """Every node (optionally only those of one partition) with its state."""
-        nodes = nodes_from_json(self._json("sinfo", "--json"))
+        nodes = nodes_from_json(self._json("sinfo", "--json", "-N"))
         if partition is not None:
             nodes = [n for n in nodes if partition in n.partitions]
         return nodes

@@ -518,8 +518,9 @@ def classify(snap: Snapshot) -> Classified:
                 )
             else:
                 out.holds.append(Hold(job.job_id, "not planned yet"))
-        elif job.reason == "JobHeldUser":
-            # job_submit.lua's hold or a requeuehold: the user could release it himself
+        elif job.owner_can_release:
+            # job_submit.lua's hold, a requeuehold or a deleted reservation: the owner
+            # could release it himself
             out.holds.append(Hold(job.job_id, "an admin hold in place of the user's"))
         problem = _problem(est)
         if problem is not None:

@@ -10,6 +10,10 @@
 stopped afterwards, also when a test fails, and a failing test's report carries its
 daemons' logs. Skipped where LocalSlurm cannot run (not root, Slurm not installed);
 on CI ($CI set) as root, missing Slurm is a failure instead.
+
+Which Slurm: $SLURM_MIG_SLURM, "host" (the default: Debian 12's 22.05) or the suite of
+a root built by slurm_mig.demo.slurmroot ("trixie": 24.11, "sid": 26.05); `make test`
+runs this suite once per release. The header of the run names the release.
 """
 
 from __future__ import annotations
@@ -19,16 +23,34 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from slurm_mig.demo.slurmroot import SlurmInstall, find_install
+
 from .cluster import LocalSlurm, skip_reason
 
 _SHARED: dict[str, list[LocalSlurm]] = {}  # module name -> its shared clusters
+SLURM = os.environ.get("SLURM_MIG_SLURM", "host")
 
 
-def require_local_slurm() -> None:
-    """Skip (or, on CI as root, fail) the calling test when LocalSlurm cannot run."""
-    reason = skip_reason()
+def pytest_report_header(config: pytest.Config) -> str:
+    found = find_install(SLURM)
+    if isinstance(found, str):
+        return f"e2e Slurm: {SLURM}: not available: {found}"
+    return f"e2e Slurm: {found.name} {found.version_text}"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say which Slurm the e2e tests ran on (-q hides the header)."""
+    terminalreporter.write_line(pytest_report_header(terminalreporter.config))
+
+
+def require_local_slurm() -> SlurmInstall:
+    """The Slurm under test; skip (or, on CI as root, fail) the calling test when
+    LocalSlurm cannot run it."""
+    reason = skip_reason(SLURM)
     if reason is None:
-        return
+        found = find_install(SLURM)
+        assert isinstance(found, SlurmInstall)
+        return found
     if os.environ.get("CI") and os.geteuid() == 0:
         pytest.fail(f"end-to-end tests must run on CI: {reason}")
     pytest.skip(reason)
@@ -45,9 +67,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def _factory(clusters: list[LocalSlurm]) -> Callable[..., LocalSlurm]:
+def _factory(clusters: list[LocalSlurm], install: SlurmInstall) -> Callable[..., LocalSlurm]:
     def start(**kwargs) -> LocalSlurm:
-        cluster = LocalSlurm(**kwargs)
+        cluster = LocalSlurm(**{"slurm": install, **kwargs})
         clusters.append(cluster)
         return cluster.start()
 
@@ -57,10 +79,10 @@ def _factory(clusters: list[LocalSlurm]) -> Callable[..., LocalSlurm]:
 @pytest.fixture
 def slurm(request: pytest.FixtureRequest) -> Iterator[Callable[..., LocalSlurm]]:
     """A factory: ``slurm(**LocalSlurm fields)`` starts a cluster for this test."""
-    require_local_slurm()
+    install = require_local_slurm()
     clusters: list[LocalSlurm] = []
     request.node._local_slurms = clusters
-    yield _factory(clusters)
+    yield _factory(clusters, install)
     for cluster in clusters:
         cluster.stop()
 
@@ -68,9 +90,9 @@ def slurm(request: pytest.FixtureRequest) -> Iterator[Callable[..., LocalSlurm]]
 @pytest.fixture(scope="module")
 def slurm_shared(request: pytest.FixtureRequest) -> Iterator[Callable[..., LocalSlurm]]:
     """Like ``slurm``, but the clusters live until the module's last test."""
-    require_local_slurm()
+    install = require_local_slurm()
     clusters = _SHARED.setdefault(request.module.__name__, [])
-    yield _factory(clusters)
+    yield _factory(clusters, install)
     for cluster in clusters:
         cluster.stop()
     _SHARED.pop(request.module.__name__, None)

@@ -148,7 +148,12 @@ def test_nodes_and_drain(cluster: LocalSlurm, client: SlurmClient) -> None:
     nodes = {n.name: n for n in client.nodes("mig")}
     assert set(nodes) == {"n1", "n2"}
     n2 = nodes["n2"]
-    assert (n2.cpus, n2.partitions, n2.usable, n2.drained) == (16, ("mig", "debug"), True, False)
+    assert (n2.cpus, set(n2.partitions), n2.usable, n2.drained) == (
+        16,
+        {"mig", "debug"},
+        True,
+        False,
+    )
     assert n2.state <= {"IDLE", "MIXED", "ALLOCATED"}
     assert client.nodes("nosuch") == []
     try:
@@ -160,7 +165,49 @@ def test_nodes_and_drain(cluster: LocalSlurm, client: SlurmClient) -> None:
         client.resume_node("n2")
     # RESUME leaves the node NOT_RESPONDING until slurmctld's next ping reaches it
     cluster.wait_for(lambda: {n.name: n for n in client.nodes()}["n2"].usable, 20, "n2 usable")
-    assert {n.name: n for n in client.nodes()}["n2"].reason == ""
+    n2 = {n.name: n for n in client.nodes()}["n2"]
+    assert not n2.drained
+    # 22.05 and 26.05 clear the reason on RESUME, 24.11 keeps showing the last one;
+    # slurm-mig reads a node's reason only while it is drained
+    assert n2.reason in ("", "slurm-mig: NVML error: Insufficient Permissions")
+
+
+def test_two_drained_nodes_keep_their_own_reasons(cluster: LocalSlurm, client: SlurmClient) -> None:
+    """23.11+ group nodes of one state in plain ``sinfo --json``: each must keep its reason."""
+    reasons = {"n1": "slurm-mig: NVML error on n1", "n2": "slurm-mig: other fault"}
+    try:
+        for name, reason in reasons.items():
+            client.drain_node(name, reason)
+        nodes = {n.name: n for n in client.nodes("mig")}
+        assert {name: n.reason for name, n in nodes.items()} == reasons
+        assert not any(n.usable for n in nodes.values())
+    finally:
+        for name in reasons:
+            client.resume_node(name)
+    cluster.wait_for(lambda: all(n.usable for n in client.nodes()), 20, "nodes usable")
+
+
+def test_squeue_reads_one_partition_where_slurm_honours_it(
+    cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    """From 24.05 squeue honours -p (slurmctld then packs only that partition's jobs)."""
+    real = shutil.which("squeue", path=cluster.env["PATH"])
+    log = tmp_path / "argv"
+    (tmp_path / "squeue").write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {real} "$@"\n')
+    os.chmod(tmp_path / "squeue", 0o755)
+    env = {**cluster.env, "PATH": f"{tmp_path}:{cluster.env['PATH']}"}
+    jid = cluster.sbatch("true", "--hold", partition="debug")
+    client = SlurmClient(env=env)
+    assert jid not in {j.job_id for j in client.jobs("mig")}
+    assert jid in {j.job_id for j in client.jobs()}
+    asked = log.read_text().splitlines()
+    honoured = cluster.install.version >= (24, 5)
+    assert asked == [
+        "--json --states=all" + (" --partition=mig" if honoured else ""),
+        "--json --states=all",
+    ]
+    assert client.jobs("nosuch") == []  # an unknown partition is no error, as before
+    cluster.run("scancel", jid)
 
 
 # --- errors ----------------------------------------------------------------------------

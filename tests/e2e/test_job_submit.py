@@ -126,10 +126,13 @@ def test_modify_refuses_a_malformed_hint_on_a_mig_job(cluster: LocalSlurm) -> No
     job = cluster.sbatch("true", partition="mig", comment="mig:mem=1G")
     res = cluster.run("scontrol", "update", f"JobId={job}", "Comment=mig:mem=12X", check=False)
     assert res.returncode != 0
-    assert "Unspecified error" in res.stderr  # 22.05 does not pass the message on
     assert show(cluster, job)["Comment"] == "mig:mem=1G"
-    log = (cluster.root / "log" / "slurmctld.log").read_text()
-    assert python_verdict("mig:mem=12X") in log  # the admin can read why
+    verdict = python_verdict("mig:mem=12X")
+    if cluster.install.version >= (23, 2):  # from 23.02 the user reads why
+        assert verdict in res.stderr
+    else:  # 22.05 tells the user nothing; the admin reads why in slurmctld's log
+        log = (cluster.root / "log" / "slurmctld.log").read_text()
+        assert verdict in log and verdict not in res.stderr
     # the planner's update (a good hint and a token) passes, token kept
     comment = "mig:mem=2G migplan=v1.payload.mac"
     cluster.run("scontrol", "update", f"JobId={job}", f"Comment={comment}")
