@@ -59,6 +59,7 @@ class Config:
     cycle: float
     token_ttl: float
     release_ahead: float
+    start_timeout: float
     notify: str
     default_runtime: float
     serial_fraction: float
@@ -136,6 +137,7 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         "cycle": _Field("cycle", "float", 5.0, "5.0", _POSITIVE),
         "token_ttl": _Field("token_ttl", "float", 3600.0, "3600.0", _POSITIVE),
         "release_ahead": _Field("release_ahead", "float", 600.0, "600.0", _NON_NEGATIVE),
+        "start_timeout": _Field("start_timeout", "float", 120.0, "120.0", _NON_NEGATIVE),
         "notify": _Field("notify", "address", "", '"" (off) or "10.0.0.1:6820"'),
         "default_runtime": _Field("default_runtime", "float", 3600.0, "3600.0", _POSITIVE),
         "serial_fraction": _Field("serial_fraction", "float", 0.3, "0.3", _fraction),
@@ -284,6 +286,13 @@ def _validate(data: Mapping, source: Path | None) -> tuple[Config | None, list[s
             "planner.release_ahead",
             f"{values['release_ahead']:g} s is not below token_ttl ({values['token_ttl']:g} s): "
             "a job released ahead would find its token expired; lower it, or 0 to turn it off",
+        )
+    if 0 < values["start_timeout"] < 2 * values["cycle"] and not problems:
+        bad(
+            "planner.start_timeout",
+            f"{values['start_timeout']:g} s is less than two cycles "
+            f"({2 * values['cycle']:g} s): released jobs would be held again before Slurm "
+            "could start them; raise it, or 0 to turn it off",
         )
     if problems:
         return None, problems

@@ -161,6 +161,9 @@ def pyslurm_view(rec: dict) -> types.SimpleNamespace:
         submit_time=num(rec["submit_time"]) or None, start_time=num(rec["start_time"]) or None,
         end_time=num(rec["end_time"]) or None, requeue_count=rec["restart_cnt"],
         exit_code=exit_code, exit_code_signal=exit_signal,
+        eligible_time=num(rec.get("eligible_time")) or None,
+        deadline=num(rec.get("deadline")) or None,
+        dependencies={"after": rec["dependency"]} if rec.get("dependency") else {},
     )  # fmt: skip
 
 
@@ -176,12 +179,38 @@ def install_fake_pyslurm(monkeypatch: pytest.MonkeyPatch, records: list[dict]) -
 def test_pyslurm_path_reads_the_same_jobs_as_squeue(
     release: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    records = load(release, "squeue.json")["jobs"]
+    records = [r for r in load(release, "squeue.json")["jobs"] if not r.get("dependency")]
     install_fake_pyslurm(monkeypatch, records)
     via_pyslurm = {j.job_id: j for j in SlurmClient().jobs()}
-    assert via_pyslurm == jobs_of(release)
+    assert via_pyslurm == {k: v for k, v in jobs_of(release).items() if not v.dependency}
+    assert len(via_pyslurm) == len(records) >= 9
     # the requeue hold keeps its code: the planner must see a hold its owner can lift
     assert via_pyslurm[roles(release)["requeued"]].reason == "JobHeldUser"
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_pyslurm_job_with_a_dependency_falls_back_to_squeue(
+    release: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = load(release, "squeue.json")["jobs"]
+    assert any(r.get("dependency") for r in records)
+    install_fake_pyslurm(monkeypatch, records)
+    with pytest.raises(SlurmError, match="not installed"):  # it asked squeue instead
+        SlurmClient().jobs()
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_begin_time_dependency_and_deadline(release: str) -> None:
+    jobs, role = jobs_of(release), roles(release)
+    later, after, due = jobs[role["later"]], jobs[role["after"]], jobs[role["deadline"]]
+    submitted = later.submit_time
+    assert later.eligible_time == pytest.approx(submitted + 7200, abs=5)
+    assert (later.dependency, later.deadline) == ("", None)
+    assert after.dependency == f"afterok:{role['running']}(unfulfilled)"
+    assert after.eligible_time is None and after.deadline is None
+    assert due.deadline == pytest.approx(due.submit_time + 3 * 3600, abs=5)
+    assert due.eligible_time is None and due.dependency == ""
+    assert jobs[role["held"]].eligible_time is None  # held from submission: never eligible
 
 
 def test_pyslurm_description_without_known_code_falls_back_to_squeue(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -77,6 +78,7 @@ class SimJob:
     restart_count: int = 0
     exit_code: int | None = None
     dependency: str = ""  # "afterany:a:b", as scontrol sets it
+    eligible_time: float | None = None  # --begin / when Slurm found it eligible
 
     def view(self) -> Job:
         return Job(
@@ -98,6 +100,7 @@ class SimJob:
             restart_count=self.restart_count,
             exit_code=self.exit_code,
             dependency=self.dependency,
+            eligible_time=self.eligible_time,
         )
 
 
@@ -118,6 +121,9 @@ class World:
     # -- squeue / sinfo ---------------------------------------------------------
     def snapshot(self, previous_nodes=None, **settings_) -> Snapshot:
         opts = {"batch_window": 0.0, "batch_size": 64, **settings_}
+        for j in self.jobs.values():  # Slurm empties a met dependency (held jobs too)
+            if j.state == "PENDING" and j.dependency and not self.waits(j):
+                j.dependency = ""
         return Snapshot(
             now=self.now,
             jobs=tuple(j.view() for j in self.jobs.values()),
@@ -165,8 +171,8 @@ class World:
                     raise SlurmError(f"job {job_id}: Job is no longer pending execution")
                 job.required_nodes = v
             elif k == "Dependency":
-                assert v.startswith("afterany:"), v
-                job.dependency = v
+                assert v.startswith("afterany:") or v == "0", v
+                job.dependency = "" if v == "0" else v
             else:
                 raise SlurmError(f"unknown field {k}")
 
@@ -182,8 +188,10 @@ class World:
         """Slurm's afterany: the named jobs have not all left (COMPLETING still counts)."""
         if not job.dependency:
             return False
-        names = job.dependency.removeprefix("afterany:").split(":")
-        return any(self.jobs[n].state not in ("COMPLETED", "FAILED") for n in names)
+        names = re.findall(r"[0-9]+", job.dependency)
+        return any(
+            n not in self.jobs or self.jobs[n].state not in ("COMPLETED", "FAILED") for n in names
+        )
 
     def startable(self) -> list[str]:
         return [
@@ -416,6 +424,114 @@ def test_a_hold_the_owner_could_lift_is_replaced_by_an_admin_hold(reason):
     result, _ = w.cycle()
     holds = [a.job_id for a in of_type(result, Hold)]
     assert "101" in holds and "100" not in holds
+
+
+# ---------------------------------------------------------------------------
+# Squatting: only jobs that can start now hold slices
+
+
+def _one_gpu_world(n: int) -> World:
+    w = World({"gpu01": ("A100-40GB",)})
+    for i in range(n):
+        w.submit(3000.0 + 100.0 * i)
+    return w
+
+
+def test_a_held_job_that_begins_later_or_waits_for_a_job_is_not_planned():
+    w = _one_gpu_world(3)
+    w.jobs["100"].eligible_time = w.now + 7200  # sbatch --begin=now+2hours
+    w.jobs["101"].dependency = "afterok:7(unfulfilled)"  # a job of another partition
+    result, _ = w.cycle()
+    assert set(result.planned) == {"102"}
+    assert result.deferred["100"].startswith("waits for its begin time")
+    assert result.deferred["101"] == "waits for its dependency (afterok:7(unfulfilled))"
+    assert w.jobs["100"].held and w.jobs["101"].held
+    assert w.jobs["101"].admin_comment == "slurm-mig: not planned yet: " + result.deferred["101"]
+    again, _ = w.cycle()  # quiet: the AdminComment already says so
+    assert not [a for a in again.actions if a.job_id in ("100", "101")]
+    w.jobs["101"].dependency = ""  # Slurm found it met
+    w.now += 7201
+    later, _ = w.cycle()
+    assert {"100", "101"} <= set(later.planned) and not later.deferred
+
+
+@pytest.mark.parametrize("change", ["begin", "dependency"])
+def test_a_released_job_its_owner_delays_gives_its_slices_back_at_once(change):
+    w = _one_gpu_world(10)
+    first, _ = w.cycle()
+    jid = first.released[0]
+    slot = first.planned[jid]
+    if change == "begin":  # scontrol update JobId=.. StartTime=now+2hours
+        w.jobs[jid].eligible_time = w.now + 7200
+    else:  # scontrol update JobId=.. Dependency=afterok:7
+        w.jobs[jid].dependency = "afterok:7(unfulfilled)"
+    w.now += 5
+    result, _ = w.cycle()
+    [hold] = [a for a in of_type(result, Hold) if a.job_id == jid]
+    assert hold.reason.startswith("released, but ") and not hold.clear_dependency
+    assert w.jobs[jid].held and jid not in result.planned and jid in result.deferred
+    assert w.jobs[jid].dependency == ("" if change == "begin" else "afterok:7(unfulfilled)")
+    others = [j for j in result.released if j != jid]
+    assert any(result.planned[j].placement.overlaps(slot.placement) for j in others)
+    w.check_safe()
+
+
+def test_a_released_job_slurm_does_not_start_is_held_and_planned_again():
+    w = _one_gpu_world(10)
+    first, _ = w.cycle(start_timeout=120.0)
+    stuck = first.released[0]
+    w.now += 100
+    quiet, _ = w.cycle(start_timeout=120.0)
+    assert stuck not in [a.job_id for a in of_type(quiet, Hold)]
+    w.now += 30  # 130 s after it was released: e.g. a limit of its account keeps it
+    result, _ = w.cycle(start_timeout=120.0)
+    [hold] = [a for a in of_type(result, Hold) if a.job_id == stuck]
+    assert "not started 130 s after it could" in hold.reason
+    assert stuck in result.planned  # planned again with the others
+    assert any("did not start" in r for r in result.replanned)
+    w.check_safe()
+
+
+def test_a_job_released_ahead_counts_from_when_its_predecessor_left():
+    w = held_world(12, nodes={"gpu01": ("A100-40GB",)})
+    first, _ = w.cycle(release_ahead=3600.0, start_timeout=120.0)
+    for jid in w.startable():
+        assert w.start(jid)
+    ahead = [j for j in first.released if w.jobs[j].dependency]
+    assert ahead, "the test wants a job released ahead"
+    jid = ahead[0]
+    before = w.jobs[jid].dependency.removeprefix("afterany:").split(":")
+    w.now += 1000  # long after it was released: its predecessors still run
+    result, _ = w.cycle(release_ahead=3600.0, start_timeout=120.0)
+    assert jid not in [a.job_id for a in of_type(result, Hold)]
+    for b in before:
+        w.finish(b)
+        w.complete(b)
+    w.now += 60  # the slices are free since 60 s: not yet overdue
+    result, _ = w.cycle(release_ahead=3600.0, start_timeout=120.0)
+    assert jid not in [a.job_id for a in of_type(result, Hold)]
+    w.now += 100
+    result, _ = w.cycle(release_ahead=3600.0, start_timeout=120.0)
+    [hold] = [a for a in of_type(result, Hold) if a.job_id == jid]
+    assert "not started 160 s after it could" in hold.reason
+    w.check_safe()
+
+
+def test_a_job_released_ahead_of_a_requeued_job_is_held_with_its_dependency_cleared():
+    w = held_world(12, nodes={"gpu01": ("A100-40GB",)})
+    first, _ = w.cycle(release_ahead=3600.0)
+    for jid in w.startable():
+        assert w.start(jid)
+    ahead = [j for j in first.released if w.jobs[j].dependency]
+    jid = ahead[0]
+    pred = w.jobs[jid].dependency.removeprefix("afterany:").split(":")[0]
+    w.now += 10
+    w.requeue(pred)
+    result, _ = w.cycle(release_ahead=3600.0)
+    [hold] = [a for a in of_type(result, Hold) if a.job_id == jid]
+    assert hold.clear_dependency and w.jobs[jid].dependency == ""
+    assert jid in result.planned and jid not in result.deferred
+    w.check_safe()
 
 
 def test_second_cycle_is_quiet_and_releases_nothing_onto_running_slices():

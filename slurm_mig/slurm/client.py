@@ -160,7 +160,9 @@ class Job:
     restart_count: int
     exit_code: int | None  # exit status, 128 + signal when killed; None until ended
     reason_detail: str = ""  # state_description, e.g. "launch failed requeued held"
-    dependency: str = ""  # e.g. "afterany:41(unfulfilled)"; "" when none
+    dependency: str = ""  # e.g. "afterany:41(unfulfilled)"; "" when none (or fulfilled)
+    eligible_time: float | None = None  # --begin (or when it became eligible); None: unset
+    deadline: float | None = None  # --deadline, absolute; None: none
 
     @property
     def finished(self) -> bool:
@@ -277,6 +279,8 @@ def job_from_json(data: Mapping[str, Any]) -> Job:
         exit_code=_exit_code(data.get("exit_code")) if ended else None,
         reason_detail=_text(data.get("state_description")),
         dependency=_text(data.get("dependency")),
+        eligible_time=_time(data.get("eligible_time")),
+        deadline=_time(data.get("deadline")),
     )
 
 
@@ -358,6 +362,9 @@ def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
     records = []
     for j in pyslurm.Jobs.load().values():
         reason, description = reason_from_pyslurm(j.state_reason)
+        if getattr(j, "dependencies", None):
+            # pyslurm gives the dependency as a dict without Slurm's (unfulfilled) state
+            raise PyslurmDisagrees(f"job {j.id}: pyslurm gives no dependency text")
         records.append(
             {
                 "job_id": j.id,
@@ -378,6 +385,8 @@ def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
                 "end_time": j.end_time,
                 "restart_cnt": j.requeue_count,
                 "exit_code": {"return_code": j.exit_code, "signal": j.exit_code_signal},
+                "eligible_time": getattr(j, "eligible_time", None),
+                "deadline": getattr(j, "deadline", None),
             }
         )
     return records

@@ -103,6 +103,8 @@ class JobLike(Protocol):
     end_time: float | None
     restart_count: int
     exit_code: int | None
+    dependency: str
+    eligible_time: float | None
 
 
 # ---------------------------------------------------------------------------
@@ -139,6 +141,7 @@ class Snapshot:
     batch_size: int = 0  # jobs per batch (0: every waiting job)
     previous_nodes: frozenset[str] | None = None  # usable nodes of the last cycle, if any
     release_ahead: float = 0.0  # seconds (0: off); see `release_ahead`
+    start_timeout: float = 120.0  # a released job not started this long after it could
 
 
 # ---------------------------------------------------------------------------
@@ -151,9 +154,11 @@ class Hold:
 
     job_id: str
     reason: str
+    clear_dependency: bool = False  # the planner's afterany, set when released ahead
 
     def describe(self) -> str:
-        return f"job {self.job_id}: held ({self.reason})"
+        also = "; its dependency cleared" if self.clear_dependency else ""
+        return f"job {self.job_id}: held ({self.reason}){also}"
 
 
 @dataclass(frozen=True)
@@ -249,6 +254,8 @@ class CycleResult:
     noted: int  # held jobs that cannot be planned
     makespan: float  # seconds from now until all busy and planned work ends (projected)
     nodes: frozenset[str]  # pass as the next snapshot's previous_nodes
+    # held jobs not planned because they cannot start yet (begin time, dependency): why
+    deferred: Mapping[str, str] = field(default_factory=dict)
     # what the policy saw and answered, per GPU model (plans carry their timing stats)
     snapshots: tuple[ClusterSnapshot, ...] = field(default=(), compare=False)
     decisions: tuple[Decisions, ...] = field(default=(), compare=False)
@@ -324,6 +331,10 @@ _RECORD_KEYS = frozenset(f.name for f in fields(Assignment))
 
 def note_admin_comment(text: str) -> str:
     return f"{ADMIN_TAG} not planned: {text}"
+
+
+def waits_admin_comment(text: str) -> str:
+    return f"{ADMIN_TAG} not planned yet: {text}"
 
 
 # ---------------------------------------------------------------------------
@@ -417,6 +428,7 @@ class Classified:
     jobs: dict[str, JobLike] = field(default_factory=dict)
     holds: list[Hold] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
+    waits: list[UpdateJob] = field(default_factory=list)  # deferred jobs' AdminComment
     learns: list[Learn] = field(default_factory=list)
     busy: list[_Busy] = field(default_factory=list)
     kept: dict[str, Assignment] = field(default_factory=dict)  # standing plans
@@ -426,6 +438,11 @@ class Classified:
     no_gpu: int = 0  # held jobs no usable GPU can run
     noted: int = 0
     models: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, gpu) -> model
+    deferred: dict[str, str] = field(default_factory=dict)  # held, cannot start yet: why
+    released: list[tuple[JobLike, Assignment]] = field(default_factory=list)  # not started
+    ended: dict[tuple[str, int], list[tuple[Slot, float]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )  # (node, gpu) -> slots of jobs that left, and when
 
 
 def classify(snap: Snapshot) -> Classified:
@@ -446,6 +463,7 @@ def classify(snap: Snapshot) -> Classified:
         (j for j in snap.jobs if _in_partition(j, snap.partition)),
         key=lambda j: job_sort_key(j.job_id),
     )
+    by_id = {j.job_id: j for j in jobs}
     for job in jobs:
         out.jobs[job.job_id] = job
         a = parse_admin_comment(job.admin_comment)
@@ -473,6 +491,8 @@ def classify(snap: Snapshot) -> Classified:
             start, end = job.start_time, job.end_time
             ok = job.state.upper().startswith("COMPLETED") and not job.exit_code
             where = (current.node, current.gpu)
+            if end:
+                out.ended[where].append((_model_slot(current), end))
             if start and end:
                 ran = end - start
                 if ok and ran > 0:
@@ -491,14 +511,26 @@ def classify(snap: Snapshot) -> Classified:
             continue
 
         # pending
+        squat, ours = None, False
+        if not job.held and current is not None:
+            squat = _squatting(job, current, by_id, now)
         if not job.held and current is not None and _orphaned(job, held_ids):
             out.holds.append(
-                Hold(job.job_id, "released ahead of a job that went back to the queue")
+                Hold(
+                    job.job_id,
+                    "released ahead of a job that went back to the queue",
+                    clear_dependency=True,
+                )
             )
             out.events.append((now, f"job {job.job_id} lost its predecessor", None, None))
-            current = None  # planned again, from its slices' new state
+            current, ours = None, True  # planned again, from its slices' new state
+        elif squat is not None and current is not None and valid(current):
+            out.holds.append(Hold(job.job_id, f"released, but {squat}"))
+            out.events.append((now, f"job {job.job_id} cannot start", current.node, current.gpu))
+            current = None
         elif not job.held:
             if current is not None and valid(current):
+                out.released.append((job, current))
                 end = now + max(current.planned_seconds, OVERDUE_SECONDS)
                 out.busy.append(
                     _Busy(
@@ -535,6 +567,15 @@ def classify(snap: Snapshot) -> Classified:
             if fields_:
                 out.notes.append(Note(job.job_id, problem, tuple(fields_)))
             continue
+        later = _cannot_start_yet(job, now, own_dependency=ours)
+        if later is not None:
+            out.deferred[job.job_id] = later
+            if current is not None:
+                out.events.append((now, f"job {job.job_id} {later}", current.node, current.gpu))
+            want = waits_admin_comment(later)
+            if job.admin_comment != want:  # drops a standing plan, once
+                out.waits.append(UpdateJob(job.job_id, (("AdminComment", want),), later))
+            continue
         if current is not None and valid(current):
             out.kept[job.job_id] = current
             continue
@@ -552,10 +593,97 @@ def classify(snap: Snapshot) -> Classified:
     nodes = frozenset(snap.nodes)
     if snap.previous_nodes is not None and nodes != snap.previous_nodes:
         out.events.append((now, "usable nodes changed", None, None))
+    _not_started(snap, out)
     return out
 
 
+def _cannot_start_yet(job: JobLike, now: float, own_dependency: bool = False) -> str | None:
+    """Why a held job could not start now even if released (its ``--begin`` is ahead,
+    or its own dependency is unfulfilled: Slurm re-checks a held job's dependencies
+    about once a minute and empties the field once they are met), or None. Such a job
+    is not planned: released, it would keep its slices idle. ``own_dependency``: the
+    dependency is the planner's, being cleared."""
+    if job.eligible_time is not None and job.eligible_time > now:
+        return f"waits for its begin time ({_clock(job.eligible_time)})"
+    if job.dependency and not own_dependency:
+        return f"waits for its dependency ({job.dependency[:80]})"
+    return None
+
+
+def _squatting(job: JobLike, a: Assignment, jobs: Mapping[str, JobLike], now: float) -> str | None:
+    """Why a released job cannot start though its slices are held for it: its owner
+    moved its begin time ahead, or gave it a dependency other than the planner's own;
+    None when nothing the job's owner set keeps it from starting."""
+    if job.eligible_time is not None and job.eligible_time > now:
+        return f"its begin time is {_clock(job.eligible_time)}"
+    if job.dependency and not _planners_dependency(job.dependency, a, jobs):
+        return f"it has a dependency of its own ({job.dependency[:80]})"
+    return None
+
+
+def _planners_dependency(dep: str, a: Assignment, jobs: Mapping[str, JobLike]) -> bool:
+    """Whether ``dep`` is what the planner sets on a job released ahead: ``afterany`` on
+    jobs planned on the same GPU (Slurm shows ``afterany:41(unfulfilled),...``)."""
+    for item in dep.split(","):
+        m = _PLANNER_DEP.fullmatch(item)
+        if m is None:
+            return False
+        for jid in m.group(1).split(":"):
+            other = jobs.get(jid)
+            b = parse_admin_comment(other.admin_comment) if other is not None else None
+            if b is None or (b.node, b.gpu) != (a.node, a.gpu):
+                return False
+    return True
+
+
+def _clock(t: float) -> str:
+    import time as _time
+
+    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(t))
+
+
+def _not_started(snap: Snapshot, out: Classified) -> None:
+    """Released jobs that Slurm has not started ``start_timeout`` seconds after they
+    could have (released, eligible, and the jobs before them on their slices gone) are
+    held and planned again: whatever keeps them (a limit, their owner) must not keep
+    their slices idle for everyone."""
+    if not out.released or snap.start_timeout <= 0:
+        return
+    now = snap.now
+    active: dict[tuple[str, int], list[Slot]] = defaultdict(list)
+    for b in out.busy:
+        if b.started:
+            active[(b.node, b.gpu)].append(b.slot)
+    stale = set()
+    for job, a in out.released:
+        where, slot = (a.node, a.gpu), _model_slot(a)
+        if any(s.placement.overlaps(slot.placement) for s in active[where]):
+            continue  # the slices are not free yet
+        since = max(
+            a.issued,
+            job.eligible_time or 0.0,
+            *(end for s, end in out.ended.get(where, ()) if s.placement.overlaps(slot.placement)),
+        )
+        if now - since <= snap.start_timeout:
+            continue
+        stale.add(job.job_id)
+        waited = f"{now - since:.0f}"
+        out.holds.append(
+            Hold(
+                job.job_id,
+                f"released, but not started {waited} s after it could",
+                clear_dependency=bool(job.dependency)
+                and _planners_dependency(job.dependency, a, out.jobs),
+            )
+        )
+        out.events.append((now, f"job {job.job_id} did not start", *where))
+        out.waiting.append(job)
+    if stale:
+        out.busy = [b for b in out.busy if b.job_id not in stale]
+
+
 _AFTER = re.compile(r"after[a-z]*:([0-9:]+)")
+_PLANNER_DEP = re.compile(r"afterany:([0-9]+(?::[0-9]+)*)(?:\(unfulfilled\))?")
 
 
 def _orphaned(job: JobLike, held: set[str]) -> bool:
@@ -1010,6 +1138,7 @@ def _result(
     actions: tuple[Action, ...] = (
         *view.holds,
         *view.notes,
+        *view.waits,
         *updates,
         *releases,
         *requeues,
@@ -1026,6 +1155,7 @@ def _result(
         noted=view.noted,
         makespan=_makespan(groups, decisions),
         nodes=_seen_nodes(snap, view, bool(why)),
+        deferred=MappingProxyType(dict(view.deferred)),
         snapshots=tuple(groups),
         decisions=tuple(decisions),
     )

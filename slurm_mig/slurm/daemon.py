@@ -194,6 +194,7 @@ def build_snapshot(
         batch_size=config.batch_size,
         previous_nodes=previous_nodes,
         release_ahead=config.release_ahead,
+        start_timeout=config.start_timeout,
     )
 
 
@@ -207,6 +208,7 @@ class ApplyReport:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (job id, error)
     skipped: int = 0  # later actions of a job whose earlier action failed, or stopped
     learned: int = 0
+    released: list[str] = field(default_factory=list)  # jobs whose release went through
 
 
 def apply_actions(
@@ -249,6 +251,8 @@ def apply_actions(
                 continue
             _apply_one(action, client, key, clock)
             report.applied += 1
+            if isinstance(action, Release):
+                report.released.append(action.job_id)
             log.log(
                 logging.WARNING if isinstance(action, Note) else logging.INFO,
                 "%s",
@@ -269,6 +273,8 @@ def apply_actions(
 def _apply_one(action: Action, client: Client, key: bytes, clock: Callable[[], float]) -> None:
     if isinstance(action, Hold):
         client.hold(action.job_id)
+        if action.clear_dependency:  # "0": Slurm's word for none (an empty value is ignored)
+            client.update_job(action.job_id, Dependency="0")
     elif isinstance(action, UpdateJob | Note):
         client.update_job(action.job_id, **dict(action.fields))
     elif isinstance(action, Release):
@@ -317,7 +323,9 @@ class CycleReport:
             "skipped": a.skipped if a else 0,
             "learned": a.learned if a else 0,
             "planned": len(r.planned) if r else 0,
-            "released": list(r.released) if r else [],
+            # what Slurm took (a failed update is no release); a dry run: what it would
+            "released": (a.released if a else list(r.released)) if r else [],
+            "deferred": dict(r.deferred) if r else {},
             "batches": list(r.batches) if r else [],
             "replanned": list(r.replanned) if r else [],
             "busy": r.busy if r else 0,
@@ -405,7 +413,7 @@ class PlannerDaemon:
             len(result.actions),
             len(applied.failed) if applied else 0,
             len(result.planned),
-            len(result.released),
+            len(applied.released) if applied else len(result.released),
             result.waiting,
             result.noted,
             result.busy,
