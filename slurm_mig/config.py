@@ -65,6 +65,7 @@ class Config:
     simulated_dir: Path
     latency_scale: float
     reuse_wait: float
+    lock_timeout: float = 60.0
     source: Path | None = None
 
     def gpu_models(self, node: str) -> tuple[str, ...]:
@@ -150,6 +151,7 @@ SCHEMA: dict[str, dict[str, _Field]] = {
     },
     "hooks": {
         "reuse_wait": _Field("reuse_wait", "float", 300.0, "300.0", _NON_NEGATIVE),
+        "lock_timeout": _Field("lock_timeout", "float", 60.0, "60.0", _POSITIVE),
     },
 }
 SECTIONS = ("slurm", "nodes", "paths", "planner", "device", "hooks")

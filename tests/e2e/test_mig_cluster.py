@@ -110,9 +110,13 @@ def test_malformed_hint_is_rejected_at_submit_with_its_message(live):
 
 def test_forged_assignment_fails_the_job_and_the_node_stays_up(live):
     lc = live()  # no planner running: the user releases their own job
-    job = lc.cluster.sbatch("echo ran", partition="mig", comment="mig:key=x", user="nobody")
+    job = lc.cluster.sbatch("echo ran", partition="mig", comment="mig:key=x", user="65534")
     forged = comment_with_token("mig:key=x", "v1.eyJqb2JfaWQiOiAiMSJ9.AAAA")
+    # job_submit.lua removes a token the user writes ...
     lc.cluster.run("scontrol", "update", f"JobId={job}", f"Comment={forged}", user="nobody")
+    assert lc.cluster.job_field(job, "Comment") == "mig:key=x"
+    # ... so put it there as root, as a site without the plugin would let the user
+    lc.cluster.run("scontrol", "update", f"JobId={job}", f"Comment={forged}")
     lc.cluster.run("scontrol", "release", job, user="nobody")
     assert lc.cluster.wait_job(job, ["FAILED", "COMPLETED"], timeout=60) == "FAILED"
     out = lc.cluster.job_output(job)
