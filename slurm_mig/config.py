@@ -34,6 +34,7 @@ ALGORITHMS = ("far", "auto")
 BACKENDS = ("nvml", "simulated")
 NODE_TOKEN = "%n"  # expanded to the node name in run_dir and simulated_dir
 MAX_HOSTLIST = 65536  # most names one hostlist expression may expand to
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few KiB
 
 
 class ConfigError(ValueError):
@@ -219,7 +220,8 @@ def _name(source: Path | None) -> str:
 
 def _load(path: Path, origin: str) -> tuple[Config | None, list[str]]:
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         return None, [
             f"{path}: no config file there ({origin}); start from the "
@@ -232,12 +234,16 @@ def _load(path: Path, origin: str) -> tuple[Config | None, list[str]]:
         return None, [f"{path}: cannot read the config file (permission denied); make it 0644"]
     except OSError as exc:
         return None, [f"{path}: cannot read the config file ({exc.strerror or exc})"]
+    if len(raw) > MAX_CONFIG_BYTES:
+        return None, [f"{path}: larger than 1 MiB, not a slurm-mig config; check the path"]
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         return None, [f"{path}: not UTF-8 text; save the config file as UTF-8"]
     except tomllib.TOMLDecodeError as exc:
         return None, [f"{path}: not valid TOML ({exc}); fix the syntax at that place"]
+    except RecursionError:
+        return None, [f"{path}: tables or arrays nested too deeply; a slurm-mig config is flat"]
     return _validate(data, path)
 
 

@@ -508,6 +508,25 @@ def test_check_config_command_on_a_missing_file_is_one_line_without_traceback(tm
     )
 
 
+def test_check_config_on_toml_nested_thousands_deep_is_one_problem(tmp_path):
+    # tomllib's RecursionError was a traceback
+    deep = write(tmp_path, "a = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n")
+    big = write(tmp_path, "# " + "x" * (2 << 20) + "\n", name="big.toml")
+    for path, problem in (
+        (deep, f"{deep}: tables or arrays nested too deeply; a slurm-mig config is flat"),
+        (big, f"{big}: larger than 1 MiB, not a slurm-mig config; check the path"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "slurm_mig", "check-config", str(path)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            timeout=60,
+        )
+        assert (proc.returncode, proc.stdout) == (1, problem + "\n"), proc.stderr
+        assert proc.stderr == f"{path}: 1 problem\n"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the hooks' key must be root's: run as root")
 def test_check_config_refuses_a_key_others_can_read_or_own(tmp_path, capsys):
     # A 0644 key was used and check-config said ok: anyone who can read it forges
