@@ -42,7 +42,13 @@ from slurm_mig.slurm.assignment import (
     plan_id,
     sign,
 )
-from slurm_mig.slurm.hooks import epilog_main, prolog_main, task_prolog_main
+from slurm_mig.slurm.hooks import (
+    HookInputError,
+    JobEnv,
+    epilog_main,
+    prolog_main,
+    task_prolog_main,
+)
 from slurm_mig.slurm.nodestate import NodeState
 
 A100 = get_model("A100-40GB")
@@ -181,6 +187,19 @@ def test_a_comment_slurm_could_not_have_given_fails_the_job(site, capsys):
         "fail",
         f"the job comment has {len(comment)} characters; Slurm allows 1024",
     )
+
+
+def test_the_hook_environment_is_bounded():
+    base = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node1"}
+    ok = JobEnv.from_env({**base, "SLURM_JOB_UID": "4294967294", "SLURM_JOB_GPUS": "0,3-4"})
+    assert (ok.uid, ok.gpus, ok.problem) == (4294967294, "0,3-4", None)
+    assert JobEnv.from_env({**base, "SLURM_JOB_UID": "x" * 5000}).uid is None
+    huge = JobEnv.from_env({**base, "SLURM_JOB_RESTART_COUNT": "9" * 5000})
+    assert huge.restart == 0 and huge.problem.startswith("the restart count '99999")
+    gpus = JobEnv.from_env({**base, "SLURM_JOB_GPUS": "0;rm -rf /"})
+    assert gpus.gpus == "" and "is not a GRES index list" in gpus.problem
+    with pytest.raises(HookInputError, match="is not a node name"):
+        JobEnv.from_env({**base, "SLURMD_NODENAME": "n" * 300})
 
 
 def test_the_epilog_of_a_job_with_a_huge_hint_records_it_without_a_key(site, capsys):

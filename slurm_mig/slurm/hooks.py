@@ -49,7 +49,8 @@ ERR, WARNING, INFO = 3, 4, 6
 HOOKS = ("prolog", "epilog", "taskprolog")
 MAX_COMMENT = 4096  # Slurm caps a Comment at 1024; more is not Slurm's doing
 _JOB_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
-_WHOLE = re.compile(r"^[0-9]{1,9}$")  # restart counts and uids: below 10**9
+_WHOLE = re.compile(r"^[0-9]{1,9}$")  # restart counts: below 10**9
+_UID = re.compile(r"^[0-9]{1,10}$")
 _GPUS = re.compile(r"^[0-9,-]{0,256}$")  # SLURM_JOB_GPUS: GRES indices
 _EXTRA_PATH = "/usr/bin:/usr/local/bin:/bin:/usr/sbin:/sbin"
 
@@ -87,8 +88,10 @@ class JobEnv:
         if not _JOB_ID.match(job_id):
             raise HookInputError(f"SLURM_JOB_ID {job_id!r} is not a Slurm job id")
         node = env.get("SLURMD_NODENAME", "").strip()
-        if not node or len(node) > 255:
+        if not node:
             raise HookInputError("no SLURMD_NODENAME in the environment (is slurmd running it?)")
+        if len(node) > 255:
+            raise HookInputError(f"SLURMD_NODENAME {node[:20]!r}... is not a node name")
         problem = None
         raw = env.get("SLURM_JOB_RESTART_COUNT", env.get("SLURM_RESTART_COUNT", "")).strip()
         restart = int(raw) if _WHOLE.match(raw) else 0
@@ -112,7 +115,7 @@ class JobEnv:
             partition=env.get("SLURM_JOB_PARTITION", "").strip()[:255],
             comment=comment,
             problem=problem,
-            uid=int(raw_uid) if _WHOLE.match(raw_uid) else None,
+            uid=int(raw_uid) if _UID.match(raw_uid) and int(raw_uid) < 2**32 - 1 else None,
             gpus=gpus,
         )
 
