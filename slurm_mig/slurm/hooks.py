@@ -30,7 +30,6 @@ from ..config import Config, ConfigError, load_config
 from ..devices.base import DeviceError, Instance, InstanceNotFound, MigBackend
 from ..geometry import GeometryError, Placement, get_model
 from .assignment import (
-    PLAN_ID_RE,
     Assignment,
     AssignmentError,
     OldTokenError,
@@ -38,6 +37,7 @@ from .assignment import (
     load_key,
     open_token,
     token_from_comment,
+    valid_plan_id,
 )
 from .nodestate import JobRecord, KeptInstance, LockBusyError, NodeState, NodeStateError, Refusal
 
@@ -49,9 +49,7 @@ ERR, WARNING, INFO = 3, 4, 6
 HOOKS = ("prolog", "epilog", "taskprolog")
 MAX_COMMENT = 4096  # Slurm caps a Comment at 1024; more is not Slurm's doing
 _JOB_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
-_WHOLE = re.compile(r"^[0-9]{1,9}$")  # restart counts: below 10**9
-_UID = re.compile(r"^[0-9]{1,10}$")
-_GPUS = re.compile(r"^[0-9,-]{0,256}$")  # SLURM_JOB_GPUS: GRES indices
+_GPU_CHARS = frozenset("0123456789,-")  # SLURM_JOB_GPUS: GRES indices
 _EXTRA_PATH = "/usr/bin:/usr/local/bin:/bin:/usr/sbin:/sbin"
 
 Clock = Callable[[], float]
@@ -94,8 +92,8 @@ class JobEnv:
             raise HookInputError(f"SLURMD_NODENAME {node[:20]!r}... is not a node name")
         problem = None
         raw = env.get("SLURM_JOB_RESTART_COUNT", env.get("SLURM_RESTART_COUNT", "")).strip()
-        restart = int(raw) if _WHOLE.match(raw) else 0
-        if raw and not _WHOLE.match(raw):
+        restart = int(raw) if _digits(raw, 9) else 0
+        if raw and not _digits(raw, 9):
             problem = f"the restart count {raw[:20]!r} from Slurm is not a whole number >= 0"
         comment = env.get("SLURM_JOB_COMMENT", "")
         if len(comment) > MAX_COMMENT:
@@ -105,7 +103,7 @@ class JobEnv:
             comment = ""
         raw_uid = env.get("SLURM_JOB_UID", "").strip()
         gpus = env.get("SLURM_JOB_GPUS", "").strip()
-        if not _GPUS.match(gpus):
+        if len(gpus) > 256 or not _GPU_CHARS.issuperset(gpus):
             problem = problem or f"SLURM_JOB_GPUS {gpus[:20]!r} from Slurm is not a GRES index list"
             gpus = ""
         return cls(
@@ -115,9 +113,14 @@ class JobEnv:
             partition=env.get("SLURM_JOB_PARTITION", "").strip()[:255],
             comment=comment,
             problem=problem,
-            uid=int(raw_uid) if _UID.match(raw_uid) and int(raw_uid) < 2**32 - 1 else None,
+            uid=int(raw_uid) if _digits(raw_uid, 10) and int(raw_uid) < 2**32 - 1 else None,
             gpus=gpus,
         )
+
+
+def _digits(text: str, most: int) -> bool:
+    """1 to ``most`` ASCII digits."""
+    return 0 < len(text) <= most and text.isascii() and text.isdigit()
 
 
 @dataclass
@@ -219,7 +222,7 @@ def check_current(a: Assignment, job: JobEnv) -> str | None:
     instance's gres.conf record, compare ``job.gpus`` (SLURM_JOB_GPUS) with the record
     ``a`` names here. Until then: ``a`` must name a well-formed plan id (job, run, node
     and expiry are checked by `check_binding`)."""
-    if not PLAN_ID_RE.fullmatch(a.plan):
+    if not valid_plan_id(a.plan):
         return f"the assignment names no valid plan id ({a.plan[:30]!r}); the planner re-plans it"
     return None
 
