@@ -291,6 +291,45 @@ def test_an_epilog_that_cannot_get_the_lock_leaves_the_instance_to_the_next_hook
     assert [(i.gpu, i.profile) for i in site.backend().instances()] == [(0, "1g.5gb")]
 
 
+# -- the runtime log ----------------------------------------------------------------------------
+
+
+def test_hook_cost_does_not_grow_with_the_runtime_log(site, capsys, monkeypatch):
+    # prolog 109 ms at 1 k lines, 814 ms and 378 MB at 1 M: read whole, under the lock
+    from slurm_mig.slurm import nodestate
+
+    state = site.state
+    state.runtimes_path.parent.mkdir(parents=True, exist_ok=True)
+    line = '{"job_id": "%d", "seconds": 1.0}\n'
+    state.runtimes_path.write_text("".join(line % i for i in range(300_000)))  # 10 MB
+    read: list[int] = []
+    real_open = open
+
+    def counting_open(path, *args, **kw):
+        f = real_open(path, *args, **kw)
+        if "runtimes" in str(path):
+            real_read = f.read
+
+            def counting_read(n=-1):
+                data = real_read(n)
+                read.append(len(data))
+                return data
+
+            f.read = counting_read  # type: ignore[method-assign]
+        return f
+
+    monkeypatch.setattr(nodestate, "open", counting_open, raising=False)
+    env = site.env("42", site.comment("42", keep_for="43"))
+    assert run(prolog_main, env, capsys)[0] == 0
+    assert read == []  # nothing kept on the node: the log is not read at all
+    assert run(epilog_main, env, capsys, t=T0 + 30)[0] == 0  # rotates; keeps for job 43
+    assert state.runtimes_path.with_name("runtimes.jsonl.1").stat().st_size > 10_000_000
+    read.clear()
+    other = site.env("50", site.comment("50", gpu=0, profile="1g.5gb", placement=(0, 1)))
+    assert run(prolog_main, other, capsys, t=T0 + 31)[0] == 0  # an instance waits: tail only
+    assert len(read) == 2 and sum(read) <= 2 * nodestate.TAIL_MAX_BYTES  # both files' tails
+
+
 # -- files the hooks write ----------------------------------------------------------------------
 
 

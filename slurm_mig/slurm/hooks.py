@@ -439,9 +439,11 @@ def _reclaim_expired(
     state: NodeState, backend: MigBackend, now: float, job_id: str, out: Outcome
 ) -> DeviceError | None:
     """Destroy kept instances whose wait is over or whose job has moved on; the first
-    node fault is returned."""
-    moved_on = _moved_on(state)
-    for k in state.kept():
+    node fault is returned. The runtime log is read only while an instance waits."""
+    kept = state.kept()
+    waiting = any(k.until > now and k.for_job for k in kept)
+    moved_on = _moved_on(state) if waiting else set()
+    for k in kept:
         if k.until > now and k.for_job not in moved_on:
             continue
         try:
