@@ -11,7 +11,13 @@ process) shows the cost apart from waiting on a busy machine. The first row time
 bare interpreter start for comparison.
 Target: prolog and epilog p95 <= 150 ms at latency_scale 0.
 
-Usage: python benchmarks/hook_latency.py [--runs N] [--scales 0,1] [--python PATH]
+``--lines 1000,100000,1000000`` repeats the latency-0 runs on a node whose runtime log
+(``runtimes.jsonl``, one line per finished job, written by the epilog and read by every
+prolog and epilog) already holds that many lines, as on a node that has run jobs for
+months.
+
+Usage: python benchmarks/hook_latency.py [--runs N] [--scales 0,1] [--lines N,...]
+       [--python PATH]
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from slurm_mig.geometry import Placement  # noqa: E402
 from slurm_mig.slurm.assignment import Assignment, generate_key, load_key, sign  # noqa: E402
+from slurm_mig.slurm.nodestate import NodeState  # noqa: E402
 
 HOOKS = {
     "prolog": ROOT / "prolog" / "slurm-mig-prolog",
@@ -77,13 +84,30 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, subproces
     return wall, cpu, done
 
 
-def measure(scale: float, runs: int, python: str | None) -> dict[str, list[tuple[float, float]]]:
+def prefill_runtimes(run_dir: Path, lines: int) -> None:
+    """Give the node a runtime log of ``lines`` finished jobs (as the epilog writes them)."""
+    path = NodeState(run_dir).runtimes_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (
+        '{{"end": 1700000000.0, "gpu": 0, "job_id": "{}", "key": "bench", '
+        '"model": "A100-40GB", "profile": "3g.20gb", "restart": 0, "seconds": 60.0}}\n'
+    )
+    with open(path, "w", encoding="utf-8") as f:
+        for start in range(0, lines, 10_000):
+            f.write("".join(line.format(i) for i in range(start, min(lines, start + 10_000))))
+
+
+def measure(
+    scale: float, runs: int, python: str | None, lines: int = 0
+) -> dict[str, list[tuple[float, float]]]:
     """(wall ms, CPU ms) per hook over ``runs`` jobs, each hook a new process."""
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in HOOKS}
     with tempfile.TemporaryDirectory(prefix="slurm-mig-bench-") as d:
         tmp = Path(d)
         config = write_config(tmp, scale)
         key = load_key(tmp / "key")
+        if lines:
+            prefill_runtimes(tmp / "run" / NODE, lines)
         for i in range(runs):
             job = str(1000 + i)
             a = Assignment(
@@ -93,6 +117,7 @@ def measure(scale: float, runs: int, python: str | None) -> dict[str, list[tuple
                 "SLURM_JOB_ID": job,
                 "SLURMD_NODENAME": NODE,
                 "SLURM_JOB_PARTITION": "mig",
+                "SLURM_JOB_UID": str(os.getuid()),
                 "SLURM_JOB_COMMENT": f"mig:key=bench migplan={sign(a, key)}",
                 "SLURM_MIG_CONFIG": str(config),
                 "SLURM_MIG_SCONTROL": "/bin/true",  # never touch a real cluster
@@ -110,6 +135,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200, help="jobs per latency scale (200)")
     ap.add_argument("--scales", default="0,1", help="simulated latency scales (0,1)")
+    ap.add_argument(
+        "--lines",
+        default="",
+        help="also time latency 0 with a runtime log of this many lines (e.g. 1000,100000)",
+    )
     ap.add_argument("--python", help="run the hooks with this interpreter, not their #! line")
     args = ap.parse_args()
     python = args.python or "/usr/bin/python3 (#!/usr/bin/env python3, no PATH)"
@@ -128,13 +158,22 @@ def main() -> None:
                 )
     if verdicts:
         print(f"target p95 <= {TARGET_P95_MS:.0f} ms at latency_scale 0: " + ", ".join(verdicts))
+    sizes = [int(x) for x in args.lines.split(",") if x.strip()]
+    if sizes:
+        print(
+            f"latency_scale 0, runtime log prefilled; {'lines':>9} {'hook':>12} "
+            f"{'p50':>7} {'p95':>7} {'max':>7} {'cpu p50':>8}"
+        )
+    for lines in sizes:
+        for name, samples in measure(0.0, args.runs, args.python, lines).items():
+            print(_row(f"{lines}", name, samples, width=41))
 
 
-def _row(scale: str, name: str, samples: list[tuple[float, float]]) -> str:
+def _row(scale: str, name: str, samples: list[tuple[float, float]], width: int = 13) -> str:
     wall = [w for w, _ in samples]
     cpu = percentile([c for _, c in samples], 0.5)
     return (
-        f"{scale:>13} {name:>12} {percentile(wall, 0.5):7.1f} {percentile(wall, 0.95):7.1f} "
+        f"{scale:>{width}} {name:>12} {percentile(wall, 0.5):7.1f} {percentile(wall, 0.95):7.1f} "
         f"{max(wall):7.1f} {cpu:8.1f}"
     )
 

@@ -5,27 +5,41 @@ Install: copy to the directory of slurm.conf as job_submit.lua, set
 JobSubmitPlugins=lua in slurm.conf and run `scontrol reconfigure`.
 
 For jobs submitted to the MIG partition:
-  * a malformed `mig:` hint in --comment is rejected at submission with the same
-    message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr);
   * a `migplan=` word in the comment (the planner's token) is removed: only the
     planner writes tokens;
+  * a comment longer than MAX_COMMENT bytes (after that) is rejected: Slurm keeps
+    1024, and the planner needs the rest for its token and its notes;
+  * a malformed `mig:` hint in --comment is rejected at submission with the same
+    message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr);
   * the job is held (priority 0) so that the slurm-mig planner decides where and when
     it runs. Slurm records this as a *user* hold (JobHeldUser); the planner turns it
     into an admin hold.
-Jobs in other partitions pass untouched. slurm_job_modify rejects an update that
-gives a job of the MIG partition a malformed hint (Slurm 22.05 does not pass the
-message of a modify rejection to the user; slurmctld's log has it).
+Jobs in other partitions pass untouched. slurm_job_modify does the same to an update
+of a MIG job's comment (`scontrol update JobId=.. Comment=..`, or a job moved into the
+partition) by anyone but the planner (PLANNER_UIDS): tokens are removed, so a user
+cannot write back an older token of their job, and a malformed hint or an over-long
+comment is rejected (Slurm 22.05 does not pass the message of a modify rejection to
+the user; slurmctld's log has it; 23.02 and later do).
 
 Keep the grammar and the messages identical to slurm_mig/slurm/hints.py; the tests
 (tests/e2e/test_job_submit.py) feed both the same cases.
 --]]
 
 local MIG_PARTITION = "mig"
+-- uids whose comment updates are the planner's (it writes the token): root, and the
+-- planner's user if it runs as another Slurm operator
+local PLANNER_UIDS = { [0] = true }
+-- = slurm_mig.slurm.hints.MAX_USER_COMMENT
+local MAX_COMMENT = 512
 
 local PREFIX = "mig:"
 local KEYS = "key, mem, iters, time, pcie, alpha, restartable"
 local MAX_SIZE = 2 ^ 50 -- bytes (1 PiB)
 local MAX_DURATION = 366 * 86400 -- seconds
+local MAX_ITERS = 1000000000
+local MAX_PCIE = 1000 -- GB/s
+local MAX_ALPHA = 100
+local MAX_WORD = 256 -- bytes of the mig: word
 local SIZE_FIX = "write bytes or a size like 12G or 512MiB"
 local TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
 local SIZE_UNITS = {
@@ -121,17 +135,27 @@ local CHECKS = {
 		if not v:match("^%d+$") or tonumber(v) <= 0 then
 			return q(v) .. " is not a whole number above 0; write e.g. iters=1000"
 		end
+		if tonumber(v) > MAX_ITERS then
+			return q(v) .. " is more than " .. MAX_ITERS .. " iterations; write e.g. iters=1000"
+		end
 	end,
 	time = check_duration,
 	pcie = function(v)
-		if decimal(v) == nil then
+		local x = decimal(v)
+		if x == nil then
 			return q(v) .. " is not a bandwidth in GB/s; write a number >= 0, e.g. pcie=12.5"
+		end
+		if x > MAX_PCIE then
+			return q(v) .. " is more than " .. MAX_PCIE .. " GB/s; write e.g. pcie=12.5"
 		end
 	end,
 	alpha = function(v)
 		local x = decimal(v)
 		if x == nil or x <= 0 then
 			return q(v) .. " is not a number above 0; write e.g. alpha=0.9"
+		end
+		if x > MAX_ALPHA then
+			return q(v) .. " is more than " .. MAX_ALPHA .. "; write e.g. alpha=0.9"
 		end
 	end,
 	restartable = function(v)
@@ -161,6 +185,9 @@ local function check_comment(comment)
 	end
 	if word == nil then
 		return nil
+	end
+	if #word > MAX_WORD then
+		return fail("mig:...", #word .. " characters, more than " .. MAX_WORD .. "; shorten the mig: word")
 	end
 	local body = word:sub(#PREFIX + 1)
 	if body == "" then
@@ -206,6 +233,26 @@ local function strip_tokens(comment)
 	return rest:match("^%s*(.-)%s*$")
 end
 
+-- nil when the comment fits, else the message (= hints.comment_problem).
+local function check_length(comment)
+	if comment ~= nil and #comment > MAX_COMMENT then
+		return "slurm-mig: the comment has " .. #comment .. " characters, more than " .. MAX_COMMENT ..
+			" in the " .. MIG_PARTITION .. " partition (Slurm keeps 1024; the rest is for the planner's " ..
+			"token and notes); shorten it"
+	end
+	return nil
+end
+
+-- The user's comment without tokens, or the message why it is refused.
+local function user_comment(comment)
+	if comment == nil then
+		return nil, nil
+	end
+	local clean = strip_tokens(comment)
+	local problem = check_length(clean) or check_comment(clean)
+	return clean, problem
+end
+
 -- "yes" (the MIG partition alone), "mixed" (with others) or nil (not MIG).
 local function mig_partition(partitions)
 	if partitions == nil then
@@ -248,13 +295,13 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 			partition .. "); submit to " .. MIG_PARTITION .. " alone")
 		return slurm.ERROR
 	end
-	local problem = check_comment(job_desc.comment)
+	local clean, problem = user_comment(job_desc.comment)
 	if problem then
 		slurm.log_user("%s", problem)
 		return slurm.ERROR
 	end
-	if job_desc.comment ~= nil then
-		job_desc.comment = strip_tokens(job_desc.comment)
+	if clean ~= nil then
+		job_desc.comment = clean
 	end
 	job_desc.priority = 0
 	return slurm.SUCCESS
@@ -268,10 +315,21 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 	if comment == nil and job_desc.partition ~= nil then
 		comment = job_rec.comment -- a job moved into the MIG partition keeps its comment
 	end
-	local problem = check_comment(comment)
+	if PLANNER_UIDS[modify_uid] then
+		local problem = check_comment(comment)
+		if problem then
+			slurm.log_user("%s", problem)
+			return slurm.ERROR
+		end
+		return slurm.SUCCESS
+	end
+	local clean, problem = user_comment(comment)
 	if problem then
 		slurm.log_user("%s", problem)
 		return slurm.ERROR
+	end
+	if clean ~= nil and clean ~= comment then
+		job_desc.comment = clean -- the user wrote a token: only the planner does
 	end
 	return slurm.SUCCESS
 end

@@ -33,6 +33,7 @@ EXAMPLE_CONFIG = "contrib/config.toml"
 BACKENDS = ("nvml", "simulated")
 NODE_TOKEN = "%n"  # expanded to the node name in run_dir and simulated_dir
 MAX_HOSTLIST = 65536  # most names one hostlist expression may expand to
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few KiB
 
 
 class ConfigError(ValueError):
@@ -67,6 +68,7 @@ class Config:
     simulated_dir: Path
     latency_scale: float
     reuse_wait: float
+    lock_timeout: float = 60.0
     source: Path | None = None
 
     def gpu_models(self, node: str) -> tuple[str, ...]:
@@ -155,6 +157,7 @@ SCHEMA: dict[str, dict[str, _Field]] = {
     },
     "hooks": {
         "reuse_wait": _Field("reuse_wait", "float", 300.0, "300.0", _NON_NEGATIVE),
+        "lock_timeout": _Field("lock_timeout", "float", 60.0, "60.0", _POSITIVE),
     },
 }
 SECTIONS = ("slurm", "nodes", "paths", "planner", "device", "hooks")
@@ -222,7 +225,8 @@ def _name(source: Path | None) -> str:
 
 def _load(path: Path, origin: str) -> tuple[Config | None, list[str]]:
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         return None, [
             f"{path}: no config file there ({origin}); start from the "
@@ -235,12 +239,16 @@ def _load(path: Path, origin: str) -> tuple[Config | None, list[str]]:
         return None, [f"{path}: cannot read the config file (permission denied); make it 0644"]
     except OSError as exc:
         return None, [f"{path}: cannot read the config file ({exc.strerror or exc})"]
+    if len(raw) > MAX_CONFIG_BYTES:
+        return None, [f"{path}: larger than 1 MiB, not a slurm-mig config; check the path"]
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         return None, [f"{path}: not UTF-8 text; save the config file as UTF-8"]
     except tomllib.TOMLDecodeError as exc:
         return None, [f"{path}: not valid TOML ({exc}); fix the syntax at that place"]
+    except RecursionError:
+        return None, [f"{path}: tables or arrays nested too deeply; a slurm-mig config is flat"]
     return _validate(data, path)
 
 

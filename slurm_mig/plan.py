@@ -136,11 +136,78 @@ def sigma(makespan_a: float, makespan_far: float) -> float:
 # Independent validation of a plan's JSON form
 
 
+def _whole(item: Mapping[str, Any], key: str, where: str) -> int:
+    """``item[key]`` as a whole number (1.0 is, 0.5 and true are not); PlanError else."""
+    value = item.get(key) if isinstance(item, Mapping) else None
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**53:
+        raise PlanError(f"{where}: '{key}' must be a whole number, got {_shown(value)}")
+    return value
+
+
+def _seconds(item: Mapping[str, Any], key: str, where: str) -> float:
+    """``item[key]`` as finite seconds; PlanError else."""
+    value = item.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"{where}: '{key}' must be a number of seconds, got {_shown(value)}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise PlanError(f"{where}: '{key}' must be a finite number of seconds")
+    return seconds
+
+
+def _shown(value: object) -> str:
+    text = json_text(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
+
+
+def json_text(value: object) -> str:
+    """How a JSON value is written (null, true, "x"), for messages."""
+    import json
+
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+_ITEM_NAMES = {
+    "tasks": "task",
+    "reconfigurations": "reconfiguration",
+    "initial_instances": "initial instance",
+}
+
+
+def _items(data: Mapping[str, Any], key: str, errors: list[str]) -> list[tuple[str, Mapping]]:
+    """(where, item) for each object of the list ``data[key]``; other entries become errors."""
+    raw = data.get(key, [])
+    if not isinstance(raw, list):
+        errors.append(f"plan: '{key}' must be a list, got {_shown(raw)}")
+        return []
+    name, out = _ITEM_NAMES[key], []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            errors.append(f"{name} #{i + 1}: must be an object, got {_shown(item)}")
+            continue
+        tid = item.get("id") if key == "tasks" else None
+        named = isinstance(tid, str | int) and not isinstance(tid, bool)
+        out.append((f"{name} {tid!r}" if named else f"{name} #{i + 1}", item))
+    return out
+
+
 def _slot_of(model: GpuModel, item: Mapping[str, Any], where: str) -> Slot:
     try:
         profile = model.profile(str(item["profile"]))
         pl = item["placement"]
-        placement = Placement(int(pl["start"]), int(pl["size"]))
+        if not isinstance(pl, Mapping):
+            raise TypeError
+        placement = Placement(_whole(pl, "start", where), _whole(pl, "size", where))
+    except PlanError:
+        raise
     except GeometryError as exc:
         raise PlanError(f"{where}: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -162,27 +229,32 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
     and a task runs only on an instance that exists for its whole run.
     """
     errors: list[str] = []
+    if not isinstance(data, Mapping):
+        return [f"plan: expected an object, got {_shown(data)}"]
     try:
-        model = get_model(str(data["gpu_model"]))
-        gpus = int(data["gpus"])
-    except (KeyError, ValueError, GeometryError) as exc:
+        model = get_model(str(data.get("gpu_model")))
+        gpus = _whole(data, "gpus", "plan header")
+    except PlanError as exc:
+        return [str(exc)]
+    except GeometryError as exc:
         return [f"plan header: {exc}"]
 
     planned = []
     fixed: set[int] = set()  # indexes into planned of tasks already running at the start
-    for i, t in enumerate(data.get("tasks", [])):
-        where = f"task {t.get('id', i)!r}"
+    for where, t in _items(data, "tasks", errors):
         try:
             slot = _slot_of(model, t, where)
-            gpu, start, end = int(t["gpu"]), float(t["start"]), float(t["end"])
-        except (PlanError, KeyError, TypeError, ValueError) as exc:
+            gpu = _whole(t, "gpu", where)
+            start, end = _seconds(t, "start", where), _seconds(t, "end", where)
+        except PlanError as exc:
             errors.append(str(exc))
             continue
         if not 0 <= gpu < gpus:
             errors.append(f"{where}: gpu {gpu} outside 0..{gpus - 1}")
-        if "slices" in t and list(t["slices"]) != list(slot.slices):
+        slices = t.get("slices", list(slot.slices))
+        if not isinstance(slices, list) or slices != list(slot.slices):
             errors.append(
-                f"{where}: slices {t['slices']} but its placement gives {list(slot.slices)}"
+                f"{where}: slices {_shown(slices)} but its placement gives {list(slot.slices)}"
             )
         if not (start >= -EPS and end >= start):
             errors.append(f"{where}: bad interval [{start}, {end}]")
@@ -225,16 +297,16 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
 
     # (2) + (3): replay each GPU's operations
     ops_by_gpu: dict[int, list[tuple[float, float, str, Slot]]] = defaultdict(list)
-    for i, r in enumerate(data.get("reconfigurations", [])):
-        where = f"reconfiguration #{i + 1}"
+    for where, r in _items(data, "reconfigurations", errors):
         try:
             slot = _slot_of(model, r, where)
-            gpu, start, end, op = int(r["gpu"]), float(r["start"]), float(r["end"]), str(r["op"])
-        except (PlanError, KeyError, TypeError, ValueError) as exc:
+            gpu = _whole(r, "gpu", where)
+            start, end, op = _seconds(r, "start", where), _seconds(r, "end", where), r.get("op")
+        except PlanError as exc:
             errors.append(str(exc))
             continue
         if op not in ("create", "destroy"):
-            errors.append(f"{where}: op {op!r} must be create or destroy")
+            errors.append(f"{where}: op {_shown(op)} must be create or destroy")
             continue
         if not 0 <= gpu < gpus:
             errors.append(f"{where}: gpu {gpu} outside 0..{gpus - 1}")
@@ -247,11 +319,10 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
         ops_by_gpu[gpu].append((start, end, op, slot))
 
     initial: dict[int, list[Slot]] = defaultdict(list)
-    for i, inst in enumerate(data.get("initial_instances", [])):
-        where = f"initial instance #{i + 1}"
+    for where, inst in _items(data, "initial_instances", errors):
         try:
-            gpu, slot = int(inst["gpu"]), _slot_of(model, inst, where)
-        except (PlanError, KeyError, TypeError, ValueError) as exc:
+            gpu, slot = _whole(inst, "gpu", where), _slot_of(model, inst, where)
+        except PlanError as exc:
             errors.append(str(exc))
             continue
         if not 0 <= gpu < gpus:

@@ -22,11 +22,14 @@ The runtime model is Amdahl's law on compute slices:
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import sqlite3
+import stat
 import statistics
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,6 +37,8 @@ from .geometry import GpuModel
 
 SCHEMA_VERSION = 2  # 2: the pcie and pcie_alpha tables (PCIe model, slurm_mig.pcie)
 BUSY_TIMEOUT_S = 30.0
+DAEMON_BUSY_TIMEOUT_S = 0.25  # the planner daemon waits no longer for a locked store
+STATE_DIR_MODE = 0o750  # root's state: learned runtimes, the planner's status file
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runtimes (
@@ -80,11 +85,13 @@ class StoreError(RuntimeError):
 
 
 class RuntimeStore:
-    """Runtimes and memory needs in one SQLite file (WAL mode), safe for several
-    processes; the file and its parent directories are created on first use."""
+    """Runtimes and memory needs in one SQLite file (WAL mode, mode 0600), safe for
+    several processes; the file and its parent directories (0750) are created on first
+    use. ``busy_timeout``: seconds an operation waits for a lock held by another process."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, busy_timeout: float = BUSY_TIMEOUT_S) -> None:
         self.path = Path(path)
+        self.busy_timeout = float(busy_timeout)
         self._ready = False
 
     # -- records ------------------------------------------------------------
@@ -208,12 +215,15 @@ class RuntimeStore:
         """One short-lived connection per operation: safe across fork and threads."""
         try:
             if not self._ready:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                prepare_state_dir(self.path.parent)
+            fresh = not self.path.exists()
+            db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            if fresh:
+                _private(self.path)  # SQLite gives its -wal and -shm files this mode too
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{self.path}: cannot open the runtime store ({exc})") from None
         try:
-            db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             if not self._ready:
                 self._migrate(db)
                 self._ready = True
@@ -233,7 +243,7 @@ class RuntimeStore:
         """Create the schema (version SCHEMA_VERSION) once; refuse a newer one."""
         # Switching to WAL needs an exclusive lock and SQLite does not wait for it (the
         # busy timeout is not applied), so two processes creating the file race: retry.
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        deadline = time.monotonic() + self.busy_timeout
         while True:
             try:
                 db.execute("PRAGMA journal_mode = WAL")
@@ -259,6 +269,96 @@ class RuntimeStore:
         except BaseException:
             db.rollback()
             raise
+
+
+def prepare_state_dir(path: Path) -> None:
+    """Create the state directory (and parents) 0750, or take ``o`` rights off an
+    existing one this process owns: the store and the status file name other users'
+    jobs. OSError when it cannot be created."""
+    if not path.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, STATE_DIR_MODE)
+        return
+    st = path.stat()
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o007:
+        os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o007)
+
+
+def _private(path: Path) -> None:
+    try:
+        if path.stat().st_uid == os.geteuid():
+            os.chmod(path, 0o600)
+    except OSError:
+        pass
+
+
+class GuardedStore:
+    """The runtime store as the planner daemon reads it: while the store cannot be read
+    (locked past its busy timeout, corrupt, missing), reads answer "nothing learned" so
+    that jobs are planned from hints and defaults, the store is tried again only after
+    ``retry_after`` seconds (so it never costs a cycle more than one busy timeout), and
+    its error is logged at most once per ``log_every`` seconds. Writes raise StoreError."""
+
+    def __init__(
+        self,
+        store: RuntimeStore,
+        *,
+        retry_after: float = 5.0,
+        log_every: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.store = store
+        self.path = store.path
+        self.retry_after = retry_after
+        self.log_every = log_every
+        self._clock = clock
+        self._log = log or logging.getLogger("slurm_mig.planner")
+        self._down_until = -math.inf
+        self._logged_at = -math.inf
+        self.last_error: str | None = None
+
+    def observations(self, key: str, model: str) -> dict[int, list[float]]:
+        return self._read(lambda: self.store.observations(key, model), {})
+
+    def memory_need(self, key: str) -> int | None:
+        return self._read(lambda: self.store.memory_need(key), None)
+
+    def record(self, *args, **kwargs) -> bool:
+        if self._clock() < self._down_until:
+            raise StoreError(
+                f"{self.path}: not written, the store is unavailable: {self.last_error}"
+            )
+        try:
+            return self.store.record(*args, **kwargs)
+        except StoreError as exc:
+            self._failed(exc)
+            raise
+
+    def _read(self, read: Callable[[], object], empty: object) -> object:
+        if self._clock() < self._down_until:
+            return empty
+        try:
+            value = read()
+        except StoreError as exc:
+            self._failed(exc)
+            return empty
+        if self.last_error is not None:
+            self._log.warning("the runtime store %s is readable again", self.path)
+            self.last_error = None
+        return value
+
+    def _failed(self, exc: StoreError) -> None:
+        now = self._clock()
+        self._down_until = now + self.retry_after
+        self.last_error = " ".join(str(exc).split())
+        if now - self._logged_at >= self.log_every:
+            self._logged_at = now
+            self._log.error(
+                "cannot read the runtime store (planning from hints and defaults; this is "
+                "logged once a minute): %s",
+                self.last_error,
+            )
 
 
 def _check_key(key: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,6 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 from .geometry import GpuModel
+from .inputs import InputError, control_character, read_text
+from .inputs import parse_json as _load_json
 
 # Embedded task tables: name -> (file in slurm_mig/data, its GPU model).
 BUILTIN_TASKS = {"rodinia-a100": ("rodinia_a100.csv", "A100-40GB")}
@@ -84,6 +85,14 @@ def validate(tasks: Sequence[Task], model: GpuModel, source: str = "tasks") -> N
             )
 
 
+MAX_TIME = 1e12  # seconds (31 700 years): a larger finite time is a typo
+
+
+def _short(text: object) -> str:
+    raw = repr(text)
+    return raw if len(raw) <= 40 else f"{raw[:30]}...({len(raw)} characters)"
+
+
 def _number(text: str, where: str) -> float:
     raw = text.strip()
     if raw == "":
@@ -91,20 +100,61 @@ def _number(text: str, where: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise WorkloadError(f"{where}: time {raw!r} is not a number") from None
+        raise WorkloadError(f"{where}: time {_short(raw)} is not a number") from None
     if math.isnan(value):
         raise WorkloadError(f"{where}: time is NaN; give seconds or 'inf'")
+    return _bounded(value, raw, where)
+
+
+def _bounded(value: float, raw: object, where: str) -> float:
+    """``value`` unless it is finite and above MAX_TIME, or overflowed to inf from a
+    finite number (a 400-digit integer)."""
+    literal_inf = (isinstance(raw, float) and math.isinf(raw)) or (
+        isinstance(raw, str) and raw.strip().lower().lstrip("+") in ("inf", "infinity")
+    )
+    if value > MAX_TIME and not (math.isinf(value) and literal_inf):
+        raise WorkloadError(
+            f"{where}: time {_short(raw)} is more than {MAX_TIME:g} seconds; give seconds, "
+            "or 'inf' where the task cannot run"
+        )
     return value
 
 
 def _size(text: str, where: str) -> int:
     raw = str(text).strip().lower().rstrip("g")
-    try:
-        return int(raw)
-    except ValueError:
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 3):
         raise WorkloadError(
-            f"{where}: size {text!r} is not a number of slices (e.g. 1, 2, 3g)"
-        ) from None
+            f"{where}: size {_short(text)} is not a number of slices (e.g. 1, 2, 3g)"
+        )
+    return int(raw)
+
+
+def _task_id(value: object, where: str) -> str:
+    """A task id: a non-empty string or a whole number, without control characters
+    (ids are printed one per table line)."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        shown = (
+            "null"
+            if value is None
+            else str(value).lower()
+            if isinstance(value, bool)
+            else _short(value)
+        )
+        raise WorkloadError(
+            f"{where}: id {shown} is not a task id; give a non-empty string or a whole number"
+        )
+    tid = str(value).strip() if isinstance(value, str) else str(value)
+    if not tid:
+        raise WorkloadError(f"{where}: empty id; give every task an id")
+    if len(tid) > 256:
+        raise WorkloadError(f"{where}: id {_short(value)} is longer than 256 characters")
+    bad = control_character(tid)
+    if bad:
+        raise WorkloadError(
+            f"{where}: id {_short(tid)} contains the control character {bad}; ids are "
+            "printed one per line: remove it"
+        )
+    return tid
 
 
 def parse_csv(text: str, source: str = "tasks") -> list[Task]:
@@ -127,7 +177,7 @@ def parse_csv(text: str, source: str = "tasks") -> list[Task]:
     for lineno, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
             raise WorkloadError(f"{source}:{lineno}: {len(row)} columns, header has {len(header)}")
-        tid = row[0].strip()
+        tid = _task_id(row[0], f"{source}:{lineno}")
         times = {
             s: _number(v, f"{source}:{lineno} (task {tid!r}, size {s})")
             for s, v in zip(sizes, row[1:])
@@ -143,7 +193,7 @@ def _parse_long(rows: list[list[str]], source: str) -> list[Task]:
     for lineno, row in enumerate(rows[1:], start=2):
         if len(row) != 3:
             raise WorkloadError(f"{source}:{lineno}: expected kernel,size,seconds")
-        tid = row[0].strip()
+        tid = _task_id(row[0], f"{source}:{lineno}")
         size = _size(row[1], f"{source}:{lineno}")
         per = times.setdefault(tid, {})
         if size in per:
@@ -157,9 +207,9 @@ def _parse_long(rows: list[list[str]], source: str) -> list[Task]:
 def parse_json(text: str, source: str = "tasks") -> list[Task]:
     """``[{"id": "a", "times": {"1": 10.0, ...}}, ...]`` or ``{"tasks": [...]}``."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{source}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        data = _load_json(text, source)
+    except InputError as exc:
+        raise WorkloadError(str(exc)) from None
     if isinstance(data, dict) and "tasks" in data:
         data = data["tasks"]
     if not isinstance(data, list):
@@ -177,16 +227,19 @@ def parse_json(text: str, source: str = "tasks") -> list[Task]:
             if size in times:
                 raise WorkloadError(f"{where}: size {size} given twice")
             if isinstance(v, str):
-                v = _number(v, f"{where} size {size}")
+                times[size] = _number(v, f"{where} size {size}")
+                continue
             if not isinstance(v, (int, float)) or isinstance(v, bool):
-                raise WorkloadError(f"{where} size {size}: time {v!r} is not a number")
-            times[size] = float(v)
+                raise WorkloadError(f"{where} size {size}: time {_short(v)} is not a number")
+            if isinstance(v, int) and v > MAX_TIME:  # float() of a huge int overflows
+                _bounded(math.inf, v, f"{where} size {size}")
+            times[size] = _bounded(float(v), v, f"{where} size {size}")
         mem = item.get("memory_bytes")
         if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int) or mem < 0):
             raise WorkloadError(
                 f"{where}: memory_bytes {mem!r} must be a whole number of bytes >= 0"
             )
-        tasks.append(Task(str(item["id"]), times, memory_bytes=mem))
+        tasks.append(Task(_task_id(item["id"], where), times, memory_bytes=mem))
     return tasks
 
 
@@ -194,11 +247,9 @@ def load_tasks(path: str | Path, model: GpuModel) -> list[Task]:
     """Load and validate a task file (CSV wide/long or JSON) for ``model``."""
     p = Path(path)
     try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise WorkloadError(f"{p}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"{p}: cannot read ({exc.__class__.__name__})") from None
+        text = read_text(p)
+    except InputError as exc:
+        raise WorkloadError(str(exc)) from None
     if not text.strip():
         raise WorkloadError(f"{p}: empty file; expected CSV or JSON tasks")
     if p.suffix.lower() == ".json" or text.lstrip()[:1] in "[{":

@@ -4,6 +4,8 @@ batches small enough to plan by hand."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,16 @@ A30_FIVE = [
     Task("D", {1: 8.0, 2: 3.0, 4: 3.0}),
     Task("E", {1: 2.0, 2: 1.5, 4: 1.5}),
 ]
+
+
+@contextmanager
+def open_tmp_dir() -> Iterator[Path]:
+    """A temporary directory every user can pass through (0755; pytest's tmp_path sits
+    in a 0700 directory), for tests that run a program as another user."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="slurm-mig-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -255,6 +255,33 @@ BAD_INPUTS = [
         "unknown policy 'greedy'",
     ),
     ("no-model", WIDE + "a,4,3,2,1,1\n", ["<no-model>"], "--gpu-model"),
+    # issue 10: each of these was a traceback or a forged table line
+    ("deep-json", "[" * 3000 + "]" * 3000, [], "JSON nested too deeply"),
+    (
+        "big-int-json",
+        '[{"id": "a", "times": {"1": ' + "9" * 400 + ', "2": 1, "3": 1, "4": 1, "7": 1}}]',
+        [],
+        "is more than 1e+12 seconds",
+    ),
+    ("big-int-csv", WIDE + "a," + "9" * 400 + ",1,1,1,1\n", [], "is more than 1e+12 seconds"),
+    (
+        "null-id-json",
+        '[{"id": null, "times": {"1": 1, "2": 1, "3": 1, "4": 1, "7": 1}}]',
+        [],
+        "id null is not a task id; give a non-empty string or a whole number",
+    ),  # fmt: skip
+    (
+        "bool-id-json",
+        '[{"id": true, "times": {"1": 1, "2": 1, "3": 1, "4": 1, "7": 1}}]',
+        [],
+        "id true is not a task id",
+    ),  # fmt: skip
+    (
+        "newline-id-csv",
+        WIDE + '"a\nb  0  7g.40gb",1,1,1,1,1\n',
+        [],
+        "contains the control character '\\n'; ids are printed one per line",
+    ),  # fmt: skip
 ]
 
 
@@ -264,7 +291,8 @@ def _bad_argv(tmp_path, name, content, extra):
     elif content == "<none>":
         source = str(tmp_path / "does-not-exist.csv")
     else:
-        source = str(tmp_path / (f"{name}.json" if name == "bad-json" else f"{name}.csv"))
+        json_file = name == "bad-json" or name.endswith("json")
+        source = str(tmp_path / (f"{name}.json" if json_file else f"{name}.csv"))
         Path(source).write_text(content)
     model = [] if "<no-model>" in extra or "--gpu-model" in extra else ["--gpu-model", "A100"]
     return ["plan", source, *model, *[x for x in extra if x != "<no-model>"]]
@@ -282,7 +310,9 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, name, content, extra, ne
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("name", ["negative", "unknown-planner", "nonexistent"])
+@pytest.mark.parametrize(
+    "name", ["negative", "unknown-planner", "nonexistent", "deep-json", "big-int-json"]
+)
 def test_bad_input_from_the_real_command_has_no_traceback(tmp_path, name):
     _, content, extra, needle = next(b for b in BAD_INPUTS if b[0] == name)
     res = run_module(*_bad_argv(tmp_path, name, content, extra))
@@ -386,6 +416,119 @@ def test_validate_of_a_file_that_is_no_plan_is_exit_2(tmp_path, capsys, content,
     path.write_text(content)
     rc, out, err = run(capsys, "validate", str(path))
     assert rc == 2 and out == "" and needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (
+            '{"gpu_model": "A100-40GB", "gpus": 1, "tasks": 5}',
+            "plan: 'tasks' must be a list, got 5",
+        ),
+        (
+            '{"gpu_model": "A100-40GB", "gpus": 1, "tasks": [5]}',
+            "task #1: must be an object, got 5",
+        ),
+        (
+            '{"gpu_model": "A100-40GB", "gpus": 1.5, "tasks": []}',
+            "plan header: 'gpus' must be a whole number, got 1.5",
+        ),
+        (
+            '{"gpu_model": "A100-40GB", "gpus": 1, "reconfigurations": {}}',
+            "plan: 'reconfigurations' must be a list, got {}",
+        ),
+    ],
+)
+def test_validate_of_a_plan_of_the_wrong_shape_names_it(tmp_path, capsys, content, needle):
+    path = tmp_path / "plan.json"
+    path.write_text(content)
+    rc, out, err = run(capsys, "validate", str(path))
+    assert rc == 1 and out.splitlines() == [needle]
+    assert err == "invalid: 1 violation\n"
+
+
+def test_validate_refuses_a_fractional_gpu(tmp_path, capsys):
+    data = json.loads(run(capsys, "plan", "rodinia-a100", "--planner", "far", "--json")[1])
+    data["tasks"][0]["gpu"] = 0.5  # was read as gpu 0: "valid"
+    data["reconfigurations"][0]["placement"]["start"] = 0.5
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    rc, out, _ = run(capsys, "validate", str(path))
+    assert rc == 1
+    assert f"task {data['tasks'][0]['id']!r}: 'gpu' must be a whole number, got 0.5" in out
+    assert "reconfiguration #1: 'start' must be a whole number, got 0.5" in out
+
+
+@pytest.mark.parametrize("command", ["plan", "validate"])
+def test_deeply_nested_json_is_one_line(tmp_path, command):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 3000 + "]" * 3000)
+    res = run_module(command, str(path), *(["--gpu-model", "A100"] if command == "plan" else []))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert (
+        res.stderr == f"slurm-mig: error: {path}: JSON nested too deeply to be a slurm-mig input\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "/dev/zero", "--gpu-model", "A100"],
+        ["validate", "/dev/zero"],
+        ["forecast", "/dev/zero", "--capacity", "40G"],
+    ],
+    ids=["plan", "validate", "forecast"],
+)
+def test_an_endless_input_is_cut_at_64_mib(tmp_path, argv):
+    # `plan /dev/zero` reached 3 GB in 10 s
+    code = (
+        "import resource, sys, time\n"
+        "from slurm_mig.cli import main\n"
+        "t = time.monotonic()\n"
+        f"rc = main({argv!r})\n"
+        "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(rc, round(time.monotonic() - t, 1), rss // 1024)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=60,
+    )
+    rc, seconds, mib = res.stdout.split()
+    assert rc == "2" and float(seconds) < 5 and int(mib) < 400, res.stdout
+    assert res.stderr == (
+        "slurm-mig: error: /dev/zero: larger than 64 MiB, more than any input of slurm-mig "
+        "needs; is it the right file?\n"
+    )
+
+
+ARG_ERRORS = [
+    [],
+    ["bogus"],
+    ["plan"],
+    ["plan", "rodinia-a100", "--gpus", "0"],
+    ["validate"],
+    ["validate", "p.json", "--what"],
+    ["demo", "--nope"],
+    ["bench"],
+    ["check-config", "a", "b"],
+    ["keygen", "--nope"],
+    ["forecast", "t.csv"],
+    ["planner", "--nope"],
+    ["simulate", "--gpus", "x"],
+]
+
+
+@pytest.mark.parametrize("argv", ARG_ERRORS, ids=[" ".join(a) or "none" for a in ARG_ERRORS])
+def test_usage_errors_are_one_line_for_every_command(argv):
+    # argparse printed a usage block of up to five lines; the README promises one line
+    res = run_module(*argv)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("slurm-mig: error: "), res.stderr
+    command = argv[0] if argv and argv[0] != "bogus" else ""
+    assert res.stderr.rstrip().endswith(f"(see 'slurm-mig {command} --help')".replace("  ", " "))
 
 
 # ---------------------------------------------------------------------------

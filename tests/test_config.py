@@ -517,6 +517,58 @@ def test_check_config_command_on_a_missing_file_is_one_line_without_traceback(tm
     )
 
 
+def test_check_config_on_toml_nested_thousands_deep_is_one_problem(tmp_path):
+    # tomllib's RecursionError was a traceback
+    deep = write(tmp_path, "a = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n")
+    big = write(tmp_path, "# " + "x" * (2 << 20) + "\n", name="big.toml")
+    for path, problem in (
+        (deep, f"{deep}: tables or arrays nested too deeply; a slurm-mig config is flat"),
+        (big, f"{big}: larger than 1 MiB, not a slurm-mig config; check the path"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "slurm_mig", "check-config", str(path)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            timeout=60,
+        )
+        assert (proc.returncode, proc.stdout) == (1, problem + "\n"), proc.stderr
+        assert proc.stderr == f"{path}: 1 problem\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the hooks' key must be root's: run as root")
+def test_check_config_refuses_a_key_others_can_read_or_own(tmp_path, capsys):
+    # A 0644 key was used and check-config said ok: anyone who can read it forges
+    # any assignment.
+    key = tmp_path / "key"
+    path = write(tmp_path, NODES + f"[paths]\nkey_file = '{key}'\n")
+    assert main(["check-config", str(path)]) == 0
+    assert f"key        {key} (missing: create it with 'slurm-mig keygen {key}')" in (
+        capsys.readouterr().out.splitlines()
+    )
+    assert main(["keygen", str(key)]) == 0
+    capsys.readouterr()
+    assert main(["check-config", str(path)]) == 0
+    assert f"key        {key} (owner root, mode 0600)" in capsys.readouterr().out.splitlines()
+    for mode, owner, problem in (
+        (0o644, 0, f"readable or writable by others (mode 0644); run 'chmod 600 {key}'"),
+        (0o604, 0, "(mode 0604)"),
+        (0o600, 4242, f"owned by uid 4242, not root; run 'chown root:root {key}'"),
+    ):
+        key.chmod(mode)
+        os.chown(key, owner, owner)
+        assert main(["check-config", str(path)]) == 1
+        out, err = capsys.readouterr()
+        assert out.startswith(f"{path}: paths.key_file: {key}: the signing key is ")
+        assert problem in out
+        assert err == f"{path}: 1 problem\n"
+    os.chown(key, 0, 0)
+    key.unlink()
+    key.symlink_to(tmp_path / "elsewhere")
+    assert main(["check-config", str(path)]) == 1
+    assert "not a regular file" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------
 # slurm-mig keygen
 

@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_mig.geometry import GIB, Placement, can_coexist, get_model
+from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm.assignment import (
     Assignment,
     AssignmentError,
-    token_from_comment,
     verify,
 )
 from slurm_mig.slurm.client import Job, Node, SlurmError
@@ -209,7 +209,7 @@ class World:
         assert job.state == "PENDING" and not job.held
         try:
             a = verify(
-                token_from_comment(job.comment) or "",
+                comments.parse(job.comment).token or "",
                 KEY,
                 job_id=job_id,
                 restart=job.restart_count,
@@ -254,7 +254,7 @@ class World:
         out = dict(self.holding)
         for j in self.jobs.values():
             if j.state == "PENDING" and not j.held and not self.waits(j):
-                token = token_from_comment(j.comment)
+                token = comments.parse(j.comment).token
                 if token:
                     out[j.job_id] = verify(
                         token,
@@ -532,6 +532,31 @@ def test_a_job_released_ahead_of_a_requeued_job_is_held_with_its_dependency_clea
     assert hold.clear_dependency and w.jobs[jid].dependency == ""
     assert jid in result.planned and jid not in result.deferred
     w.check_safe()
+
+
+def test_a_comment_without_room_for_the_token_is_noted_not_released():
+    w = _one_gpu_world(2)
+    w.jobs["100"].comment = "x" * 913  # set by root, or before job_submit.lua refused it
+    result, report = w.cycle()
+    assert "100" not in result.planned and "101" in result.released
+    [note] = [a for a in result.actions if a.job_id == "100"]
+    assert isinstance(note, Note) and "913 characters" in note.text
+    assert "shorten it" in note.text and not report.failed
+    assert w.jobs["100"].comment.startswith("x" * 913)  # the user's text is kept
+    w.jobs["100"].comment = "x" * 100  # the owner shortens it
+    again, _ = w.cycle()
+    assert "100" in again.planned
+
+
+def test_a_release_whose_update_fails_is_not_reported_as_released():
+    w = _one_gpu_world(2)
+    w.fail.add(("100", "update"))
+    result, report = w.cycle()
+    assert "100" in result.released  # what the cycle decided
+    assert "100" not in report.released and report.failed[0][0] == "100"
+    assert w.jobs["100"].held  # Slurm still holds it: the next cycle tries again
+    again, report = w.cycle()
+    assert "100" in report.released and not w.jobs["100"].held
 
 
 def test_second_cycle_is_quiet_and_releases_nothing_onto_running_slices():

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -19,7 +20,8 @@ import pytest
 
 from slurm_mig.geometry import can_coexist, get_model
 from slurm_mig.profiles import RuntimeStore
-from slurm_mig.slurm.assignment import generate_key, load_key, token_from_comment, verify
+from slurm_mig.slurm import comment as comments
+from slurm_mig.slurm.assignment import generate_key, load_key, verify
 from slurm_mig.slurm.client import Job, Node, SlurmClient
 from slurm_mig.slurm.cycle import Learn, parse_admin_comment, plan_cycle
 from slurm_mig.slurm.daemon import (
@@ -157,6 +159,124 @@ def test_cli_errors_are_one_line(tmp_path):
     assert res.returncode == 2 and "keygen" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_hints_with_huge_numbers_are_noted_not_a_crash(tmp_path):
+    # int() of 5000 digits (ValueError) and 400-digit hours (OverflowError) escaped the
+    # Estimator: `slurm-mig planner` exited with a traceback and planned nothing.
+    from slurm_mig.config import load_config
+
+    config = load_config(write_config(tmp_path, {"g1": ["A100-40GB"]}))
+    store = RuntimeStore(tmp_path / "state" / "profiles.sqlite")
+    jobs = [
+        job("1", comment="mig:time=" + "9" * 400 + ":00:00"),
+        job("2", comment="mig:iters=" + "9" * 5000),
+        job("3", comment="mig:time=" + "9" * 150 + ":00:00"),
+        job("4", comment="mig:pcie=" + "9" * 300),
+        job("5", comment="mig:time=10m"),
+    ]
+    snap = build_snapshot(config, jobs, [node("g1")], store, 2000.0)
+    for jid in ("1", "2", "3", "4"):
+        assert snap.estimates[jid].problem.startswith("slurm-mig: hint '"), jid
+    result = plan_cycle(snap)
+    assert set(result.planned) == {"5"}
+    noted = {a.job_id for a in result.actions if type(a).__name__ == "Note"}
+    assert noted == {"1", "2", "3", "4"}
+
+
+def _lock_store(path: Path) -> subprocess.Popen:
+    """Another process holding the store exclusively (as a stuck sqlite3 shell would)."""
+    locker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "db.execute('PRAGMA locking_mode=EXCLUSIVE')\n"
+            "db.execute('BEGIN EXCLUSIVE')\n"
+            "db.execute('CREATE TABLE IF NOT EXISTS held (a)')\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(60)\n",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert locker.stdout.readline().strip() == "locked"
+    return locker
+
+
+@pytest.mark.parametrize("fault", ["locked", "corrupt"])
+def test_an_unreadable_store_costs_a_short_wait_and_jobs_are_planned(tmp_path, caplog, fault):
+    # A locked store cost 30 s per cycle and a corrupt one stopped every cycle: nothing
+    # was held, planned or released. Now: hints and defaults, the error logged once.
+    import logging
+
+    from slurm_mig.config import load_config
+    from slurm_mig.profiles import DAEMON_BUSY_TIMEOUT_S, GuardedStore
+
+    config = load_config(write_config(tmp_path, {"g1": ["A100-40GB"]}))
+    path = tmp_path / "state" / "profiles.sqlite"
+    RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0)
+    locker = None
+    if fault == "locked":
+        locker = _lock_store(path)
+    else:
+        path.write_bytes(b"not a database " * 100)
+    now = [1000.0]
+    store = GuardedStore(
+        RuntimeStore(path, busy_timeout=DAEMON_BUSY_TIMEOUT_S), clock=lambda: now[0]
+    )
+    jobs = [job("1", comment="mig:key=resnet,time=10m"), job("2", comment="mig:key=bert")]
+    try:
+        with caplog.at_level(logging.ERROR, logger="slurm_mig.planner"):
+            t0 = time.monotonic()
+            snap = build_snapshot(config, jobs, [node("g1")], store, 2000.0)
+            first = time.monotonic() - t0
+            now[0] += 1.0
+            t0 = time.monotonic()
+            again = build_snapshot(config, jobs, [node("g1")], store, 2001.0)
+            second = time.monotonic() - t0
+            now[0] += 60.0  # a minute on: tried again, logged again
+            build_snapshot(config, jobs, [node("g1")], store, 2061.0)
+    finally:
+        if locker is not None:
+            locker.kill()
+            locker.wait()
+    assert first < 1.0 and second < 0.2, (first, second)
+    smallest = min(A100.planner_sizes)
+    for s in (snap, again):
+        assert s.estimates["1"].times[A100.name][smallest] == pytest.approx(600.0)  # the hint
+        assert s.estimates["2"].times[A100.name][smallest] == pytest.approx(600.0)  # default
+    assert set(plan_cycle(snap).planned) == {"1", "2"}
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 2 and all("cannot read the runtime store" in m for m in logged)
+    assert str(path) in logged[0]
+    # readable again: learned runtimes are back
+    if fault == "corrupt":
+        path.unlink()
+        RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0)
+    now[0] += 10.0
+    back = build_snapshot(config, jobs, [node("g1")], store, 2100.0)
+    assert back.estimates["1"].times[A100.name][3] == 100.0
+
+
+def test_planner_refuses_a_signing_key_others_can_read(tmp_path):
+    cfg = write_config(tmp_path, {"g1": ["A100-40GB"]})
+    (tmp_path / "key").chmod(0o644)
+    res = subprocess.run(
+        [sys.executable, "-m", "slurm_mig", "planner", "--config", str(cfg), "--once"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr == (
+        f"slurm-mig: error: {tmp_path / 'key'}: the signing key is readable or writable by "
+        f"others (mode 0644); run 'chmod 600 {tmp_path / 'key'}' (anyone who can read it "
+        "can forge any assignment)\n"
+    )
+
+
 # ---------------------------------------------------------------------------
 # Against a real Slurm
 
@@ -195,7 +315,7 @@ def holders(client: SlurmClient, key: bytes) -> dict[str, object]:
         if j.state in ("RUNNING", "CONFIGURING", "COMPLETING") or (
             j.state == "PENDING" and not j.held
         ):
-            token = token_from_comment(j.comment)
+            token = comments.parse(j.comment).token
             assert token, f"job {j.job_id} runs without a token"
             a = verify(
                 token,
@@ -349,3 +469,21 @@ def test_planner_restarted_mid_cycle_rebuilds_from_slurm(cluster, tmp_path):
             break
         time.sleep(0.5)
     assert all(j.state == "COMPLETED" for j in client.jobs("mig"))
+
+
+def test_planner_plans_and_releases_while_the_store_is_corrupt(cluster, tmp_path, caplog):
+    import logging
+
+    cfg = write_config(tmp_path, {"gpu01": ["A100-40GB"], "gpu02": ["A100-40GB"]})
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "profiles.sqlite").write_bytes(b"not a database " * 100)
+    client = SlurmClient(env=cluster.env)
+    ids = [cluster.sbatch("sleep 1", partition="mig", comment="mig:time=30") for _ in range(2)]
+    with caplog.at_level(logging.ERROR, logger="slurm_mig.planner"):
+        assert run_planner(cfg, once=True, client=client) == 0
+    status = json.loads((state / STATUS_FILE).read_text())
+    assert status["error"] is None and sorted(status["released"]) == sorted(ids, key=int)
+    assert status["seconds"] < 5
+    assert any("cannot read the runtime store" in r.getMessage() for r in caplog.records)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o750  # the status file is root's

@@ -12,9 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slurm_mig.slurm.comment import MAX_COMMENT as SLURM_COMMENT_MAX
+from slurm_mig.slurm.comment import MAX_NOTE_CHARS, MAX_TOKEN_CHARS, MAX_USER_COMMENT
 from slurm_mig.slurm.hints import (
     HintError,
     Hints,
+    comment_problem,
     hint_word,
     parse_duration,
     parse_hints,
@@ -59,6 +62,12 @@ GOOD: list[tuple[str | None, Hints]] = [
     ("mig:time=366d", Hints(time=366 * 86400.0)),
     ("mig:time=8784:00:00", Hints(time=366 * 86400.0)),
     ("mig:pcie=0", Hints(pcie=0.0)),
+    ("mig:pcie=1000", Hints(pcie=1000.0)),
+    ("mig:alpha=100", Hints(alpha=100.0)),
+    ("mig:iters=1000000000", Hints(iters=10**9)),
+    ("mig:iters=" + "0" * 200 + "1", Hints(iters=1)),
+    ("mig:time=" + "0" * 200 + "1:00:00", Hints(time=3600.0)),
+    ("mig:key=a,iters=" + "0" * 239 + "1", Hints(key="a", iters=1)),
     ("mig:pcie=12.5", Hints(pcie=12.5)),
     ("mig:alpha=0.9", Hints(alpha=0.9)),
     ("mig:alpha=2", Hints(alpha=2.0)),
@@ -89,7 +98,7 @@ BAD: list[tuple[str, str, str]] = [
     ("mig:mem=1.5", "'mem=1.5'", "whole number of bytes; " + SIZE_FIX),
     ("mig:mem=0G", "'mem=0G'", "not above 0; " + SIZE_FIX),
     ("mig:mem=1025T", "'mem=1025T'", "more than 1 PiB; " + SIZE_FIX),
-    ("mig:mem=" + "9" * 400, "'mem=" + "9" * 400 + "'", "more than 1 PiB; " + SIZE_FIX),
+    ("mig:mem=" + "9" * 200, "'mem=" + "9" * 200 + "'", "more than 1 PiB; " + SIZE_FIX),
     ("mig:mem", "'mem'", "no '='; write mem=value"),
     ("mig:mem=", "'mem='", "no value; write mem=value"),
     ("mig:=5", "'=5'", "unknown key ''; " + KEYS_FIX),
@@ -113,7 +122,9 @@ BAD: list[tuple[str, str, str]] = [
     ("mig:time=0:00", "'time=0:00'", "not above 0; " + TIME_FIX),
     ("mig:time=367d", "'time=367d'", "more than 366 days; " + TIME_FIX),
     ("mig:time=8784:00:01", "'time=8784:00:01'", "more than 366 days; " + TIME_FIX),
-    ("mig:time=" + "9" * 400 + "h", "'time=" + "9" * 400 + "h'", "more than 366 days; " + TIME_FIX),
+    ("mig:time=" + "9" * 200 + "h", "'time=" + "9" * 200 + "h'", "more than 366 days; " + TIME_FIX),
+    # hours of any length are read as a float (an int overflowed converting to float)
+    ("mig:time=" + "9" * 200 + ":00:00", "'time=" + "9" * 200 + ":00:00'", "more than 366 days"),
     ("mig:time=1:60:00", "'time=1:60:00'", "below 60; " + TIME_FIX),
     ("mig:time=0:61", "'time=0:61'", "below 60; " + TIME_FIX),
     ("mig:time=90x", "'time=90x'", "not a duration; " + TIME_FIX),
@@ -126,8 +137,15 @@ BAD: list[tuple[str, str, str]] = [
     ("mig:pcie=fast", "'pcie=fast'", "write a number >= 0"),
     ("mig:pcie=inf", "'pcie=inf'", "write a number >= 0"),
     ("mig:pcie=1e3", "'pcie=1e3'", "write a number >= 0"),
-    ("mig:pcie=" + "9" * 400, "'pcie=" + "9" * 400 + "'", "write a number >= 0"),
-    ("mig:alpha=" + "9" * 400, "'alpha=" + "9" * 400 + "'", "write e.g. alpha=0.9"),
+    ("mig:pcie=" + "9" * 200, "'pcie=" + "9" * 200 + "'", "more than 1000 GB/s"),
+    ("mig:pcie=1000.5", "'pcie=1000.5'", "'1000.5' is more than 1000 GB/s; write e.g. pcie=12.5"),
+    ("mig:alpha=" + "9" * 200, "'alpha=" + "9" * 200 + "'", "more than 100; write e.g. alpha=0.9"),
+    ("mig:alpha=100.01", "'alpha=100.01'", "'100.01' is more than 100; write e.g. alpha=0.9"),
+    ("mig:iters=1000000001", "'iters=1000000001'", "more than 1000000000 iterations"),
+    # an int of more than 4300 digits raised ValueError (not a HintError) in the hooks
+    ("mig:iters=" + "9" * 200, "'iters=" + "9" * 200 + "'", "more than 1000000000 iterations"),
+    ("mig:key=a,mem=" + "1" * 260, "'mig:...'", "274 characters, more than 256; shorten"),
+    ("x mig:iters=" + "9" * 400, "'mig:...'", "410 characters, more than 256; shorten"),
     ("mig:alpha=0", "'alpha=0'", "write e.g. alpha=0.9"),
     ("mig:alpha=0.0", "'alpha=0.0'", "write e.g. alpha=0.9"),
     ("mig:alpha=nan", "'alpha=nan'", "write e.g. alpha=0.9"),
@@ -213,6 +231,43 @@ def test_any_text_parses_or_gives_a_hint_error(comment: str) -> None:
         parse_hints(comment)
     except HintError as exc:
         assert str(exc).startswith("slurm-mig: hint '")
+
+
+@pytest.mark.parametrize("key", ["mem", "iters", "time", "pcie", "alpha"])
+def test_thousands_of_digits_give_a_hint_error(key: str) -> None:
+    # int() of over 4300 digits raised ValueError, and hours of 400 digits OverflowError
+    for value in ("9" * 5000, "9" * 5000 + ":00:00", "9" * 150 + ":00:00"):
+        with pytest.raises(HintError, match=r"^slurm-mig: hint '"):
+            parse_hints(f"mig:{key}={value}")
+
+
+def test_comment_length_limit_leaves_room_for_the_token_and_a_note() -> None:
+    assert comment_problem("x" * MAX_USER_COMMENT) is None
+    assert comment_problem("é" * 257) == (
+        "slurm-mig: the comment has 514 characters, more than 512 in the mig partition "
+        "(Slurm keeps 1024; the rest is for the planner's token and notes); shorten it"
+    )
+    worst = "x" * MAX_USER_COMMENT + " migplan=" + "t" * MAX_TOKEN_CHARS
+    assert len(worst + " [slurm-mig: " + "n" * MAX_NOTE_CHARS + "]") == SLURM_COMMENT_MAX
+
+
+@given(
+    st.sampled_from(["mem", "iters", "time", "pcie", "alpha"]),
+    st.integers(min_value=0, max_value=10**300),
+    st.sampled_from(["", ".5", "G", "h", ":00:00", ":59"]),
+)
+def test_numbers_of_any_size_give_a_hint_error_or_a_bounded_value(key, n, tail) -> None:
+    # OverflowError/ValueError here drained the node (hooks) and stopped the daemon
+    try:
+        hints = parse_hints(f"mig:{key}={n}{tail}")
+    except HintError as exc:
+        assert str(exc).startswith("slurm-mig: hint '")
+    else:
+        assert hints.mem is None or 0 < hints.mem <= 2**50
+        assert hints.time is None or 0 < hints.time <= 366 * 86400
+        assert hints.iters is None or 0 < hints.iters <= 10**9
+        assert hints.pcie is None or 0 <= hints.pcie <= 1000
+        assert hints.alpha is None or 0 < hints.alpha <= 100
 
 
 @given(st.text(alphabet="mig:=,.0123456789GMKTiBbsmhd:keymemtimealphapcieyesno- ", max_size=40))

@@ -144,6 +144,11 @@ def assignment(
 
 @pytest.fixture
 def site(tmp_path: Path) -> Site:
+    return make_site(tmp_path)
+
+
+def make_site(tmp_path: Path) -> Site:
+    """A node's config, key and scontrol stand-in under ``tmp_path``."""
     key_file = generate_key(tmp_path / "key")
     scontrol = tmp_path / "scontrol"
     scontrol.write_text(
@@ -211,7 +216,9 @@ def test_full_lifecycle_creates_exports_and_destroys(site, capsys):
     ]
     rec = site.state.job("42")
     assert rec.uuid == inst.uuid and rec.restart == 0 and not rec.reused
-    assert stat.S_IMODE((site.run_dir / "jobs" / "42.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((site.run_dir / "private" / "jobs" / "42.json").stat().st_mode) == 0o600
+    task = (site.run_dir / "task" / "42.json").stat()  # the TaskProlog's copy: the user's
+    assert (stat.S_IMODE(task.st_mode), task.st_uid) == (0o400, os.getuid())
 
     rc, out, err = run(task_prolog_main, site.task_env(env), capsys)
     assert rc == 0
@@ -228,8 +235,8 @@ def test_full_lifecycle_creates_exports_and_destroys(site, capsys):
     assert site.backend().instances() == []
     assert site.ops() == [("create", "42"), ("destroy", "42")]
     assert site.audit()[1]["uuid"] == inst.uuid
-    assert site.state.job("42") is None
-    [runtime] = [json.loads(x) for x in (site.run_dir / "runtimes.jsonl").read_text().splitlines()]
+    assert site.state.job("42") is None and site.state.task("42") is None
+    [runtime] = [json.loads(x) for x in site.state.runtimes_path.read_text().splitlines()]
     assert runtime == {
         "job_id": "42",
         "restart": 0,

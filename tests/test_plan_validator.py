@@ -7,6 +7,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import A30_FIVE, shared_file
 
 from slurm_mig.geometry import get_model
@@ -423,3 +425,34 @@ def test_lower_bound_rho_sigma():
 def test_rodinia_bound():
     tasks = load_tasks(shared_file("far-reference/rodinia_A100_mean_long.csv"), A100)
     assert lower_bound(tasks, A100) == pytest.approx(10.365, abs=1e-3)
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**400), 10**400)
+    | st.floats()
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_FIELDS = st.sampled_from(["id", "gpu", "profile", "placement", "slices", "start", "end", "op"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    header=st.dictionaries(st.sampled_from(["gpu_model", "gpus"]), _JSON),
+    items=st.lists(
+        st.dictionaries(_FIELDS, _JSON | st.just({"start": 0.5, "size": 4})), max_size=4
+    ),
+    key=st.sampled_from(["tasks", "reconfigurations", "initial_instances"]),
+)
+def test_any_json_gets_a_list_of_violations_never_an_exception(header, items, key):
+    # "tasks": 5, "tasks": [5], "gpu": 0.5 ... were tracebacks or were read as valid
+    data = {"gpu_model": "A100-40GB", "gpus": 1, **header, key: items}
+    errors = validate_plan(data)
+    assert isinstance(errors, list) and all(isinstance(e, str) for e in errors)
+    if items and key == "tasks" and header == {}:
+        assert errors  # none of these random tasks is a valid one

@@ -140,6 +140,23 @@ BAD_FILES = [
     ("json_no_times", '[{"id": "a"}]', A30, ["times"]),
     ("json_broken", '[{"id": "a", ', A30, ["JSON"]),
     ("json_empty_id", '[{"id": "", "times": {"1": 3, "2": 2, "4": 1}}]', A30, ["empty id"]),
+    # issue 10: ids that printed as "None" or injected a table line; numbers that overflow
+    ("json_null_id", '[{"id": null, "times": {"1": 3, "2": 2, "4": 1}}]', A30, ["id null"]),
+    ("json_list_id", '[{"id": [1], "times": {"1": 3, "2": 2, "4": 1}}]', A30, ["id [1]"]),
+    ("json_float_id", '[{"id": 1.5, "times": {"1": 3, "2": 2, "4": 1}}]', A30, ["id 1.5"]),
+    ("json_tab_id", '[{"id": "a\\tb", "times": {"1": 3, "2": 2, "4": 1}}]', A30, ["'\\t'"]),
+    ("csv_newline_id", WIDE_HEADER + '"a\nb",5,4,3,2,1\n', A100, ["control character '\\n'"]),
+    ("csv_escape_id", WIDE_HEADER + "a\x1b[2Jb,5,4,3,2,1\n", A100, ["'\\x1b'"]),
+    ("long_newline_id", 'kernel,size,seconds\n"a\rb",1,5\n', A30, ["'\\r'"]),
+    (
+        "json_big_int",
+        '[{"id": "a", "times": {"1": 1' + "0" * 400 + ', "2": 2, "4": 1}}]',
+        A30,
+        ["more than 1e+12 seconds"],
+    ),  # fmt: skip
+    ("csv_big_int", WIDE_HEADER + "a,1" + "0" * 400 + ",4,3,2,1\n", A100, ["more than 1e+12"]),
+    ("csv_1e400", WIDE_HEADER + "a,1e400,4,3,2,1\n", A100, ["more than 1e+12"]),
+    ("json_deep", "[" * 5000 + "]" * 5000, A30, ["nested too deeply"]),
 ]
 
 

@@ -24,7 +24,7 @@ from . import (
     simulate,
     validate,
 )
-from .common import INPUT_ERRORS, PROG, Formatter, version, wrap
+from .common import INPUT_ERRORS, PROG, Formatter, Parser, version, wrap
 
 __all__ = ["build_parser", "main"]
 
@@ -35,7 +35,7 @@ COMMANDS = (plan, validate, demo, bench, check_config, keygen, forecast, planner
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog=PROG,
         formatter_class=Formatter,
         description=wrap(

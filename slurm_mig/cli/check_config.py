@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
+from pathlib import Path
 
 from ..geometry import MODELS
 from .common import Formatter, wrap
@@ -16,9 +19,10 @@ def add_parser(sub) -> None:
         help="check a slurm-mig config file and summarise it",
         description=wrap(
             "Read a slurm-mig config file and check every section and key: types, ranges, "
-            "GPU models, hostlists, paths. Prints 'PATH: ok' and a summary (partition, "
-            "nodes, GPUs by model, device backend) and exits 0, or prints one line per "
-            "problem (file, section.key, the fix) and exits 1. The annotated example is "
+            "GPU models, hostlists, paths, and that the signing key (when it exists) is "
+            "root's alone. Prints 'PATH: ok' and a summary (partition, nodes, GPUs by "
+            "model, device backend, key) and exits 0, or prints one line per problem "
+            "(file, section.key, the fix) and exits 1. The annotated example is "
             "contrib/config.toml."
         ),
     )
@@ -37,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     path = config_path(args.path)
     try:
         config = load_config(args.path)
+        key = key_summary(config.key_file, path)
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem)
@@ -55,4 +60,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"nodes      {len(config.nodes)}")
     print(f"gpus       {gpus} ({by_model})")
     print(f"backend    {config.backend}")
+    print(f"key        {key}")
     return 0
+
+
+def key_summary(path: Path, source: Path) -> str:
+    """How the signing key looks to the hooks (which run as root); ConfigError naming
+    the fix when they would refuse it (readable by others, not root's, a symlink)."""
+    from ..config import ConfigError
+    from ..slurm.assignment import key_problem
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} (missing: create it with 'slurm-mig keygen {path}')"
+    except OSError as exc:
+        raise ConfigError(f"{source}: paths.key_file: {path}: {exc.strerror}") from None
+    problem = key_problem(st, path, euid=0)
+    if problem:
+        raise ConfigError(f"{source}: paths.key_file: {problem}")
+    return f"{path} (owner root, mode {stat.S_IMODE(st.st_mode):04o})"

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import NoReturn
 
 from ..geometry import MODELS, GeometryError, GpuModel, get_model
 from ..plan import Plan, PlanError
@@ -51,6 +52,28 @@ def _planners_help() -> str:
 
 
 PLANNERS_HELP = _planners_help()
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the house's error form: one line ``slurm-mig: error: ...`` and exit
+    status 2 (argparse prints a usage block first), naming the command and its help."""
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """As argparse's, but an unknown argument is reported by the command it follows."""
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            sub = next(
+                (a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None
+            )
+            chosen = sub.choices.get(getattr(ns, "command", None)) if sub else None
+            (chosen or self).error(f"unrecognized arguments: {' '.join(extra)}")
+        return ns
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix(PROG).strip()
+        where = f"{command}: " if command else ""
+        text = " ".join(message.split())
+        self.exit(2, f"{PROG}: error: {where}{text} (see '{self.prog} --help')\n")
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter):

@@ -107,14 +107,14 @@ def add_parser(sub) -> None:
         metavar="OUT.png",
         help="also draw the schedule as a Gantt chart to this PNG file",
     )
-    pl.set_defaults(handler=run)
+    pl.set_defaults(handler=run, usage_error=pl.error)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.start:
         return run_onto(args)
     if args.tasks is None:
-        raise ValueError("give TASKS (a task file or rodinia-a100), or --start STATE.json")
+        args.usage_error("give TASKS (a task file or rodinia-a100), or --start STATE.json")
     from ..planner.registry import policy_info
 
     if policy_info(args.planner).kind == "online":

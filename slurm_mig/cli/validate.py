@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 from ..geometry import get_model
+from ..inputs import InputError, parse_json, read_text
 from ..plan import PlanError, validate_plan
 from ..workload import load_task_source
 from .common import TASKS_HELP, Formatter, wrap
@@ -41,11 +40,9 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        data = json.loads(Path(args.plan).read_text())
-    except FileNotFoundError:
-        raise PlanError(f"{args.plan}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{args.plan}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        data = parse_json(read_text(args.plan), args.plan)
+    except InputError as exc:
+        raise PlanError(str(exc)) from None
     if not isinstance(data, dict):
         raise PlanError(f"{args.plan}: expected a plan object, as 'slurm-mig plan --json' prints")
     tasks = None

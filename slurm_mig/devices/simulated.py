@@ -101,6 +101,35 @@ def _model_names(models: Sequence[str]) -> list[str]:
     return out
 
 
+_GPU_KEYS = {"index": int, "model": str, "uuid": str, "mig_enabled": bool}
+_INSTANCE_KEYS = {"gpu": int, "gi_id": int, "ci_id": int, "uuid": str, "profile": str}
+
+
+def _check_shape(state: object) -> None:
+    """ValueError naming what is missing or of the wrong type in ``state.json`` (valid
+    JSON of another shape must read as unreadable, not fail later on a missing key)."""
+    if not isinstance(state, dict):
+        raise ValueError(f"expected an object, got {type(state).__name__}")
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"version {state.get('version')!r}, expected {STATE_VERSION}")
+    if not isinstance(state.get("generation"), int):
+        raise ValueError("'generation' is not a whole number")
+    for name, keys in (("gpus", _GPU_KEYS), ("instances", _INSTANCE_KEYS)):
+        items = state.get(name)
+        if not isinstance(items, list):
+            raise ValueError(f"'{name}' is not a list")
+        for i, item in enumerate(items):
+            bad = [k for k, t in keys.items() if not isinstance(_get(item, k), t)]
+            if name == "instances" and not isinstance(_get(_get(item, "placement"), "size"), int):
+                bad.append("placement")
+            if bad:
+                raise ValueError(f"{name}[{i}] lacks {', '.join(bad)} (or has the wrong type)")
+
+
+def _get(item: object, key: str) -> object:
+    return item.get(key) if isinstance(item, dict) else None
+
+
 class SimulatedBackend(MigBackend):
     """MIG GPUs simulated on disk with NVIDIA's placement rules and Table 1 latencies."""
 
@@ -191,10 +220,9 @@ class SimulatedBackend(MigBackend):
     def _read(self) -> dict:
         try:
             state = json.loads(self.state_path.read_text())
-            if state.get("version") != STATE_VERSION:
-                raise ValueError(f"version {state.get('version')!r}, expected {STATE_VERSION}")
+            _check_shape(state)
             return state
-        except (OSError, ValueError, AttributeError) as exc:
+        except (OSError, ValueError, AttributeError, RecursionError) as exc:
             raise DeviceUnavailable(
                 f"simulated GPU state {self.state_path} is unreadable: {exc}",
                 hint=f"restore it, or remove {self.state_dir} to start with fresh GPUs",

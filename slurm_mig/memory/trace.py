@@ -85,11 +85,13 @@ def write_trace(samples: Iterable[Sample], path: str | Path) -> Path:
 
 def read_trace(path: str | Path) -> list[Sample]:
     """Samples from a CSV file in the full or the short form, in file order."""
+    from ..inputs import InputError, read_bytes
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
+        text = read_bytes(p).decode("utf-8")
+    except InputError as exc:
+        raise TraceError(str(exc)) from None
     except UnicodeDecodeError:
         raise TraceError(f"{p}: not a text CSV file") from None
     return parse_trace(text, str(p))

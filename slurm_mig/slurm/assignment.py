@@ -3,8 +3,14 @@
 The planner daemon signs each assignment with HMAC-SHA256 under a key only root can
 read (``key_file``, the same on every node) and puts the token in the job's Comment,
 which the prolog sees as SLURM_JOB_COMMENT without calling Slurm. A user may edit their
-own Comment, so the token binds the job id, the restart count and the node: a token
-copied from another job, an older run of the same job or another node is refused.
+own Comment, so the token binds the job id, the restart count, the node and one plan
+(``plan``, an id the AdminComment holds too): a token copied from another job, an older
+run or an earlier plan of the same job, or another node is refused.
+
+Token format 2 (``migplan=2<base64url>``): a compact binary payload followed by its
+HMAC-SHA256 truncated to 128 bits, about 130 characters for a typical job (format 1,
+base64 JSON, took about 380 of the Comment's 1024). The MAC is checked before any byte
+of the payload is read, and every length is bounded before anything is decoded.
 """
 
 from __future__ import annotations
@@ -12,22 +18,40 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
+import math
 import os
-import re
+import stat
+import struct
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..geometry import Placement
+from .comment import MAX_TOKEN_CHARS  # longest token signed; longer words are refused undecoded
 
-TOKEN_VERSION = "v1"
-COMMENT_TAG = "migplan="
-_TOKEN_RE = re.compile(r"(?:^|\s)migplan=(\S*)")
+TOKEN_VERSION = "2"  # the first character of a token
 KEY_BYTES = 32
+MAC_BYTES = 16  # HMAC-SHA256 truncated to 128 bits
+MAX_TEXT_BYTES = 64  # job ids, node, model and profile names in a token
+_MAC_DOMAIN = b"slurm-mig token 2\0"
+# character sets, not regular expressions: compiling those costs the hooks' start
+_B64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def valid_plan_id(plan: str) -> bool:
+    """A plan id is 8 to 22 base64url characters (`plan_id` makes 12)."""
+    return 8 <= len(plan) <= 22 and _B64_CHARS.issuperset(plan)
 
 
 class AssignmentError(ValueError):
     """A token that is missing, malformed, forged, stale or meant for another job."""
+
+
+class OldTokenError(AssignmentError):
+    """A genuine token of an older format (signed before an upgrade): re-plan the job."""
+
+
+class KeyFileError(AssignmentError):
+    """The signing key cannot be used: missing, unreadable, malformed or not root-only."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +71,7 @@ class Assignment:
     issued: float  # epoch seconds
     reuse_from: str | None = None  # job whose instance this job inherits, if any
     keep_for: str | None = None  # job that inherits this job's instance, if any
+    plan: str = ""  # id of this plan of this run (`plan_id`); "" in records before it
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -63,19 +88,202 @@ class Assignment:
             raise AssignmentError(f"malformed assignment: {exc}") from None
 
 
+def plan_id(a: Assignment) -> str:
+    """A 12-character id of this plan of this run of the job: a digest of what the
+    planner decided and when (``issued`` = planning time), so a re-plan gets a new id."""
+    what = (
+        f"{a.job_id}\0{a.restart}\0{a.node}\0{a.gpu}\0{a.model}\0{a.profile}\0"
+        f"{a.placement.start}:{a.placement.size}\0{a.batch}\0{a.order}\0{a.issued!r}"
+    )
+    return _b64(hashlib.sha256(what.encode()).digest()[:9])
+
+
 def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+def _mac(key: bytes, payload: bytes) -> bytes:
+    return hmac.new(key, _MAC_DOMAIN + payload, hashlib.sha256).digest()[:MAC_BYTES]
+
+
+# -- the binary payload ------------------------------------------------------------------
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def uint(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < 2**63:
+            raise AssignmentError(f"cannot sign {n!r}: not a whole number >= 0")
+        while n >= 0x80:
+            self.out.append(n & 0x7F | 0x80)
+            n >>= 7
+        self.out.append(n)
+
+    def text(self, s: str | None) -> None:
+        raw = (s or "").encode()
+        if len(raw) > MAX_TEXT_BYTES:
+            raise AssignmentError(f"cannot sign {s!r}: longer than {MAX_TEXT_BYTES} bytes")
+        self.out.append(len(raw))
+        self.out += raw
+
+    def real(self, x: float) -> None:
+        if not math.isfinite(x):
+            raise AssignmentError(f"cannot sign {x!r}: not a finite number")
+        self.out += struct.pack(">d", x)
+
+
+class _Reader:
+    """Reads what `_Writer` wrote; any overrun or leftover is a malformed token."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw, self.pos = raw, 0
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.raw):
+            raise AssignmentError("the assignment token is malformed (truncated)")
+        chunk = self.raw[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def uint(self) -> int:
+        n = shift = 0
+        for _ in range(9):
+            b = self.take(1)[0]
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return n
+            shift += 7
+        raise AssignmentError("the assignment token is malformed (number too long)")
+
+    def text(self) -> str:
+        n = self.take(1)[0]
+        if n > MAX_TEXT_BYTES:
+            raise AssignmentError("the assignment token is malformed (text too long)")
+        try:
+            return self.take(n).decode()
+        except UnicodeDecodeError:
+            raise AssignmentError("the assignment token is malformed (text)") from None
+
+    def real(self) -> float:
+        (x,) = struct.unpack(">d", self.take(8))
+        if not math.isfinite(x):
+            raise AssignmentError("the assignment token is malformed (number)")
+        return x
+
+
+def _pack(a: Assignment, plan: str) -> bytes:
+    w = _Writer()
+    w.text(a.job_id)
+    w.uint(a.restart)
+    w.text(a.node)
+    w.uint(a.gpu)
+    w.text(a.model)
+    w.text(a.profile)
+    w.uint(a.placement.start)
+    w.uint(a.placement.size)
+    w.uint(a.batch)
+    w.uint(a.order)
+    w.real(float(a.planned_seconds))
+    w.real(float(a.issued))
+    w.text(a.reuse_from)
+    w.text(a.keep_for)
+    w.text(plan)
+    return bytes(w.out)
+
+
+def _unpack(raw: bytes) -> Assignment:
+    r = _Reader(raw)
+    job_id, restart, node, gpu = r.text(), r.uint(), r.text(), r.uint()
+    model, profile = r.text(), r.text()
+    placement = Placement(r.uint(), r.uint())
+    batch, order, planned, issued = r.uint(), r.uint(), r.real(), r.real()
+    reuse_from, keep_for, plan = r.text() or None, r.text() or None, r.text()
+    if r.pos != len(raw):
+        raise AssignmentError("the assignment token is malformed (trailing bytes)")
+    return Assignment(
+        job_id, restart, node, gpu, model, profile, placement, batch, order, planned, issued,
+        reuse_from, keep_for, plan,
+    )  # fmt: skip
+
+
+# -- signing and checking ------------------------------------------------------------------
 
 
 def sign(assignment: Assignment, key: bytes) -> str:
-    """``v1.<payload>.<mac>``: base64url JSON and its HMAC-SHA256."""
-    payload = _b64(json.dumps(assignment.to_json(), sort_keys=True, separators=(",", ":")).encode())
-    mac = hmac.new(key, f"{TOKEN_VERSION}.{payload}".encode(), hashlib.sha256).digest()
-    return f"{TOKEN_VERSION}.{payload}.{_b64(mac)}"
+    """``2<base64url(payload || mac)>``: the assignment in a compact binary form and its
+    truncated HMAC. An assignment without a plan id gets `plan_id` of itself."""
+    payload = _pack(assignment, assignment.plan or plan_id(assignment))
+    token = TOKEN_VERSION + _b64(payload + _mac(key, payload))
+    if len(token) > MAX_TOKEN_CHARS:  # ids and names of 64 bytes; real ones are far shorter
+        raise AssignmentError(
+            f"cannot sign the assignment of job {assignment.job_id}: its token would take "
+            f"{len(token)} characters, more than {MAX_TOKEN_CHARS}"
+        )
+    return token
+
+
+def open_token(token: str, key: bytes) -> Assignment:
+    """The assignment a genuine token carries. AssignmentError when it is malformed,
+    forged or altered; OldTokenError for a genuine token of format 1. The length and
+    alphabet are checked first, then the MAC; only then is the payload read."""
+    if token.startswith("v1.") and len(token) <= 1024:  # format 1 took about 380
+        _open_v1(token, key)
+    if len(token) > MAX_TOKEN_CHARS:
+        raise AssignmentError(
+            f"the assignment token is malformed (longer than {MAX_TOKEN_CHARS} characters)"
+        )
+    body = token[1:]
+    if token[:1] != TOKEN_VERSION or not _B64_CHARS.issuperset(body) or len(body) % 4 == 1:
+        raise AssignmentError("the assignment token is malformed")
+    raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    if _b64(raw) != body:  # one spelling per token: no free bits to alter
+        raise AssignmentError("the assignment token is malformed")
+    if len(raw) <= MAC_BYTES:
+        raise AssignmentError("the assignment token is malformed (too short)")
+    payload, mac = raw[:-MAC_BYTES], raw[-MAC_BYTES:]
+    if not hmac.compare_digest(mac, _mac(key, payload)):
+        raise AssignmentError("the assignment token's signature is wrong (forged or altered)")
+    return _unpack(payload)
+
+
+def _open_v1(token: str, key: bytes) -> None:
+    """Format 1 (``v1.<base64 JSON>.<mac>``): never parsed; OldTokenError when its MAC
+    is genuine (the planner re-plans the job), AssignmentError when not."""
+    parts = token.split(".")
+    if len(parts) == 3 and all(p and _B64_CHARS.issuperset(p.rstrip("=")) for p in parts[1:]):
+        want = hmac.new(key, f"v1.{parts[1]}".encode(), hashlib.sha256).digest()
+        try:
+            mac = base64.urlsafe_b64decode(parts[2] + "=" * (-len(parts[2]) % 4))
+        except ValueError:
+            mac = b""
+        if hmac.compare_digest(mac, want):
+            raise OldTokenError(
+                "the assignment token is of an older slurm-mig (format 1, no plan id); "
+                "the planner will plan the job again"
+            )
+    raise AssignmentError("the assignment token's signature is wrong (forged or altered)")
+
+
+def check_binding(
+    a: Assignment, *, job_id: str, restart: int, node: str, now: float, max_age: float
+) -> None:
+    """AssignmentError unless the genuine assignment ``a`` is meant for this run of this
+    job on this node and was issued at most ``max_age`` seconds ago."""
+    if a.job_id != str(job_id):
+        raise AssignmentError(f"the assignment is for job {a.job_id}, not job {job_id}")
+    if a.restart != restart:
+        raise AssignmentError(
+            f"the assignment is for run {a.restart} of the job, this is run {restart} "
+            "(stale after a requeue)"
+        )
+    if a.node != node:
+        raise AssignmentError(f"the assignment is for node {a.node}, not {node}")
+    if now - a.issued > max_age:
+        raise AssignmentError(
+            f"the assignment was issued {now - a.issued:.0f} s ago, over the {max_age:.0f} s limit"
+        )
 
 
 def verify(
@@ -90,70 +298,64 @@ def verify(
 ) -> Assignment:
     """The assignment in ``token`` if it is genuine and meant for this run of this job
     on this node, issued at most ``max_age`` seconds ago; else AssignmentError."""
-    parts = token.split(".")
-    if len(parts) != 3 or parts[0] != TOKEN_VERSION:
-        raise AssignmentError("the assignment token is malformed")
-    try:
-        mac = _unb64(parts[2])
-    except ValueError:
-        raise AssignmentError("the assignment token is malformed") from None
-    want = hmac.new(key, f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256).digest()
-    if not hmac.compare_digest(mac, want):
-        raise AssignmentError("the assignment token's signature is wrong (forged or altered)")
-    try:
-        a = Assignment.from_json(json.loads(_unb64(parts[1])))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise AssignmentError(f"the assignment token is malformed: {exc}") from None
-    if a.job_id != str(job_id):
-        raise AssignmentError(f"the assignment is for job {a.job_id}, not job {job_id}")
-    if a.restart != restart:
-        raise AssignmentError(
-            f"the assignment is for run {a.restart} of the job, this is run {restart} "
-            "(stale after a requeue)"
-        )
-    if a.node != node:
-        raise AssignmentError(f"the assignment is for node {a.node}, not {node}")
-    if now - a.issued > max_age:
-        raise AssignmentError(
-            f"the assignment was issued {now - a.issued:.0f} s ago, over the {max_age:.0f} s limit"
-        )
+    a = open_token(token, key)
+    check_binding(a, job_id=job_id, restart=restart, node=node, now=now, max_age=max_age)
     return a
 
 
-def token_from_comment(comment: str | None) -> str | None:
-    """The token in a job comment, or None when there is none."""
-    if not comment:
-        return None
-    m = _TOKEN_RE.search(comment)
-    return m.group(1) if m else None
+# -- the key -------------------------------------------------------------------------------
 
 
-def comment_with_token(comment: str | None, token: str | None) -> str:
-    """``comment`` with its token replaced by ``token`` (removed when None)."""
-    rest = _TOKEN_RE.sub("", comment or "").strip()
-    if token is None:
-        return rest
-    return f"{rest} {COMMENT_TAG}{token}".strip()
+def key_problem(st: os.stat_result, path: Path, euid: int | None = None) -> str | None:
+    """Why a key file with status ``st`` must not be trusted (another owner than root or
+    the process, any group or other permission), with the fix; None when it is fine."""
+    euid = os.geteuid() if euid is None else euid
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path}: the signing key is not a regular file; recreate it with 'slurm-mig keygen'"
+    if st.st_uid not in (0, euid):
+        return (
+            f"{path}: the signing key is owned by uid {st.st_uid}, not root; "
+            f"run 'chown root:root {path}' (whoever owns it can forge any assignment)"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        return (
+            f"{path}: the signing key is readable or writable by others (mode {mode:04o}); "
+            f"run 'chmod 600 {path}' (anyone who can read it can forge any assignment)"
+        )
+    return None
 
 
 def load_key(path: str | Path) -> bytes:
-    """The signing key; an error that names the file and the fix when unusable."""
+    """The signing key; KeyFileError naming the file and the fix when it is missing,
+    unreadable, malformed, or not root's alone (owner root, mode 0600 or stricter)."""
     p = Path(path)
     try:
-        raw = p.read_bytes().strip()
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise AssignmentError(
+        raise KeyFileError(
             f"{p}: no signing key; create one with 'slurm-mig keygen {p}' and copy it to "
             "every node (mode 0600, owner root)"
         ) from None
     except PermissionError:
-        raise AssignmentError(f"{p}: cannot read the signing key (run as root)") from None
+        raise KeyFileError(f"{p}: cannot read the signing key (run as root)") from None
+    except OSError as exc:
+        raise KeyFileError(
+            f"{p}: cannot open the signing key ({exc.strerror}; a symlink is refused)"
+        ) from None
+    try:
+        problem = key_problem(os.fstat(fd), p)
+        if problem:
+            raise KeyFileError(problem)
+        raw = os.read(fd, 4096).strip()
+    finally:
+        os.close(fd)
     try:
         key = bytes.fromhex(raw.decode())
     except (UnicodeDecodeError, ValueError):
-        raise AssignmentError(f"{p}: the signing key must be hex text") from None
+        raise KeyFileError(f"{p}: the signing key must be hex text") from None
     if len(key) < 16:
-        raise AssignmentError(f"{p}: the signing key is too short (want {KEY_BYTES} bytes)")
+        raise KeyFileError(f"{p}: the signing key is too short (want {KEY_BYTES} bytes)")
     return key
 
 

@@ -18,15 +18,26 @@ from dataclasses import dataclass
 __all__ = [
     "HINT_PREFIX",
     "MAX_COMMENT",
+    "MAX_NOTE_CHARS",
+    "MAX_TOKEN_CHARS",
+    "MAX_USER_COMMENT",
     "TOKEN_TAG",
     "Comment",
     "CommentTooLong",
     "parse",
+    "without_tokens",
 ]
 
 MAX_COMMENT = 1024  # Slurm's limit (22.05 through 26.05: longer is refused)
 HINT_PREFIX = "mig:"
 TOKEN_TAG = "migplan="
+# The budget of a Comment in the MIG partition: the user's text (job_submit.lua refuses
+# more), the planner's token word and its note fill Slurm's 1024 exactly.
+MAX_USER_COMMENT = 512  # bytes
+MAX_TOKEN_CHARS = 300  # the longest token the planner signs (about 130 in practice)
+NOTE_FRAME = " [slurm-mig: ]"
+MAX_NOTE_CHARS = MAX_COMMENT - MAX_USER_COMMENT - len(" " + TOKEN_TAG) - MAX_TOKEN_CHARS
+MAX_NOTE_CHARS -= len(NOTE_FRAME)
 _NOTE_RE = re.compile(r"[ \t\n\v\f\r]*\[slurm-mig: [^\]]*\]")
 _TOKEN_RE = re.compile(r"(?:^|[ \t\n\v\f\r])migplan=[^ \t\n\v\f\r]*")
 _WORD_RE = re.compile(r"[^ \t\n\v\f\r]+")  # ASCII whitespace splits words, as Lua's %s
@@ -59,18 +70,16 @@ class Comment:
         base = self.text.strip()
         if self.token is not None:
             base = f"{base} {TOKEN_TAG}{self.token}".strip()
-        if len(base) > MAX_COMMENT:
+        if len(base) > MAX_COMMENT and self.token is not None:
             raise CommentTooLong(
                 f"the job's --comment is {len(self.text.strip())} characters; the planner "
                 f"needs {len(base) - len(self.text.strip())} more for its token and Slurm "
                 f"keeps {MAX_COMMENT}: shorten --comment to at most "
                 f"{MAX_COMMENT - (len(base) - len(self.text.strip()))} characters"
             )
-        if self.note is None:
-            return base
-        room = MAX_COMMENT - len(base) - len(" [slurm-mig: ]")
-        if room <= 0:
-            return base
+        if self.note is None or len(base) > MAX_COMMENT - len(NOTE_FRAME) - 3:
+            return base  # no room for a note (a Comment Slurm took before the limit)
+        room = min(MAX_NOTE_CHARS, MAX_COMMENT - len(base) - len(NOTE_FRAME))
         clean = " ".join(self.note.replace("[", "(").replace("]", ")").split())
         if len(clean) > room:
             clean = clean[: max(0, room - 3)] + "..."
@@ -112,3 +121,9 @@ def parse(raw: str | None) -> Comment:
     token = tokens[-1][len(TOKEN_TAG) :] if tokens else None
     text = _TOKEN_RE.sub("", text)
     return Comment(text.strip(), token, note)
+
+
+def without_tokens(raw: str | None) -> str:
+    """``raw`` without any ``migplan=`` word, the rest as written (what job_submit.lua
+    leaves of a user's Comment)."""
+    return _TOKEN_RE.sub("", raw or "").strip()

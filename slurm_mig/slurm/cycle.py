@@ -41,7 +41,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cache, lru_cache
 from types import MappingProxyType
 from typing import Protocol
@@ -61,7 +61,7 @@ from ..planner.snapshot import (
     Running,
 )
 from . import comment as comments
-from .assignment import Assignment
+from .assignment import Assignment, plan_id
 
 ADMIN_TAG = "slurm-mig:"
 
@@ -307,7 +307,7 @@ def parse_admin_comment(text: str | None) -> Assignment | None:
         extra = set(d) - _RECORD_KEYS
         if extra:
             return None
-        return Assignment(
+        a = Assignment(
             job_id=str(d["job_id"]),
             restart=int(d["restart"]),
             node=str(d["node"]),
@@ -322,6 +322,8 @@ def parse_admin_comment(text: str | None) -> Assignment | None:
             reuse_from=None if d.get("reuse_from") is None else str(d["reuse_from"]),
             keep_for=None if d.get("keep_for") is None else str(d["keep_for"]),
         )
+        plan = d.get("plan")
+        return replace(a, plan=plan if isinstance(plan, str) and plan else plan_id(a))
     except (KeyError, ValueError, TypeError, RecursionError):
         return None
 
@@ -554,14 +556,14 @@ def classify(snap: Snapshot) -> Classified:
             # job_submit.lua's hold, a requeuehold or a deleted reservation: the owner
             # could release it himself
             out.holds.append(Hold(job.job_id, "an admin hold in place of the user's"))
-        problem = _problem(est)
+        problem = _problem(est) or _comment_problem(job.comment)
         if problem is not None:
             out.noted += 1
             fields_ = []
             want_admin = note_admin_comment(problem)
             if job.admin_comment != want_admin:
                 fields_.append(("AdminComment", want_admin))
-            want_comment = comments.parse(job.comment).with_note(problem).render()
+            want_comment = comments.parse(job.comment).with_token(None).with_note(problem).render()
             if job.comment != want_comment:
                 fields_.append(("Comment", want_comment))
             if fields_:
@@ -695,6 +697,20 @@ def _orphaned(job: JobLike, held: set[str]) -> bool:
         if any(n in held for n in m.group(1).split(":")):
             return True
     return False
+
+
+def _comment_problem(raw: str) -> str | None:
+    """Why the job's Comment leaves no room for the planner's token (a Comment written
+    before job_submit.lua refused long ones, or by root), with the fix; or None."""
+    text = comments.parse(raw).text
+    size = len(text.encode())
+    if size <= comments.MAX_USER_COMMENT:
+        return None
+    return (
+        f"its comment has {size} characters, more than the {comments.MAX_USER_COMMENT} "
+        "that leave room for the planner's token; shorten it with scontrol update "
+        "JobId=<id> Comment=..."
+    )
 
 
 def _feasible(est: Estimate | None) -> list[str]:
@@ -952,6 +968,7 @@ def _linked(a: Assignment, keep: str | None, reuse: str | None) -> Assignment:
         a.issued,
         reuse,
         keep,
+        a.plan,
     )
 
 
@@ -982,7 +999,9 @@ def _assignment(
         issued=now,
     )
     old = view.kept.get(jid)
-    return old if old is not None and _same_plan(old, a) else a
+    if old is not None and _same_plan(old, a):
+        return old
+    return replace(a, plan=plan_id(a))
 
 
 def _same_plan(a: Assignment, b: Assignment) -> bool:

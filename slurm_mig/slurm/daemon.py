@@ -28,7 +28,7 @@ from typing import Any, Protocol, TextIO
 
 from ..geometry import get_model
 from . import comment as comments
-from .assignment import load_key, sign
+from .assignment import AssignmentError, load_key, sign
 from .cycle import (
     Action,
     CycleResult,
@@ -120,8 +120,6 @@ class Estimator:
         return hints.key or job.name or f"job-{job.job_id}", hints
 
     def __call__(self, job: Any, models: Iterable[str]) -> Estimate:
-        from ..profiles import estimate_for_job
-
         key, hints = self.key_of(job)
         if isinstance(hints, Exception):
             return Estimate(key, problem=" ".join(str(hints).split()))
@@ -137,30 +135,39 @@ class Estimator:
             hints.restartable,
         )
         if memo not in self._memo:
-            times = {
-                name: estimate_for_job(
-                    self.store,
-                    key,
-                    get_model(name),
-                    hint_seconds=hints.time,
-                    time_limit=job.time_limit,
-                    min_memory=hints.mem,
-                    default_runtime=self.config.default_runtime,
-                    serial_fraction=self.config.serial_fraction,
-                )
-                for name in names
-            }
-            learned = self.store.memory_need(key) if self.store is not None else None
-            mem = max(hints.mem or 0, learned or 0) or None
-            self._memo[memo] = Estimate(
-                key,
-                times,
-                mem,
-                pcie=hints.pcie or 0.0,
-                alpha=hints.alpha if hints.alpha is not None else 1.0,
-                restartable=bool(hints.restartable),
-            )
+            try:
+                self._memo[memo] = self._estimate(job, key, hints, names)
+            except (ValueError, ArithmeticError) as exc:  # one job's data, not the daemon's
+                text = " ".join(str(exc).split()) or type(exc).__name__
+                return Estimate(key, problem=f"cannot estimate its runtime: {text}")
         return self._memo[memo]
+
+    def _estimate(self, job: Any, key: str, hints: Any, names: tuple[str, ...]) -> Estimate:
+        from ..profiles import estimate_for_job
+
+        times = {
+            name: estimate_for_job(
+                self.store,
+                key,
+                get_model(name),
+                hint_seconds=hints.time,
+                time_limit=job.time_limit,
+                min_memory=hints.mem,
+                default_runtime=self.config.default_runtime,
+                serial_fraction=self.config.serial_fraction,
+            )
+            for name in names
+        }
+        learned = self.store.memory_need(key) if self.store is not None else None
+        mem = max(hints.mem or 0, learned or 0) or None
+        return Estimate(
+            key,
+            times,
+            mem,
+            pcie=hints.pcie or 0.0,
+            alpha=hints.alpha if hints.alpha is not None else 1.0,
+            restartable=bool(hints.restartable),
+        )
 
 
 def build_snapshot(
@@ -258,7 +265,7 @@ def apply_actions(
                 "%s",
                 action.describe(),
             )
-        except (SlurmError, OSError, comments.CommentTooLong) as exc:
+        except (SlurmError, OSError, comments.CommentTooLong, AssignmentError) as exc:
             failed_jobs.add(action.job_id)
             text = " ".join(str(exc).split()) or exc.__class__.__name__
             report.failed.append((action.job_id, text))
@@ -532,7 +539,7 @@ def run_planner(
 ) -> int:
     """``slurm-mig planner``: load config, key and runtime store, then run."""
     from ..config import load_config
-    from ..profiles import RuntimeStore
+    from ..profiles import DAEMON_BUSY_TIMEOUT_S, GuardedStore, RuntimeStore, prepare_state_dir
 
     config = load_config(config_path)
     _log_to_file(config)
@@ -542,8 +549,15 @@ def run_planner(
 
         client = SlurmClient()
     path = Path(config.state_dir) / "profiles.sqlite"
-    # a dry run writes nothing, not even a new runtime store
-    store = RuntimeStore(path) if path.exists() or not dry_run else None
+    if not dry_run:
+        prepare_state_dir(path.parent)  # 0750: the store and the status file are root's
+    # a dry run writes nothing, not even a new runtime store; a store that cannot be
+    # read costs a cycle at most one short busy timeout and plans go on from hints
+    store = (
+        GuardedStore(RuntimeStore(path, busy_timeout=DAEMON_BUSY_TIMEOUT_S))
+        if path.exists() or not dry_run
+        else None
+    )
     daemon = PlannerDaemon(config, client, store, key, dry_run=dry_run, out=out)
     if threading.current_thread() is threading.main_thread():
         daemon.install_signals()

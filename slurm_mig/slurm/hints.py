@@ -7,15 +7,17 @@ Grammar: one whitespace-separated word ``mig:k=v,k=v,...`` among free text (the 
 - ``mem``: memory the job needs: plain bytes, or a number with a binary unit
   K, M, G, T (also written KiB/KB, MiB/MB, ...; any case; G = GB = GiB = 2**30 bytes,
   as MIG profile names use "gb"); above 0, at most 1 PiB;
-- ``iters``: a positive whole number;
+- ``iters``: a whole number from 1 to 10**9;
 - ``time``: expected runtime: seconds (``90``), a number with a unit s/m/h/d
   (``90s``, ``15m``, ``1.5h``), or ``M:SS`` / ``H:MM:SS``; above 0, at most 366 days;
-- ``pcie``: PCIe bandwidth the job needs in GB/s, a decimal number >= 0;
-- ``alpha``: a decimal number > 0;
+- ``pcie``: PCIe bandwidth the job needs in GB/s, a decimal number from 0 to 1000;
+- ``alpha``: a decimal number above 0, at most 100;
 - ``restartable``: ``yes`` or ``no``.
 
-The input is untrusted: anything else is a `HintError` whose message names the setting,
-shows the bad text and says the fix. ``contrib/job_submit.lua`` implements the same
+The whole word is at most 256 bytes. The input is untrusted: anything else is a
+`HintError` (and nothing else: numbers of any length are read as floats first, so no
+conversion can overflow) whose message names the setting, shows the bad text and says
+the fix. ``contrib/job_submit.lua`` implements the same
 grammar with the same messages; ``tests/test_hints.py`` holds the cases both must agree on.
 """
 
@@ -25,12 +27,17 @@ import math
 import re
 from dataclasses import dataclass
 
+from .comment import MAX_COMMENT, MAX_USER_COMMENT
+
 PREFIX = "mig:"
-TOKEN_PREFIX = "migplan="
 KEYS = ("key", "mem", "iters", "time", "pcie", "alpha", "restartable")
 
 MAX_SIZE = 2**50  # bytes (1 PiB): beyond it a size is a typo, and no longer exact
 MAX_DURATION = 366 * 86400.0  # seconds
+MAX_ITERS = 10**9
+MAX_PCIE = 1000.0  # GB/s: beyond any PCIe or NVLink-C2C link
+MAX_ALPHA = 100.0
+MAX_WORD_BYTES = 256
 SIZE_FIX = "write bytes or a size like 12G or 512MiB"
 TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
 _KIND_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -92,10 +99,11 @@ def parse_duration(text: str) -> float:
         c = _CLOCK_RE.fullmatch(text)
         if not c:
             raise HintError(f"'{text}' is not a duration; {TIME_FIX}")
-        hours, minutes, secs = int(c.group(1) or 0), int(c.group(2)), int(c.group(3))
+        # hours as a float, as Lua reads them: any number of digits, no overflow
+        hours, minutes, secs = float(c.group(1) or 0), int(c.group(2)), int(c.group(3))
         if secs >= 60 or (c.group(1) is not None and minutes >= 60):
             raise HintError(f"'{text}': minutes and seconds must be below 60; {TIME_FIX}")
-        seconds = float(hours * 3600 + minutes * 60 + secs)
+        seconds = hours * 3600 + minutes * 60 + secs
     if seconds > MAX_DURATION:
         raise HintError(f"'{text}' is more than 366 days; {TIME_FIX}")
     if seconds <= 0:
@@ -110,20 +118,26 @@ def _parse_kind(text: str) -> str:
 
 
 def _parse_iters(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or int(text) <= 0:
+    if not text.isascii() or not text.isdigit() or float(text) <= 0:
         raise HintError(f"'{text}' is not a whole number above 0; write e.g. iters=1000")
-    return int(text)
+    if float(text) > MAX_ITERS:
+        raise HintError(f"'{text}' is more than {MAX_ITERS} iterations; write e.g. iters=1000")
+    return int(text.lstrip("0"))
 
 
 def _parse_pcie(text: str) -> float:
     if not _DECIMAL_RE.fullmatch(text) or not math.isfinite(float(text)):
         raise HintError(f"'{text}' is not a bandwidth in GB/s; write a number >= 0, e.g. pcie=12.5")
+    if float(text) > MAX_PCIE:
+        raise HintError(f"'{text}' is more than {MAX_PCIE:g} GB/s; write e.g. pcie=12.5")
     return float(text)
 
 
 def _parse_alpha(text: str) -> float:
     if not _DECIMAL_RE.fullmatch(text) or not 0 < float(text) < math.inf:
         raise HintError(f"'{text}' is not a number above 0; write e.g. alpha=0.9")
+    if float(text) > MAX_ALPHA:
+        raise HintError(f"'{text}' is more than {MAX_ALPHA:g}; write e.g. alpha=0.9")
     return float(text)
 
 
@@ -148,6 +162,19 @@ def _fail(shown: str, problem: str) -> HintError:
     return HintError(f"slurm-mig: hint '{shown}': {problem}")
 
 
+def comment_problem(comment: str | None, partition: str = "mig") -> str | None:
+    """Why a user's Comment (without planner tokens) is too long for the MIG partition,
+    or None; the message job_submit.lua gives at sbatch and scontrol update."""
+    size = len((comment or "").encode())
+    if size <= MAX_USER_COMMENT:
+        return None
+    return (
+        f"slurm-mig: the comment has {size} characters, more than {MAX_USER_COMMENT} in the "
+        f"{partition} partition (Slurm keeps {MAX_COMMENT}; the rest is for the "
+        "planner's token and notes); shorten it"
+    )
+
+
 def hint_word(comment: str | None) -> str | None:
     """The ``mig:`` word of a comment, or None; HintError if there are several."""
     words = [w for w in _WORD_RE.findall(comment or "") if w.startswith(PREFIX)]
@@ -163,6 +190,11 @@ def parse_hints(comment: str | None) -> Hints:
     word = hint_word(comment)
     if word is None:
         return Hints()
+    size = len(word.encode())
+    if size > MAX_WORD_BYTES:
+        raise _fail(
+            "mig:...", f"{size} characters, more than {MAX_WORD_BYTES}; shorten the mig: word"
+        )
     body = word[len(PREFIX) :]
     if not body:
         raise _fail(word, "no settings; write mig:key=value,... e.g. mig:mem=12G,time=2h")
@@ -186,4 +218,8 @@ def parse_hints(comment: str | None) -> Hints:
             values[key] = _PARSERS[key](value)
         except HintError as exc:
             raise _fail(item, str(exc)) from None
+        except (ValueError, ArithmeticError) as exc:  # a bug: still the user's one line
+            raise _fail(
+                item, f"cannot be read ({type(exc).__name__}); write a plain value"
+            ) from None
     return Hints(**values)  # type: ignore[arg-type]

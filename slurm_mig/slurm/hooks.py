@@ -2,9 +2,10 @@
 
 The hooks decide from their environment and node-local records only (no Slurm calls on
 the normal path): the Prolog (root) checks the job's signed assignment token, creates or
-adopts its instance under the node lock and writes a record; the TaskProlog (the job's
-user) turns the record into ``export CUDA_VISIBLE_DEVICES=<MIG uuid>``; the Epilog (root)
-destroys the instance or keeps it for the next job. The only Slurm calls: draining the
+adopts its instance under the node lock and writes a record, and a copy only the job's
+user can read; the TaskProlog (that user) turns the copy into
+``export CUDA_VISIBLE_DEVICES=<MIG uuid>``; the Epilog (root) destroys the instance or
+keeps it for the next job. The only Slurm calls: draining the
 node on a device fault, and ``scontrol requeuehold`` from the TaskProlog.
 
 `prolog`, `task_prolog` and `epilog` decide and return an `Outcome` (exit status, lines
@@ -16,22 +17,29 @@ state and the device backends are imported (no numpy, no planner).
 
 from __future__ import annotations
 
-import base64
-import json
-import math
 import os
 import re
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import Config, ConfigError, load_config
 from ..devices.base import DeviceError, Instance, InstanceNotFound, MigBackend
 from ..geometry import GeometryError, Placement, get_model
-from .assignment import Assignment, AssignmentError, load_key, token_from_comment, verify
-from .nodestate import JobRecord, KeptInstance, NodeState, NodeStateError, Refusal
+from . import comment as comments
+from .assignment import (
+    Assignment,
+    AssignmentError,
+    OldTokenError,
+    check_binding,
+    load_key,
+    open_token,
+    valid_plan_id,
+)
+from .nodestate import JobRecord, KeptInstance, LockBusyError, NodeState, NodeStateError, Refusal
 
 if TYPE_CHECKING:
     from .hints import Hints
@@ -39,7 +47,9 @@ if TYPE_CHECKING:
 # syslog priorities (the numbers of <syslog.h>), kept here so deciding needs no syslog.
 ERR, WARNING, INFO = 3, 4, 6
 HOOKS = ("prolog", "epilog", "taskprolog")
+MAX_COMMENT = 4096  # Slurm caps a Comment at 1024; more is not Slurm's doing
 _JOB_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+_GPU_CHARS = frozenset("0123456789,-")  # SLURM_JOB_GPUS: GRES indices
 _EXTRA_PATH = "/usr/bin:/usr/local/bin:/bin:/usr/sbin:/sbin"
 
 Clock = Callable[[], float]
@@ -59,11 +69,14 @@ class JobEnv:
     partition: str
     comment: str
     problem: str | None = None  # a malformed variable: the prolog refuses the job
+    uid: int | None = None  # SLURM_JOB_UID: the job's user, who may read its task record
+    gpus: str = ""  # SLURM_JOB_GPUS: the GRES Slurm gave the job (see check_current)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JobEnv:
-        """Read SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_PARTITION, SLURM_JOB_COMMENT and
-        the restart count (SLURM_JOB_RESTART_COUNT, or SLURM_RESTART_COUNT in a task)."""
+        """Read SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_PARTITION, SLURM_JOB_COMMENT,
+        SLURM_JOB_UID, SLURM_JOB_GPUS and the restart count (SLURM_JOB_RESTART_COUNT, or
+        SLURM_RESTART_COUNT in a task); every value's length and form is bounded."""
         job_id = env.get("SLURM_JOB_ID", "").strip()
         if not job_id:
             raise HookInputError(
@@ -75,23 +88,39 @@ class JobEnv:
         node = env.get("SLURMD_NODENAME", "").strip()
         if not node:
             raise HookInputError("no SLURMD_NODENAME in the environment (is slurmd running it?)")
+        if len(node) > 255:
+            raise HookInputError(f"SLURMD_NODENAME {node[:20]!r}... is not a node name")
         problem = None
         raw = env.get("SLURM_JOB_RESTART_COUNT", env.get("SLURM_RESTART_COUNT", "")).strip()
-        try:
-            restart = int(raw) if raw else 0
-            if restart < 0:
-                raise ValueError
-        except ValueError:
-            restart = 0
-            problem = f"the restart count {raw!r} from Slurm is not a whole number >= 0"
+        restart = int(raw) if _digits(raw, 9) else 0
+        if raw and not _digits(raw, 9):
+            problem = f"the restart count {raw[:20]!r} from Slurm is not a whole number >= 0"
+        comment = env.get("SLURM_JOB_COMMENT", "")
+        if len(comment) > MAX_COMMENT:
+            problem = problem or (
+                f"the job comment has {len(comment)} characters; Slurm allows 1024"
+            )
+            comment = ""
+        raw_uid = env.get("SLURM_JOB_UID", "").strip()
+        gpus = env.get("SLURM_JOB_GPUS", "").strip()
+        if len(gpus) > 256 or not _GPU_CHARS.issuperset(gpus):
+            problem = problem or f"SLURM_JOB_GPUS {gpus[:20]!r} from Slurm is not a GRES index list"
+            gpus = ""
         return cls(
             job_id=job_id,
             restart=restart,
             node=node,
-            partition=env.get("SLURM_JOB_PARTITION", "").strip(),
-            comment=env.get("SLURM_JOB_COMMENT", ""),
+            partition=env.get("SLURM_JOB_PARTITION", "").strip()[:255],
+            comment=comment,
             problem=problem,
+            uid=int(raw_uid) if _digits(raw_uid, 10) and int(raw_uid) < 2**32 - 1 else None,
+            gpus=gpus,
         )
+
+
+def _digits(text: str, most: int) -> bool:
+    """1 to ``most`` ASCII digits."""
+    return 0 < len(text) <= most and text.isascii() and text.isdigit()
 
 
 @dataclass
@@ -147,11 +176,12 @@ def check_assignment(
     job: JobEnv, key: bytes, models: tuple[str, ...], token_ttl: float, now: float
 ) -> Assignment | Refusal:
     """The job's assignment if its token is genuine, current and possible on this node;
-    else a refusal: requeue when the planner can fix it (missing, stale, other node),
-    fail when the job cannot run as it is (forged, malformed, impossible, bad hint)."""
+    else a refusal: requeue when the planner can fix it (missing, stale, superseded,
+    other node), fail when the job cannot run as it is (forged, malformed, another job's,
+    impossible, bad hint). The token's MAC is checked before its payload is read."""
     if job.problem:
         return Refusal(job.job_id, "fail", job.problem)
-    token = token_from_comment(job.comment)
+    token = comments.parse(job.comment).token
     if token is None:
         return Refusal(
             job.job_id,
@@ -160,17 +190,20 @@ def check_assignment(
             "has not released this job (was it released by hand?)",
         )
     try:
-        a = verify(
-            token,
-            key,
-            job_id=job.job_id,
-            restart=job.restart,
-            node=job.node,
-            now=now,
-            max_age=token_ttl,
+        a = open_token(token, key)
+    except OldTokenError as exc:
+        return Refusal(job.job_id, "requeue", str(exc))
+    except AssignmentError as exc:
+        return Refusal(job.job_id, "fail", str(exc))
+    try:
+        check_binding(
+            a, job_id=job.job_id, restart=job.restart, node=job.node, now=now, max_age=token_ttl
         )
     except AssignmentError as exc:
-        return Refusal(job.job_id, _token_action(token, key, job.job_id), str(exc))
+        return Refusal(job.job_id, "requeue" if a.job_id == job.job_id else "fail", str(exc))
+    stale = check_current(a, job)
+    if stale:
+        return Refusal(job.job_id, "requeue", stale)
     problem = impossible(a, models)
     if problem:
         return Refusal(job.job_id, "fail", problem)
@@ -178,6 +211,20 @@ def check_assignment(
     if hint_problem:
         return Refusal(job.job_id, "fail", hint_problem)
     return a
+
+
+def check_current(a: Assignment, job: JobEnv) -> str | None:
+    """Why the genuine token's assignment ``a`` is not the planner's current plan for
+    this run of the job (a replayed token of an earlier plan), or None.
+
+    The Prolog cannot read the AdminComment; the planner's current record reaches it
+    through the job's GRES: once the planner sets each job's TresPerNode to its
+    instance's gres.conf record, compare ``job.gpus`` (SLURM_JOB_GPUS) with the record
+    ``a`` names here. Until then: ``a`` must name a well-formed plan id (job, run, node
+    and expiry are checked by `check_binding`)."""
+    if not valid_plan_id(a.plan):
+        return f"the assignment names no valid plan id ({a.plan[:30]!r}); the planner re-plans it"
+    return None
 
 
 def _hints(comment: str) -> tuple[Hints | None, str | None]:
@@ -191,28 +238,6 @@ def _hints(comment: str) -> tuple[Hints | None, str | None]:
         return parse_hints(comment), None
     except HintError as exc:
         return None, str(exc).removeprefix("slurm-mig: ")
-
-
-def _token_action(token: str, key: bytes, job_id: str) -> str:
-    """``requeue`` for a genuine token of this job that is stale or for another node,
-    ``fail`` for a forged or malformed token or one copied from another job."""
-    try:
-        payload = token.split(".")[1]
-        claimed = Assignment.from_json(
-            json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        )
-        verify(
-            token,
-            key,
-            job_id=claimed.job_id,
-            restart=claimed.restart,
-            node=claimed.node,
-            now=claimed.issued,
-            max_age=math.inf,
-        )
-    except (AssignmentError, ValueError, TypeError, IndexError, AttributeError):
-        return "fail"
-    return "requeue" if claimed.job_id == job_id else "fail"
 
 
 def impossible(a: Assignment, models: tuple[str, ...]) -> str | None:
@@ -254,8 +279,12 @@ def prolog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time
         models = config.gpu_models(job.node)
         key = load_key(config.key_file)
         state = NodeState(config.run_dir_for(job.node), warn=out.warn)
-        with state.lock():
-            _prolog_locked(job, config, models, key, backend, state, clock, out)
+        try:
+            with state.lock(config.lock_timeout):
+                _prolog_locked(job, config, models, key, backend, state, clock, out)
+        except LockBusyError as exc:
+            # Per-job files only, no lock needed; the planner plans the job again.
+            _refuse(state, Refusal(job.job_id, "requeue", str(exc)), job, out)
     except (ConfigError, AssignmentError, NodeStateError) as exc:
         out.fault(str(exc))
     return out
@@ -277,6 +306,7 @@ def _prolog_locked(
         if rec is not None and rec.restart == job.restart:
             if any(i.uuid == rec.uuid for i in backend.instances(rec.gpu)):
                 state.remove_refusal(job.job_id)
+                state.put_task(rec, job.uid)
                 out.say(f"reusing {_describe(rec)}, prepared by an earlier try of this prolog")
                 return
             out.warn(f"its record names {_describe(rec)}, which is gone; preparing it again")
@@ -288,29 +318,30 @@ def _prolog_locked(
             out.say(f"run {rec.restart} of this job left {_describe(rec)}; reclaiming it")
         verdict = check_assignment(job, key, models, config.token_ttl, now)
         if isinstance(verdict, Refusal):
-            _refuse(state, verdict, out)
+            _refuse(state, verdict, job, out)
             return
         placed = _place(verdict, job, state, backend, clock, out)
     except DeviceError as exc:
         if exc.node_fault:
             out.fault(str(exc))
         else:
-            _refuse(
-                state, Refusal(job.job_id, "requeue", f"cannot prepare the instance: {exc}"), out
-            )
+            refusal = Refusal(job.job_id, "requeue", f"cannot prepare the instance: {exc}")
+            _refuse(state, refusal, job, out)
         return
     if isinstance(placed, Refusal):
-        _refuse(state, placed, out)
+        _refuse(state, placed, job, out)
         return
     state.put_job(placed)
+    state.put_task(placed, job.uid)
     state.remove_refusal(job.job_id)
     fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
     if fault is not None:
         out.warn(f"could not reclaim an expired kept instance (the epilog will retry): {fault}")
 
 
-def _refuse(state: NodeState, refusal: Refusal, out: Outcome) -> None:
+def _refuse(state: NodeState, refusal: Refusal, job: JobEnv, out: Outcome) -> None:
     state.put_refusal(refusal)
+    state.put_task(refusal, job.uid)
     out.warn(f"refused (action {refusal.action}): {refusal.reason}")
 
 
@@ -408,9 +439,11 @@ def _reclaim_expired(
     state: NodeState, backend: MigBackend, now: float, job_id: str, out: Outcome
 ) -> DeviceError | None:
     """Destroy kept instances whose wait is over or whose job has moved on; the first
-    node fault is returned."""
-    moved_on = _moved_on(state)
-    for k in state.kept():
+    node fault is returned. The runtime log is read only while an instance waits."""
+    kept = state.kept()
+    waiting = any(k.until > now and k.for_job for k in kept)
+    moved_on = _moved_on(state) if waiting else set()
+    for k in kept:
         if k.until > now and k.for_job not in moved_on:
             continue
         try:
@@ -439,12 +472,13 @@ def task_prolog(job: JobEnv, config: Config) -> Outcome:
         return Outcome()
     out = Outcome()
     state = NodeState(config.run_dir_for(job.node), warn=out.warn)
-    rec = state.job(job.job_id)
+    item = state.task(job.job_id)  # the job's own record: root's are not readable here
+    rec = item if isinstance(item, JobRecord) else None
     if rec is not None and rec.restart == job.restart:
         out.stdout.append(f"export CUDA_VISIBLE_DEVICES={rec.uuid}")
         out.say(f"CUDA_VISIBLE_DEVICES={rec.uuid}: {describe(rec.profile, rec.placement, rec.gpu)}")
         return out
-    refusal = state.refusal(job.job_id)
+    refusal = item if isinstance(item, Refusal) else None
     if refusal is not None:
         out.stdout += [NO_GPU, f"print slurm-mig: {refusal.reason}"]
         if refusal.action == "requeue":
@@ -478,20 +512,54 @@ def epilog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time
     try:
         models = config.gpu_models(job.node)
         state = NodeState(config.run_dir_for(job.node), warn=out.warn)
-        with state.lock():
-            rec = state.job(job.job_id)
-            state.remove_refusal(job.job_id)
-            if rec is None:
-                out.say("no instance recorded for this job; nothing to destroy")
-            else:
-                _release(rec, job, config, models, backend, state, clock, out)
-            if out.drain is None:
-                fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
-                if fault is not None:
-                    out.fault(f"cannot reclaim an expired kept instance: {fault}")
+        try:
+            with state.lock(config.lock_timeout):
+                _epilog_locked(job, config, models, backend, state, clock, out)
+        except LockBusyError as exc:
+            _hand_over(job, models, state, clock(), str(exc), out)
     except (ConfigError, NodeStateError) as exc:
         out.fault(str(exc))
     return out
+
+
+def _epilog_locked(
+    job: JobEnv,
+    config: Config,
+    models: tuple[str, ...],
+    backend: MigBackend,
+    state: NodeState,
+    clock: Clock,
+    out: Outcome,
+) -> None:
+    rec = state.job(job.job_id)
+    state.remove_refusal(job.job_id)
+    state.remove_task(job.job_id)
+    if rec is None:
+        out.say("no instance recorded for this job; nothing to destroy")
+    else:
+        _release(rec, job, config, models, backend, state, clock, out)
+    if out.drain is None:
+        fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
+        if fault is not None:
+            out.fault(f"cannot reclaim an expired kept instance: {fault}")
+
+
+def _hand_over(
+    job: JobEnv, models: tuple[str, ...], state: NodeState, now: float, why: str, out: Outcome
+) -> None:
+    """Without the lock: leave the job's instance, expired, to the next prolog or
+    epilog to destroy (writing the kept record before dropping the job record keeps it
+    accounted for at every moment), and record the runtime."""
+    rec = state.job(job.job_id)
+    state.remove_refusal(job.job_id)
+    state.remove_task(job.job_id)
+    if rec is None:
+        out.warn(f"{why}; no instance recorded for this job")
+        return
+    state.put_kept(_kept(rec, for_job=None, until=now))
+    state.remove_job(job.job_id)
+    out.warn(f"{why}; left {_describe(rec)} for the next hook on this node to destroy")
+    _record_runtime(rec, job, models, now, state, out, rotate=False)
 
 
 def _release(
@@ -525,6 +593,22 @@ def _release(
                 out.fault(f"cannot destroy {_describe(rec)}: {exc}")
             else:
                 out.warn(f"cannot destroy {_describe(rec)}, leaving it: {exc}")
+    _record_runtime(rec, job, models, end, state, out, freed=clock())
+    state.remove_job(rec.job_id)
+
+
+def _record_runtime(
+    rec: JobRecord,
+    job: JobEnv,
+    models: tuple[str, ...],
+    end: float,
+    state: NodeState,
+    out: Outcome,
+    rotate: bool = True,
+    freed: float | None = None,
+) -> None:
+    """One line in the node's runtime log (``freed``: when its slices were free or handed
+    on, default ``end``); a failure (a full disk) is only a warning."""
     entry = {
         "job_id": rec.job_id,
         "restart": rec.restart,
@@ -532,15 +616,14 @@ def _release(
         "gpu": rec.gpu,
         "model": models[rec.gpu] if 0 <= rec.gpu < len(models) else None,
         "profile": rec.profile,
-        "seconds": round(seconds, 3),
+        "seconds": round(max(0.0, end - rec.ready), 3),
         "end": end,
-        "freed": clock(),  # the slices are free (or handed to the next job) from here
+        "freed": end if freed is None else freed,
     }
     try:
-        state.append_runtime(entry)
+        state.append_runtime(entry, rotate=rotate)
     except NodeStateError as exc:
         out.warn(f"runtime not recorded: {exc}")
-    state.remove_job(rec.job_id)
 
 
 def _hint_key(comment: str) -> str | None:
@@ -593,11 +676,8 @@ def emit(
         print(f"slurm-mig {line}", file=sys.stderr)
     if config is not None and config.log_file is not None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        try:
-            with open(config.log_file, "a", encoding="utf-8") as f:
-                f.writelines(f"{stamp} {node} slurm-mig {line}\n" for _, line in lines)
-        except OSError:
-            pass
+        text = "".join(f"{stamp} {node} slurm-mig {line}\n" for _, line in lines)
+        _append_log(config.log_file, text.encode())
     try:
         import syslog
 
@@ -607,6 +687,25 @@ def emit(
         syslog.closelog()
     except (ImportError, OSError):
         pass
+
+
+def _append_log(path: Path, data: bytes) -> None:
+    """Append to the hooks' log file, best effort. Only root creates it (0600); a file
+    someone else owns is left alone (the TaskProlog, as the user, writes only where the
+    file lets it)."""
+    root = os.geteuid() == 0
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | (os.O_CREAT if root else 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        return
+    try:
+        if not root or os.fstat(fd).st_uid == 0:
+            os.write(fd, data)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _run(

@@ -1,38 +1,56 @@
 """Node-local records of which job owns which MIG instance, shared by the hooks.
 
-Layout under ``config.run_dir_for(node)`` (directory 0755, files 0644, so the
-TaskProlog, running as the job's user, can read what the root prolog wrote):
+Layout under ``config.run_dir_for(node)`` (0711, root: users may pass, not list):
 
-- ``jobs/<job_id>.json``: the instance a job runs on (`JobRecord`).
-- ``refused/<job_id>.json``: why the prolog gave a job no instance (`Refusal`).
-- ``kept/<uuid>.json``: an instance kept after its job for the next one (`KeptInstance`).
-- ``runtimes.jsonl``: one line per finished job (written by the epilog).
-- ``lock``: the prolog and epilog hold an exclusive ``fcntl`` lock on it while they decide.
+- ``private/`` (0700, files 0600): what only the root hooks read and write.
+  - ``lock``: the prolog and epilog hold an exclusive ``flock`` on it while they decide
+    (root-only, so no job can hold it and stall the node's hooks).
+  - ``jobs/<job_id>.json``: the instance a job runs on (`JobRecord`).
+  - ``refused/<job_id>.json``: why the prolog gave a job no instance (`Refusal`).
+  - ``kept/<uuid>.json``: an instance kept after its job for the next one (`KeptInstance`).
+  - ``runtimes.jsonl``: one line per finished job (the epilog's log), rotated to
+    ``runtimes.jsonl.1`` at `RUNTIMES_MAX_BYTES`; only its tail is ever read.
+- ``task/<job_id>.json`` (0400, owned by the job's user, in a 0711 directory): the
+  TaskProlog's view of its own job (its `JobRecord` or `Refusal`), readable by that
+  user alone.
 
-Writes are atomic (temporary file + rename), so readers never see half a record. Only
-the standard library and ``geometry`` are imported: the hooks are on the job start path.
+Writes are atomic (temporary file + rename), so readers never see half a record. A
+directory or lock of another owner is refused; a mode that is too open is repaired.
+Only the standard library and ``geometry`` are imported: the hooks are on the job
+start path.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..geometry import Placement
+from ..safefs import UnsafePathError, check_file, secure_dir
 
 ACTIONS = ("fail", "requeue")
+RUNTIMES_MAX_BYTES = 1 << 20  # runtimes.jsonl is rotated beyond this (about 5000 jobs)
+TAIL_MAX_BYTES = 256 << 10  # most of the runtime log a hook reads
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+_RECORD_ERRORS = (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError)
+_OLD_LAYOUT = ("jobs", "refused", "kept", "runtimes.jsonl")  # before private/ (issue 10)
 
 
 class NodeStateError(OSError):
     """The run directory cannot be created or written; the message names the path."""
+
+
+class LockBusyError(RuntimeError):
+    """The node lock was not free within the timeout (another hook is stuck)."""
 
 
 def _placement(data: object) -> Placement:
@@ -130,10 +148,12 @@ class KeptInstance:
 
 
 class NodeState:
-    """The records of one node under ``root``; ``warn`` hears of unreadable records."""
+    """The records of one node under ``root``; ``warn`` hears of unreadable records and
+    of repaired modes."""
 
     def __init__(self, root: str | Path, warn: Callable[[str], None] | None = None) -> None:
         self.root = Path(root)
+        self.private = self.root / "private"
         self._warn = warn or (lambda _msg: None)
 
     # -- paths --------------------------------------------------------------------
@@ -141,57 +161,103 @@ class NodeState:
     def _path(self, kind: str, name: str) -> Path:
         if not _SAFE_NAME.match(name):
             raise ValueError(f"{kind} record name {name!r} is not a plain file name")
-        return self.root / kind / f"{name}.json"
+        base = self.root if kind == "task" else self.private
+        return base / kind / f"{name}.json"
 
     @property
     def runtimes_path(self) -> Path:
-        return self.root / "runtimes.jsonl"
+        return self.private / "runtimes.jsonl"
 
-    def _ensure(self, directory: Path) -> None:
-        """Create ``directory`` and missing parents 0755 whatever the umask (the
-        TaskProlog, running as the user, must be able to read the records)."""
-        missing = []
-        d = directory
-        while not d.is_dir():
-            missing.append(d)
-            d = d.parent
+    def secure(self) -> None:
+        """Create or check the run directory, ``private/`` and ``task/`` (owner and
+        mode; a wrong mode is repaired and reported, a wrong owner refused), and move
+        the records of the layout before ``private/`` into it."""
         try:
-            for d in reversed(missing):
-                try:
-                    d.mkdir()
-                except FileExistsError:
-                    continue
-                os.chmod(d, 0o755)
+            for path, mode in (
+                (self.root, 0o711),
+                (self.private, 0o700),
+                (self.root / "task", 0o711),
+            ):
+                repaired = secure_dir(path, mode)
+                if repaired:
+                    self._warn(f"repaired: {repaired}")
+        except UnsafePathError as exc:
+            raise NodeStateError(f"unsafe run directory: {exc}") from None
         except OSError as exc:
             raise NodeStateError(
-                f"cannot create {directory}: {exc.strerror} (run the hooks as root, or fix "
-                "[paths] run_dir in the config)"
+                f"cannot create {exc.filename or self.root}: {exc.strerror} (run the hooks as "
+                "root, or fix [paths] run_dir in the config)"
             ) from None
+        self._move_old_layout()
+
+    def _move_old_layout(self) -> None:
+        for name in _OLD_LAYOUT:
+            old, new = self.root / name, self.private / name
+            if os.path.lexists(old) and not os.path.lexists(new):
+                try:
+                    os.rename(old, new)
+                except OSError as exc:
+                    self._warn(f"cannot move {old} into {self.private}: {exc.strerror}")
+        (self.root / "lock").unlink(missing_ok=True)
+
+    def _ensure(self, directory: Path, mode: int = 0o700) -> None:
+        """Create ``directory`` under the secured run directory."""
+        if directory.is_dir():
+            return
+        self.secure()
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise NodeStateError(f"cannot create {directory}: {exc.strerror}") from None
 
     # -- locking and raw I/O ---------------------------------------------------------
 
     @contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the node's exclusive state lock (prolog and epilog decide under it)."""
-        self._ensure(self.root)
-        path = self.root / "lock"
+    def lock(self, timeout: float = 60.0, poll: float = 0.02) -> Iterator[None]:
+        """Hold the node's exclusive state lock (prolog and epilog decide under it);
+        LockBusyError when it is not free within ``timeout`` seconds."""
+        self.secure()
+        path = self.private / "lock"
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             raise NodeStateError(f"cannot open the lock file {path}: {exc.strerror}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                repaired = check_file(path, fd, 0o600)
+            except UnsafePathError as exc:
+                raise NodeStateError(f"unsafe lock file: {exc}") from None
+            if repaired:
+                self._warn(f"repaired: {repaired}")
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockBusyError(
+                            f"the node's slurm-mig lock {path} was not free within "
+                            f"{timeout:g} s (another prolog or epilog is stuck; see "
+                            "[hooks] lock_timeout)"
+                        ) from None
+                    time.sleep(poll)
             yield
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _write(self, path: Path, data: dict) -> None:
-        self._ensure(path.parent)
+    def _write(self, path: Path, data: dict, mode: int = 0o600, uid: int | None = None) -> None:
+        self._ensure(path.parent, 0o711 if path.parent.name == "task" else 0o700)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                os.fchmod(fd, mode)
+                if uid is not None and uid != os.geteuid():
+                    os.fchown(fd, uid, -1)
                 f.write(json.dumps(data, sort_keys=True) + "\n")
-            os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
@@ -202,13 +268,13 @@ class NodeState:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            self._warn(f"cannot read {path}: {exc.strerror}; ignoring it")
+        except (OSError, UnicodeDecodeError) as exc:
+            self._warn(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}; ignoring it")
             return None
         try:
             return parse(json.loads(text))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            self._warn(f"{path} is not a valid record ({exc}); ignoring it")
+        except _RECORD_ERRORS as exc:
+            self._warn(f"{path} is not a valid record ({type(exc).__name__}: {exc}); ignoring it")
             return None
 
     def _remove(self, path: Path) -> bool:
@@ -222,7 +288,7 @@ class NodeState:
 
     def _all(self, kind: str, parse: Callable[[dict], object]) -> list:
         try:
-            paths = sorted((self.root / kind).glob("*.json"))
+            paths = sorted((self.private / kind).glob("*.json"))
         except OSError:
             return []
         found = (self._read(p, parse) for p in paths if not p.name.startswith("."))
@@ -260,32 +326,93 @@ class NodeState:
     def remove_kept(self, uuid: str) -> bool:
         return self._remove(self._path("kept", _file_name(uuid)))
 
+    # -- the TaskProlog's view of its own job ------------------------------------------
+
+    def task(self, job_id: str) -> JobRecord | Refusal | None:
+        """The job's instance or refusal as the prolog left it for the TaskProlog."""
+        return self._read(self._path("task", job_id), _task_item)
+
+    def put_task(self, item: JobRecord | Refusal, uid: int | None) -> None:
+        """Leave ``item`` for the job's TaskProlog: mode 0400, owned by ``uid`` (the
+        job's user; None: root), so that user alone can read it."""
+        data = {"kind": "job" if isinstance(item, JobRecord) else "refusal", **item.to_json()}
+        self._write(self._path("task", item.job_id), data, mode=0o400, uid=uid)
+
+    def remove_task(self, job_id: str) -> bool:
+        return self._remove(self._path("task", job_id))
+
+    # -- the runtime log -------------------------------------------------------------
+
     def finished_jobs(self, last: int = 1000) -> set[str]:
-        """Ids of the jobs among the last ``last`` lines of the runtime log."""
-        try:
-            lines = self.runtimes_path.read_text().splitlines()[-last:]
-        except OSError:
-            return set()
+        """Ids of the jobs among the last ``last`` lines of the runtime log (the current
+        file, then the rotated one), reading at most `TAIL_MAX_BYTES` of each."""
+        lines = _tail_lines(self.runtimes_path, last)
+        if len(lines) < last:
+            lines = (
+                _tail_lines(self.runtimes_path.with_name("runtimes.jsonl.1"), last - len(lines))
+                + lines
+            )
         done = set()
         for line in lines:
             try:
                 done.add(str(json.loads(line)["job_id"]))
-            except (ValueError, KeyError, TypeError):
+            except _RECORD_ERRORS:
                 continue
         return done
 
-    def append_runtime(self, entry: dict) -> None:
-        """Append one JSON line to ``runtimes.jsonl`` (one ``write`` call, O_APPEND)."""
-        self._ensure(self.root)
+    def append_runtime(self, entry: dict, rotate: bool = True) -> None:
+        """Append one JSON line to ``runtimes.jsonl`` (one ``write`` call, O_APPEND);
+        first rotate it to ``runtimes.jsonl.1`` when it has grown past
+        `RUNTIMES_MAX_BYTES` (``rotate``: only under the lock). NodeStateError when the
+        line cannot be written (a full disk)."""
+        self._ensure(self.private)
+        path = self.runtimes_path
         line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         try:
-            fd = os.open(self.runtimes_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            if rotate and path.stat().st_size > RUNTIMES_MAX_BYTES:
+                os.replace(path, path.with_name("runtimes.jsonl.1"))
+        except FileNotFoundError:
+            pass
         except OSError as exc:
-            raise NodeStateError(f"cannot open {self.runtimes_path}: {exc.strerror}") from None
+            raise NodeStateError(f"cannot rotate {path}: {exc.strerror}") from None
         try:
-            os.write(fd, line)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise NodeStateError(f"cannot open {path}: {exc.strerror}") from None
+        try:
+            if os.write(fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "short write: the disk is full")
+        except OSError as exc:
+            raise NodeStateError(f"cannot write {path}: {exc.strerror}") from None
         finally:
             os.close(fd)
+
+
+def _task_item(data: dict) -> JobRecord | Refusal:
+    kind = data.pop("kind")
+    if kind == "job":
+        return JobRecord.from_json(data)
+    if kind == "refusal":
+        return Refusal.from_json(data)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def _tail_lines(path: Path, count: int) -> list[str]:
+    """The last ``count`` complete lines of ``path`` within its last `TAIL_MAX_BYTES`."""
+    if count <= 0:
+        return []
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            start = max(0, size - TAIL_MAX_BYTES)
+            f.seek(start)
+            data = f.read(TAIL_MAX_BYTES)
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").split("\n")
+    if start > 0:
+        lines = lines[1:]  # the first is cut
+    return [x for x in lines if x][-count:]
 
 
 def _file_name(uuid: str) -> str:

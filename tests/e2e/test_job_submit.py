@@ -1,6 +1,7 @@
-"""contrib/job_submit.lua in a real slurmctld: it refuses malformed hints with
-Python's message, strips planner tokens, holds MIG jobs and leaves other jobs alone.
-The case table of tests/test_hints.py drives both parsers."""
+"""contrib/job_submit.lua in a real slurmctld: it refuses malformed hints and over-long
+comments with Python's message, strips planner tokens users write (at sbatch and at
+scontrol update), holds MIG jobs and leaves other jobs alone. The case table of
+tests/test_hints.py drives both parsers."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ from pathlib import Path
 import pytest
 from test_hints import BAD, GOOD, fuzz_comments
 
-from slurm_mig.slurm.hints import HintError, parse_hints
+from slurm_mig.geometry import Placement
+from slurm_mig.slurm.assignment import Assignment, sign
+from slurm_mig.slurm.comment import without_tokens
+from slurm_mig.slurm.hints import MAX_USER_COMMENT, HintError, comment_problem, parse_hints
 
 from .cluster import LocalSlurm
 
 LUA = Path(__file__).resolve().parents[2] / "contrib" / "job_submit.lua"
+USER = "nobody"
+USER_UID = "65534"  # sbatch --uid takes a number (26.05 refuses a name)
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +28,14 @@ def cluster(slurm_shared) -> LocalSlurm:
 
 
 def python_verdict(comment: str) -> str | None:
-    """None when Python accepts the comment, else its message."""
+    """None when Python accepts the comment, else its message (the Lua's order: tokens
+    removed, then the length, then the hint)."""
+    clean = without_tokens(comment)
+    problem = comment_problem(clean)
+    if problem:
+        return problem
     try:
-        parse_hints(comment)
+        parse_hints(clean)
     except HintError as exc:
         return str(exc)
     return None
@@ -39,6 +50,20 @@ def lua_verdict(cluster: LocalSlurm, comment: str) -> str | None:
     assert lines, res.stderr
     assert "Batch job submission failed" in res.stderr
     return lines[0].removeprefix("sbatch: error: ")
+
+
+def comment_of(cluster: LocalSlurm, job_id: str) -> str:
+    """The job's whole Comment ("(null)" when it has none)."""
+    res = cluster.run("squeue", "-h", "--states=all", "-j", job_id, "-O", "Comment:1100")
+    return res.stdout.strip()
+
+
+def token(job_id: str, profile: str, placement: tuple[int, int], issued: float) -> str:
+    """A genuine token (the key does not matter to Slurm)."""
+    a = Assignment(
+        job_id, 0, "n1", 0, "A100-40GB", profile, Placement(*placement), 1, 0, 60.0, issued
+    )
+    return sign(a, b"k" * 32)
 
 
 def show(cluster: LocalSlurm, job_id: str) -> dict[str, str]:
@@ -174,3 +199,76 @@ def test_mig_as_the_default_partition_is_checked_too(slurm_shared) -> None:
     assert f"sbatch: error: {python_verdict('mig:mem=12X')}" in res.stderr
     job = cluster.sbatch("true", comment="mig:mem=12G")
     assert (show(cluster, job)["Partition"], show(cluster, job)["Priority"]) == ("mig", "0")
+
+
+def test_over_long_comment_is_refused_at_sbatch_with_the_limit(cluster: LocalSlurm) -> None:
+    # A 913-character comment left no room for the planner's token: the update failed
+    # every cycle and the job (and those behind it) never ran.
+    long = "x" * (MAX_USER_COMMENT + 1)
+    assert lua_verdict(cluster, long) == python_verdict(long) == comment_problem(long)
+    assert "more than 512 in the mig partition" in python_verdict(long)
+    assert lua_verdict(cluster, "y" * 913) == comment_problem("y" * 913)
+    fits = "z" * MAX_USER_COMMENT
+    job = cluster.sbatch("true", partition="mig", comment=fits)
+    assert comment_of(cluster, job) == fits
+    # tokens a user writes are removed before the comment is measured
+    padded = "w" * 500 + " migplan=" + "t" * 300
+    job = cluster.sbatch("true", partition="mig", comment=padded)
+    assert comment_of(cluster, job) == "w" * 500
+    # other partitions keep Slurm's own limit
+    other = cluster.sbatch("true", "--hold", partition="debug", comment="v" * 900)
+    assert comment_of(cluster, other) == "v" * 900
+    cluster.run("scancel", other)
+
+
+def test_a_user_cannot_write_an_older_token_back(cluster: LocalSlurm) -> None:
+    # The replay: a released job is held again and re-planned (smaller slice) at the
+    # same restart count; its owner writes the first token (larger slice) back into the
+    # Comment with scontrol update. job_modify removes every migplan= word a user writes.
+    job = cluster.sbatch("sleep 60", partition="mig", comment="train", user=USER_UID)
+    first = token(job, "7g.40gb", (0, 8), 1000.0)
+    second = token(job, "3g.20gb", (4, 4), 2000.0)
+    cluster.run("scontrol", "update", f"JobId={job}", f"Comment=train migplan={first}")
+    assert comment_of(cluster, job) == f"train migplan={first}"  # the planner's write
+    cluster.run("scontrol", "update", f"JobId={job}", f"Comment=train migplan={second}")
+    res = cluster.run(
+        "scontrol", "update", f"JobId={job}", f"Comment=train migplan={first}", user=USER
+    )
+    assert res.returncode == 0
+    assert comment_of(cluster, job) == "train"  # no token: the Prolog requeues it
+    cluster.run("scontrol", "update", f"JobId={job}", f"Comment=train migplan={second}")
+    cluster.run(
+        "scontrol", "update", f"JobId={job}", f"Comment=a migplan={first} b migplan=x", user=USER
+    )
+    assert comment_of(cluster, job) == "a b"
+    # the owner may still change the rest of the comment, hints included
+    cluster.run("scontrol", "update", f"JobId={job}", "Comment=mig:mem=2G now", user=USER)
+    assert comment_of(cluster, job) == "mig:mem=2G now"
+    cluster.run("scancel", job)
+
+
+def test_modify_refuses_an_over_long_comment_from_the_user(cluster: LocalSlurm) -> None:
+    job = cluster.sbatch("sleep 60", partition="mig", comment="short", user=USER_UID)
+    long = "u" * (MAX_USER_COMMENT + 1)
+    res = cluster.run(
+        "scontrol", "update", f"JobId={job}", f"Comment={long}", user=USER, check=False
+    )
+    assert res.returncode != 0
+    assert comment_of(cluster, job) == "short"
+    log = (cluster.root / "log" / "slurmctld.log").read_text()
+    assert comment_problem(long) in log
+    # the planner (root) writes past the user's limit: token and note
+    note = f"short migplan={token(job, '3g.20gb', (4, 4), 1.0)} [slurm-mig: " + "n" * 180 + "]"
+    cluster.run("scontrol", "update", f"JobId={job}", f"Comment={note}")
+    assert comment_of(cluster, job) == note
+    cluster.run("scancel", job)
+
+
+def test_a_job_moved_into_the_mig_partition_loses_its_tokens(cluster: LocalSlurm) -> None:
+    job = cluster.sbatch(
+        "true", "--hold", partition="debug", comment="mine migplan=2abc", user=USER_UID
+    )
+    cluster.run("scontrol", "update", f"JobId={job}", "Partition=mig", user=USER)
+    assert cluster.job_field(job, "Partition") == "mig"
+    assert comment_of(cluster, job) == "mine"
+    cluster.run("scancel", job)

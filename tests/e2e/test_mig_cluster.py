@@ -20,7 +20,7 @@ import pytest
 
 from slurm_mig.demo.live import LiveCluster, chain_length, handoff_gaps, overlapping_lifetimes
 from slurm_mig.geometry import get_model
-from slurm_mig.slurm.assignment import comment_with_token
+from slurm_mig.slurm import comment as comments
 from slurm_mig.workload import load_task_source
 
 from .conftest import require_local_slurm
@@ -121,9 +121,13 @@ def test_malformed_hint_is_rejected_at_submit_with_its_message(live):
 
 def test_forged_assignment_fails_the_job_and_the_node_stays_up(live):
     lc = live()  # no planner running: the user releases their own job
-    job = lc.cluster.sbatch("echo ran", partition="mig", comment="mig:key=x", user="nobody")
-    forged = comment_with_token("mig:key=x", "v1.eyJqb2JfaWQiOiAiMSJ9.AAAA")
+    job = lc.cluster.sbatch("echo ran", partition="mig", comment="mig:key=x", user="65534")
+    forged = comments.parse("mig:key=x").with_token("v1.eyJqb2JfaWQiOiAiMSJ9.AAAA").render()
+    # job_submit.lua removes a token the user writes ...
     lc.cluster.run("scontrol", "update", f"JobId={job}", f"Comment={forged}", user="nobody")
+    assert lc.cluster.job_field(job, "Comment") == "mig:key=x"
+    # ... so put it there as root, as a site without the plugin would let the user
+    lc.cluster.run("scontrol", "update", f"JobId={job}", f"Comment={forged}")
     lc.cluster.run("scontrol", "release", job, user="nobody")
     assert lc.cluster.wait_job(job, ["FAILED", "COMPLETED"], timeout=60) == "FAILED"
     out = lc.cluster.job_output(job)

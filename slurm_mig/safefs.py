@@ -1,0 +1,80 @@
+"""Directories and files that only root (the process's user) may write or read.
+
+The hooks and the planner keep state where a job's user must not reach it: a lock a
+user could hold, records naming other jobs' MIG devices, the runtime store. These
+helpers create such paths with a fixed mode whatever the umask, refuse one that is not
+what it should be (a symlink, another owner: someone put it there) and repair a mode
+that is too open. Standard library only: the hooks import this.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class UnsafePathError(OSError):
+    """A path that must be root's is not: the message names it, its owner and the fix."""
+
+
+def secure_dir(path: Path, mode: int) -> str | None:
+    """Create ``path`` (and missing parents, 0755) with ``mode``, or check an existing
+    one: UnsafePathError if it is not a directory or not owned by this process's user;
+    its mode set to ``mode`` when it differs. Returns what was repaired, or None."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        _make_parents(path.parent)
+        try:
+            os.mkdir(path, mode)
+        except FileExistsError:
+            pass
+        st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(
+            f"{path} is not a directory (a symlink or a file put there?); remove it"
+        )
+    return _own_and_mode(path, st, mode)
+
+
+def check_file(path: Path, fd: int, mode: int) -> str | None:
+    """Check an open file as `secure_dir` checks a directory (regular file, our own,
+    ``mode`` enforced through ``fd``); what was repaired, or None."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError(f"{path} is not a regular file; remove it")
+    return _own_and_mode(path, st, mode, fd)
+
+
+def _own_and_mode(path: Path, st: os.stat_result, mode: int, fd: int | None = None) -> str | None:
+    if st.st_uid != os.geteuid():
+        raise UnsafePathError(
+            f"{path} is owned by uid {st.st_uid}, not {_who()}; someone else made it: "
+            "remove it (it is recreated)"
+        )
+    have = stat.S_IMODE(st.st_mode)
+    if have == mode:
+        return None
+    if fd is None:
+        os.chmod(path, mode)
+    else:
+        os.fchmod(fd, mode)
+    return f"{path} had mode {have:04o}; set it to {mode:04o}"
+
+
+def _make_parents(path: Path) -> None:
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:
+            continue
+        os.chmod(d, 0o755)  # whatever the umask
+
+
+def _who() -> str:
+    return "root" if os.geteuid() == 0 else f"uid {os.geteuid()} (this process)"
