@@ -184,9 +184,10 @@ class LiveCluster:
         """The Epilogs' records of every node (runtimes.jsonl)."""
         out = []
         for node in self.nodes:
-            path = self.run_root / node / "runtimes.jsonl"
-            if path.exists():
-                out += [json.loads(line) for line in path.read_text().splitlines() if line]
+            private = self.run_root / node / "private"  # root's alone since issue 10
+            for path in (private / "runtimes.jsonl.1", private / "runtimes.jsonl"):
+                if path.exists():
+                    out += [json.loads(line) for line in path.read_text().splitlines() if line]
         return out
 
     def status(self) -> dict:

@@ -18,7 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_mig.demo.live import LiveCluster, chain_length, handoff_gaps, overlapping_lifetimes
+from slurm_mig.demo.live import (
+    LiveCluster,
+    chain_length,
+    handoff_gaps,
+    overlapping_lifetimes,
+    slice_handoffs,
+)
 from slurm_mig.geometry import get_model
 from slurm_mig.slurm import comment as comments
 from slurm_mig.workload import load_task_source
@@ -95,6 +101,8 @@ def test_batch_runs_as_planned_on_two_simulated_a100s(live, policy):
     t_plan = plan["started"]
     realized = max(r["end"] for r in records.values()) - t_plan
     gaps = handoff_gaps(list(records.values()))
+    slices = slice_handoffs(list(records.values()), lc.runtimes())
+    assert len(slices) >= len(ids) // 2, "the Epilogs' runtime log names when slices freed"
     chain = chain_length(planned)
     allowance = statistics.median(gaps) * chain
     report = {
@@ -104,6 +112,8 @@ def test_batch_runs_as_planned_on_two_simulated_a100s(live, policy):
         "handoff_gap_median": round(statistics.median(gaps), 3),
         "handoff_gap_p95": round(sorted(gaps)[int(0.95 * (len(gaps) - 1))], 3),
         "chain": chain,
+        "slice_handoff_median": round(statistics.median(slices), 3),
+        "slice_handoff_p95": round(sorted(slices)[int(0.95 * (len(slices) - 1))], 3),
     }
     (ROOT / ".benchmarks").mkdir(exist_ok=True)
     out = ROOT / ".benchmarks" / f"e2e_makespan_{policy}.json"
