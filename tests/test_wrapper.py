@@ -75,7 +75,10 @@ def test_target_is_the_smallest_larger_profile_that_covers_the_need():
 
 def test_mem_hint_is_set_in_the_mig_word_and_other_words_are_kept():
     assert with_mem_hint("", 123) == "mig:mem=123"
-    assert with_mem_hint("run 7 migplan=abc", 5) == "run 7 migplan=abc mig:mem=5"
+    assert with_mem_hint("run 7 migplan=abc", 5) == "run 7 mig:mem=5"  # the token is the planner's
+    assert (
+        with_mem_hint("a mig:key=x [slurm-mig: not planned yet: begin]", 5) == "a mig:key=x,mem=5"
+    )
     assert with_mem_hint("x mig:key=llm,mem=1G,iters=9 y", 42) == "x mig:key=llm,iters=9,mem=42 y"
 
 
@@ -388,6 +391,22 @@ def test_slurm_mode_records_the_need_sets_the_hint_and_requeues(tmp_path):
     ]
     assert RuntimeStore(tmp_path / "state" / "profiles.sqlite").memory_need("llm") == need
     assert f"requeued job 4242 with mem=6.6 GiB ({need} bytes)" in done.stderr.splitlines()[-1]
+
+
+def test_slurm_mode_says_why_when_the_hint_has_no_room_for_mem(tmp_path):
+    # a hint word 250 bytes long: mem= would take it past the 256 the Lua accepts
+    hint = "mig:key=" + "k" * 242
+    bin_dir, log = fake_slurm(tmp_path, f"run {hint}")
+    job = script(tmp_path, OOM_JOB.format(size=6 * GIB))
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+    done = mig_run(
+        "--slice", "1g.5gb", "--gpu-model", "A100-40GB", "--emulate", "--",
+        sys.executable, job, env=env,
+    )  # fmt: skip
+    assert done.returncode != 75, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "cannot write mem=" in last and "4242" in last and "256" in last, last
+    assert all(json.loads(line)[0] == "squeue" for line in log.read_text().splitlines())
 
 
 def test_slurm_mode_respects_restartable_no(tmp_path):

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from ..geometry import MODELS, GeometryError, GpuModel, Profile, can_coexist, get_model
-from ..slurm.hints import HintError, parse_size
+from ..slurm import comment as comments
+from ..slurm.hints import HintError, comment_problem, parse_size
 from . import trace
 from .trace import Sample, human
 
@@ -310,14 +311,27 @@ def largest_profile(model: GpuModel) -> Profile:
 
 
 def with_mem_hint(comment: str, need: int) -> str:
-    """The job comment with ``mem=<need>`` set in its ``mig:`` word (added if absent)."""
-    words = comment.split()
-    for i, word in enumerate(words):
-        if word.startswith("mig:"):
-            items = [it for it in word[4:].split(",") if it and not it.startswith("mem=")]
-            words[i] = "mig:" + ",".join(items + [f"mem={need}"])
-            return " ".join(words)
-    return " ".join(words + [f"mig:mem={need}"])
+    """The Comment mig-run writes back: ``mem=<need>`` set in the job's ``mig:`` word
+    (added if absent), the user's text kept, the planner's token and note left out (the
+    planner writes its own; job_submit.lua strips a token a user writes)."""
+    return (
+        comments.parse(comment)
+        .with_token(None)
+        .with_note(None)
+        .with_hint("mem", str(need))
+        .render()
+    )
+
+
+def _hint_problem(comment: str) -> str | None:
+    """The hint parser's message for ``comment``, None when it parses."""
+    from ..slurm.hints import parse_hints
+
+    try:
+        parse_hints(comment)
+    except HintError as exc:
+        return str(exc)
+    return None
 
 
 def merge_samples(samples: Sequence[Sample], limit: int) -> list[Sample]:
@@ -794,8 +808,14 @@ class Runner:
             return outcome.exit_code or EXIT_FAILED
         key = (hints.key if hints else None) or self.env.get("SLURM_JOB_NAME") or job
         self._record_need(key, outcome.need, job)
+        written = with_mem_hint(comment, outcome.need)
+        problem = comment_problem(written) or _hint_problem(written)
+        if problem:
+            raise RestartError(
+                f"cannot write mem={outcome.need} into job {job}'s Comment: {problem}"
+            )
         try:
-            slurm.update_job(job, Comment=with_mem_hint(comment, outcome.need))
+            slurm.update_job(job, Comment=written)
             slurm.requeue(job)
         except SlurmError as exc:
             raise RestartError(f"cannot requeue job {job}: {exc}") from None

@@ -11,6 +11,8 @@ import pytest
 from test_hints import BAD, GOOD, fuzz_comments
 
 from slurm_mig.geometry import Placement
+from slurm_mig.memory.wrapper import with_mem_hint
+from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm.assignment import Assignment, sign
 from slurm_mig.slurm.comment import without_tokens
 from slurm_mig.slurm.hints import MAX_USER_COMMENT, HintError, comment_problem, parse_hints
@@ -272,3 +274,27 @@ def test_a_job_moved_into_the_mig_partition_loses_its_tokens(cluster: LocalSlurm
     assert cluster.job_field(job, "Partition") == "mig"
     assert comment_of(cluster, job) == "mine"
     cluster.run("scancel", job)
+
+
+def test_comments_python_writes_pass_the_lua_unchanged(cluster: LocalSlurm) -> None:
+    # The writes: mig-run's mem= update (as the job's user, through job_modify) and the
+    # planner's note. Each Comment Python would write is accepted by the Lua as it is.
+    sources = [c for c, _ in GOOD if c] + [
+        c for c in fuzz_comments(40, seed=5) if python_verdict(c) is None
+    ]
+    job = cluster.sbatch("true", "--hold", partition="mig", comment="start", user=USER_UID)
+    written = []
+    for c in sources:
+        for new in (
+            with_mem_hint(c, 24 << 30),
+            comments.parse(c).with_note("not planned yet: begin time").render(),
+        ):
+            if python_verdict(new) is not None:
+                continue  # mig-run refuses to write it and says why (tests/test_wrapper.py)
+            written.append(new)
+            res = cluster.run(
+                "scontrol", "update", f"JobId={job}", f"Comment={new}", user=USER, check=False
+            )
+            assert res.returncode == 0, (new, res.stderr)
+            assert comment_of(cluster, job) == without_tokens(new)  # a user's token goes
+    assert len(written) > len(sources)
