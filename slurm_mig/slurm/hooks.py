@@ -132,6 +132,7 @@ class Outcome:
     log: list[tuple[int, str]] = field(default_factory=list)  # (syslog priority, text)
     drain: str | None = None  # drain the node with this reason
     requeue: bool = False  # TaskProlog: scontrol requeuehold the job
+    started: bool = False  # Prolog: the job has its instance and will run
 
     def say(self, text: str, level: int = INFO) -> None:
         self.log.append((level, text))
@@ -334,6 +335,7 @@ def _prolog_locked(
     state.put_job(placed)
     state.put_task(placed, job.uid)
     state.remove_refusal(job.job_id)
+    out.started = True
     fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
     if fault is not None:
         out.warn(f"could not reclaim an expired kept instance (the epilog will retry): {fault}")
@@ -741,8 +743,11 @@ def _run(
         failed = run_scontrol(["requeuehold", job.job_id], env, scontrol)
         if failed:
             out.warn(f"could not requeue the job: {failed}")
-    if hook == "epilog" and config is not None and config.notify:
-        _notify(config, job.job_id, out)
+    if config is not None and config.notify:
+        if hook == "epilog":
+            _notify(config, job.job_id, "ended", out)
+        elif hook == "prolog" and out.started and out.drain is None:
+            _notify(config, job.job_id, "started", out)
     emit(hook, job.job_id, job.node, out.log, config)
     if out.stdout:
         sys.stdout.write("".join(f"{line}\n" for line in out.stdout))
@@ -750,14 +755,15 @@ def _run(
     return out.exit_code
 
 
-def _notify(config: Config, job_id: str, out: Outcome) -> None:
-    """Wake the planner daemon: the job's slices are free (or kept for the next job)."""
+def _notify(config: Config, job_id: str, event: str, out: Outcome) -> None:
+    """Wake the planner daemon: the job has started (the job after it can be released
+    ahead) or ended (its slices are free, or kept for the next job)."""
     from ..config import parse_address
     from .notify import send
 
     address = parse_address(config.notify)
     if address is not None:
-        failed = send(address, job_id)
+        failed = send(address, job_id, event)
         if failed:
             out.warn(failed)
 

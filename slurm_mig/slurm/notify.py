@@ -1,9 +1,10 @@
-"""The Epilog's word to the planner daemon that a job has left its slices.
+"""The hooks' word to the planner daemon that a job has started or left its slices.
 
-One UDP datagram to ``[planner] notify`` (``host:port``), sent at the end of the Epilog:
-the daemon, listening there, starts its next cycle at once instead of when its cycle
-timer runs out, so a freed slice goes to the next planned job within the cycle's own
-time. The datagram only wakes the daemon (its content is a hint, never trusted: the
+One UDP datagram to ``[planner] notify`` (``host:port``), sent at the end of a Prolog
+that started its job and of every Epilog: the daemon, listening there, starts its next
+cycle at once instead of when its cycle timer runs out, so a freed slice goes to the
+next planned job within the cycle's own time, and the job planned after one that has
+just started is released ahead at once (not only at the next timed cycle). The datagram only wakes the daemon (its content is a hint, never trusted: the
 cycle reads Slurm as always), so a forged or lost one costs at most one cycle; the
 daemon runs cycles at most every ``MIN_GAP`` seconds however many arrive.
 """
@@ -23,10 +24,10 @@ _MAX = 64  # bytes read of a datagram
 log = logging.getLogger("slurm_mig.planner")
 
 
-def send(address: tuple[str, int], job_id: str) -> str | None:
-    """Tell the daemon at ``address`` that ``job_id`` has left; the error text, or None.
-    Never blocks: a datagram, no answer awaited."""
-    payload = f"slurm-mig ended {job_id[:32]}".encode(errors="replace")
+def send(address: tuple[str, int], job_id: str, event: str = "ended") -> str | None:
+    """Tell the daemon at ``address`` that ``job_id`` has ``event`` (started, ended); the
+    error text, or None. Never blocks: a datagram, no answer awaited."""
+    payload = f"slurm-mig {event[:8]} {job_id[:32]}".encode(errors="replace")
     try:
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         with socket.socket(family, socket.SOCK_DGRAM) as s:
