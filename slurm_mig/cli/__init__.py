@@ -17,11 +17,13 @@ from . import (
     bench,
     check_config,
     demo,
+    explain,
     forecast,
     keygen,
     plan,
     planner,
     simulate,
+    status,
     validate,
 )
 from .common import INPUT_ERRORS, PROG, Formatter, Parser, version, wrap
@@ -31,7 +33,7 @@ __all__ = ["build_parser", "main"]
 log = logging.getLogger("slurm_mig")
 
 # in the order `slurm-mig --help` lists them
-COMMANDS = (plan, validate, demo, bench, check_config, keygen, forecast, planner)
+COMMANDS = (plan, validate, demo, bench, check_config, keygen, forecast, planner, status, explain)
 
 
 def build_parser() -> argparse.ArgumentParser:
