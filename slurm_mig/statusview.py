@@ -142,6 +142,29 @@ def build_view(
                         note="" if job_id else _kept_note(inst),
                     )
                 )
+            shown = {r.job for r in rows}
+            for job_id, p in projected.items():
+                # released in the last cycle (after its snapshot) and running now
+                sq = by_id.get(job_id)
+                if job_id in shown or sq is None or job_phase(sq.state) != "active":
+                    continue
+                if p.get("node") != name or p.get("gpu") != local or not p.get("placement"):
+                    continue
+                placement = Placement(int(p["placement"][0]), int(p["placement"][1]))
+                rec = uuid_of.get((local, job_id))
+                held.append(placement)
+                busy += _profile_slices(model, str(p.get("profile", "")))
+                rows.append(
+                    InstanceRow(
+                        profile=str(p.get("profile", "")),
+                        placement=(placement.start, placement.size),
+                        uuid=rec.uuid if rec is not None else "",
+                        job=job_id,
+                        user=sq.user,
+                        since=rec.ready if rec is not None else sq.start_time,
+                        drift=drift.get(job_id),
+                    )
+                )
             for k in recs.get("kept", ()):
                 if int(k.gpu) != local or k.placement in held:
                     continue

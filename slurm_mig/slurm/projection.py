@@ -42,24 +42,44 @@ def project_jobs(
                 "placement": [slot.placement.start, slot.placement.size],
             }
 
+        waiting = []  # released, not started: after the started jobs on their slices
         for index, gpu in enumerate(snap.gpus):
             for inst in gpu.instances:
                 if inst.job is None:
+                    continue
+                run = snap.running.get(inst.job)
+                if run is not None and run.started is None:
+                    waiting.append((index, inst))
                     continue
                 e = max(inst.busy_until if inst.busy_until is not None else INF, now)
                 p = inst.slot.placement
                 for s in range(p.start, p.end):
                     ends[index][s] = max(ends[index][s], e)
-                run = snap.running.get(inst.job)
                 started = run.started if run is not None else inst.ready_at
                 out[inst.job] = {
                     **where(index, inst.slot),
-                    "state": "running" if started is not None and started <= now else "released",
+                    "state": "running",
                     "start": _finite(started),
                     "end": _finite(e),
                     "free_at": None,
                     "seconds": None,
                 }
+        for index, inst in sorted(waiting, key=lambda w: (w[1].ready_at or 0.0, w[1].job)):
+            p = inst.slot.placement
+            free = max(ends[index][p.start : p.end])
+            seconds = (inst.busy_until or now) - (inst.ready_at or now)
+            begin = max(now, free)
+            e = begin + max(0.0, seconds)
+            for s in range(p.start, p.end):
+                ends[index][s] = max(ends[index][s], e)
+            out[inst.job] = {
+                **where(index, inst.slot),
+                "state": "released",
+                "start": _finite(begin),
+                "end": _finite(e),
+                "free_at": _finite(free) if free > now else None,
+                "seconds": _finite(seconds),
+            }
         plans = list(got.planned.values()) + [
             Planned(p.job, p.gpu, p.slot, p.batch, p.order, p.end - p.start, now)
             for p in got.ops

@@ -85,7 +85,10 @@ def gantt_plan(status: dict[str, Any], ran: dict[str, dict[str, Any]], now: floa
         tasks.append(
             PlannedTask(job, where, slot, r["start"] - t0, max(end, r["start"]) - t0, 0, running)
         )
-    return Plan(model, len(index), tuple(tasks), (), 0.0, status.get("policy", ""))
+    # the area bound of what is shown: its slice-seconds spread over every slice
+    area = sum(t.slot.size * (t.end - t.start) for t in tasks)
+    bound = area / (model.compute_slices * len(index))
+    return Plan(model, len(index), tuple(tasks), (), bound, status.get("policy", ""))
 
 
 def gantt_svg(plan) -> bytes:
