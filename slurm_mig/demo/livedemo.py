@@ -101,7 +101,8 @@ def status_while_running(lc: LiveCluster, timeout: float = 60.0) -> str:
             seen = lc.status().get("cycle", 0)
             try:  # a cycle that has seen them run
                 lc.wait_status(
-                    lambda st: st.get("cycle", 0) > seen, max(1.0, deadline - time.monotonic())
+                    lambda st, seen=seen: st.get("cycle", 0) > seen,
+                    max(1.0, deadline - time.monotonic()),
                 )
             except TimeoutError:
                 pass
