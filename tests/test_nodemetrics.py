@@ -3,6 +3,7 @@ prometheus_client's own text parser, as node_exporter's textfile collector would
 
 from __future__ import annotations
 
+import json
 import stat
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -97,3 +98,35 @@ def test_render_escapes_labels_and_bounds_counter_series():
     assert fam.samples[0].labels == {"node": "n1", "profile": 'a"b\\c'}
     many = nodemetrics.add_events({}, [("create", str(i), 0.0) for i in range(2000)])
     assert len(many) <= nodemetrics.MAX_KEYS + 1
+
+
+def test_epilog_appends_an_accounting_line_the_daemon_gathers(tmp_path, capsys):
+    from slurm_mig.slurm import accounting
+
+    site = make_site(tmp_path)
+    env = site.env("42", site.comment("42", restart=1), restart=1)
+    env |= {"SLURM_JOB_USER": "alice", "SLURM_JOB_ACCOUNT": "physics"}
+    run(prolog_main, env, capsys)
+    run(epilog_main, env, capsys, t=T0 + 65.0)
+    bad = site.env("43", site.comment("43"), SLURM_JOB_USER="x;rm -rf", SLURM_JOB_ACCOUNT="a" * 99)
+    run(prolog_main, bad, capsys)
+    run(epilog_main, bad, capsys, t=T0 + 35.0)
+    log = site.run_dir / "private" / accounting.LOG
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [(x["job_id"], x["user"], x["account"]) for x in lines] == [
+        ("42", "alice", "physics"),
+        ("43", "", ""),
+    ]
+    state = tmp_path / "state"
+    state.mkdir()
+    assert accounting.gather(state, {NODE: log}) == 2
+    assert accounting.gather(state, {NODE: log}) == 0  # read once
+    [alice] = [r for r in accounting.report(state, "user") if r["user"] == "alice"]
+    assert alice["runs"] == 1 and alice["restarts"] == 1
+    assert alice["seconds"] == 60.0 and alice["slice_seconds"] == 180.0
+    assert alice["gpu_hours"] == round(180.0 / 7 / 3600, 6)
+    assert alice["energy"] == "modelled" and alice["energy_kwh"] > 0
+    [prof] = accounting.report(state, "profile")
+    assert (prof["profile"], prof["runs"]) == ("3g.20gb", 2)
+    assert accounting.report(state, "user", since=T0 + 1e6) == []

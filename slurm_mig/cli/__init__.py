@@ -22,6 +22,7 @@ from . import (
     keygen,
     plan,
     planner,
+    report,
     simulate,
     status,
     validate,
@@ -33,7 +34,19 @@ __all__ = ["build_parser", "main"]
 log = logging.getLogger("slurm_mig")
 
 # in the order `slurm-mig --help` lists them
-COMMANDS = (plan, validate, demo, bench, check_config, keygen, forecast, planner, status, explain)
+COMMANDS = (
+    plan,
+    validate,
+    demo,
+    bench,
+    check_config,
+    keygen,
+    forecast,
+    planner,
+    status,
+    explain,
+    report,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

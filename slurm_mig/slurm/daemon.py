@@ -454,7 +454,20 @@ class PlannerDaemon:
         if not self.dry_run:
             self._write_status(report)
             self._write_public(report)
+            self._gather_accounting()
         return report
+
+    def _gather_accounting(self) -> None:
+        """The nodes' accounting lines into the store (nodes this host can read)."""
+        from .accounting import gather, node_logs
+
+        try:
+            added = gather(Path(self.config.state_dir), node_logs(self.config))
+        except Exception as exc:  # sqlite or file errors: accounting waits, planning goes on
+            log.warning("accounting not gathered: %s", exc)
+            return
+        if added:
+            log.info("accounting: %d finished runs gathered", added)
 
     def _observe(self, report: CycleReport, snap: Snapshot, now: float) -> None:
         """Projections into the report, the cycle into the metrics."""

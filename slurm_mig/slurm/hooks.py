@@ -134,6 +134,7 @@ class Outcome:
     requeue: bool = False  # TaskProlog: scontrol requeuehold the job
     # (event, label, seconds) for the node metrics (`nodemetrics.EVENTS`)
     events: list[tuple[str, str, float]] = field(default_factory=list)
+    finished: dict | None = None  # Epilog: the run's runtime record, for accounting
 
     def event(self, name: str, label: str, seconds: float = 0.0) -> None:
         self.events.append((name, label, seconds))
@@ -641,6 +642,7 @@ def _record_runtime(
         "end": end,
         "freed": end if freed is None else freed,
     }
+    out.finished = entry
     try:
         state.append_runtime(entry, rotate=rotate)
     except NodeStateError as exc:
@@ -769,7 +771,12 @@ def _run(
 
         try:
             failed = record(config, job.node, out.events)
-        except Exception as exc:  # metrics never fail a hook
+            if out.finished is not None:
+                from .accounting import append
+
+                private = config.run_dir_for(job.node) / "private"
+                failed = append(private, out.finished, env) or failed
+        except Exception as exc:  # metrics and accounting never fail a hook
             failed = f"metrics not written: {type(exc).__name__}: {exc}"
         if failed:
             out.warn(failed)

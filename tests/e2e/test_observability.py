@@ -125,7 +125,7 @@ def test_hooks_write_node_metrics_in_textfile_format(lc):
 
 def test_status_in_tmux_shows_every_running_job(lc, tmp_path):
     if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (make test installs it)")
+        _missing("tmux")
     session = f"slurm-mig-status-{os.getpid()}"
     cmd = " ".join(
         [*CLI, "status", "--watch", "--interval", "0.5", "--config", str(lc.config_path)]
@@ -227,6 +227,14 @@ def test_explain_as_the_jobs_owner_without_root(lc):
     assert "MIG-" not in json.dumps(public) and "nobody" not in json.dumps(public)
 
 
+def _missing(command: str) -> None:
+    """Skip, or on CI fail: `make test` installs the command (view-packages)."""
+    text = f"{command} is not installed (make test installs it: make view-packages)"
+    if os.environ.get("CI"):
+        pytest.fail(text)
+    pytest.skip(text)
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -234,7 +242,7 @@ def _chromium() -> str | None:
 def test_web_page_in_headless_chromium(lc, tmp_path):
     browser = _chromium()
     if browser is None:
-        pytest.skip("chromium is not installed (make test installs it)")
+        _missing("chromium")
     url = lc.metrics_url.removesuffix("metrics")
 
     def page_has_all() -> str | None:
@@ -282,3 +290,35 @@ def test_web_page_in_headless_chromium(lc, tmp_path):
         timeout=120,
     ).stdout
     assert "Queue" in dumped and "<svg" in dumped
+
+
+def test_report_bills_finished_runs_gathered_from_the_epilogs(lc):
+    def finished() -> set[str]:
+        jobs = lc.jobs()
+        return {j for j in lc.ids if j in jobs and jobs[j].state == "COMPLETED"}
+
+    done = _wait(finished, 120, "a job to finish")
+
+    def report() -> list | None:
+        out = subprocess.run(
+            [*CLI, "report", "--by", "profile", "--json", "--config", str(lc.config_path)],
+            env={**lc.env, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows = json.loads(out)
+        return rows if sum(r["runs"] for r in rows) >= len(done) else None
+
+    rows = _wait(report, 30, "the daemon to gather the finished runs")
+    assert all(r["energy"] == "modelled" and r["slice_seconds"] > 0 for r in rows)
+    assert {r["model"] for r in rows} == {"A100-40GB"}
+    csv = subprocess.run(
+        [*CLI, "report", "--by", "user", "--csv", "--config", str(lc.config_path)],
+        env={**lc.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert csv[0].startswith("user,model,runs,restarts,seconds,slice_seconds,gpu_hours")
+    assert any(line.startswith("root,A100-40GB,") for line in csv[1:])
