@@ -177,6 +177,24 @@ def test_status_json_matches_slurm(lc):
     assert not shown & waiting
 
 
+def _as_user(lc: LiveCluster, args: list[str], user: str = "nobody"):
+    """``slurm-mig ARGS`` as ``user``, where that user's Slurm commands work (inside a
+    release's root) and with a Python the user can run (explain needs the stdlib only)."""
+    install = lc.cluster.install
+    if install.root is None:
+        argv = ["runuser", "-u", user, "--", *USER_CLI, *args]
+    else:
+        # the release's own Python: the user cannot reach this venv (root's home)
+        argv = install.argv(["/usr/bin/python3", "-m", "slurm_mig", *args], user)
+    return subprocess.run(
+        argv,
+        env={**lc.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_explain_as_the_jobs_owner_without_root(lc):
     jid = lc.cluster.sbatch(
         "sleep 1", partition="mig", comment="mig:key=late,time=30,mem=12G", user="nobody"
@@ -186,23 +204,7 @@ def test_explain_as_the_jobs_owner_without_root(lc):
         return bool(lc.assignments([jid]))
 
     _wait(planned, 40, f"job {jid} to be planned")
-    done = subprocess.run(
-        [
-            "runuser",
-            "-u",
-            "nobody",
-            "--",
-            *USER_CLI,
-            "explain",
-            jid,
-            "--config",
-            str(lc.config_path),
-        ],
-        env={**lc.env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _as_user(lc, ["explain", jid, "--config", str(lc.config_path)])
     assert done.returncode == 0, done.stderr
     text = done.stdout
     a = lc.assignments([jid])[jid]
@@ -214,13 +216,7 @@ def test_explain_as_the_jobs_owner_without_root(lc):
     if state == "PENDING":
         assert "projected start:" in text
     # the status file stays root's: a user cannot read it
-    denied = subprocess.run(
-        ["runuser", "-u", "nobody", "--", *USER_CLI, "status", "--config", str(lc.config_path)],
-        env={**lc.env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    denied = _as_user(lc, ["status", "--config", str(lc.config_path)])
     assert denied.returncode == 2 and "it is root's" in denied.stderr
     assert "Traceback" not in denied.stderr
     public = json.loads((lc.root / "public" / "plan.json").read_text())
