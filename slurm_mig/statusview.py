@@ -10,6 +10,7 @@ projections), squeue's jobs and, where this host can read them, the nodes' recor
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -250,3 +251,29 @@ def _num(x: Any) -> float | None:
 
 def _job_key(job_id: str) -> tuple[int, int, str]:
     return (0, int(job_id), "") if job_id.isdigit() else (1, 0, job_id)
+
+
+def ago(t: float | None, now: float) -> str:
+    """``23:07:10 (4s ago)``; "-" for None."""
+    if t is None:
+        return "-"
+    d = now - t
+    return f"{time.strftime('%H:%M:%S', time.localtime(t))} ({span(d)} ago)"
+
+
+def span(seconds: float) -> str:
+    """``41s``, ``3m05s``, ``2h10m``."""
+    s = abs(int(round(seconds)))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def when(t: float | None, now: float) -> str:
+    """``23:08:36 (in 15s)``, ``(now)`` once due; "-" for None."""
+    if t is None:
+        return "-"
+    clock = time.strftime("%H:%M:%S", time.localtime(t))
+    return f"{clock} (now)" if t <= now + 0.5 else f"{clock} (in {span(t - now)})"

@@ -189,3 +189,25 @@ def test_grafana_dashboard_uses_only_metrics_that_exist():
         for target in panel["targets"]:
             used |= set(re.findall(r"slurm_mig_[a-z_]+", target["expr"]))
     assert used and used <= names, used - names
+
+
+def test_web_page_draws_the_gantt_and_every_planned_job():
+    from slurm_mig.slurm.web import WebState, gantt_plan, gantt_svg, page_html
+
+    jobs = _planned_jobs()
+    _, result, report = _cycle(jobs)
+    status = report.to_json()
+    state = WebState()
+    state.update(status["projected"], NOW)
+    plan = gantt_plan(status, dict(state.ran), NOW)
+    assert {t.id for t in plan.tasks} == set(result.planned)
+    assert plan.lower_bound > 0 and plan.makespan >= plan.lower_bound
+    svg = gantt_svg(plan)
+    assert b"<svg" in svg
+    page = page_html(build_view(status, jobs, {}, NOW), svg).decode()
+    assert "http-equiv='refresh'" in page and "<svg" in page
+    for j in jobs:
+        assert f"<td>{j.job_id}</td>" in page
+    hostile = job("99", name="<script>x</script>")
+    page = page_html(build_view(status, [*jobs, hostile], {}, NOW), b"").decode()
+    assert "<script>" not in page and "&lt;script&gt;" in page

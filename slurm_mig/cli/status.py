@@ -86,35 +86,15 @@ def load_view(config: Any, node: str | None, client: Any = None):
     return view
 
 
-def _ago(t: float | None, now: float) -> str:
-    if t is None:
-        return "-"
-    d = now - t
-    return f"{time.strftime('%H:%M:%S', time.localtime(t))} ({_span(d)} ago)"
-
-
-def _span(seconds: float) -> str:
-    s = abs(int(round(seconds)))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-def _when(t: float | None, now: float) -> str:
-    if t is None:
-        return "-"
-    clock = time.strftime("%H:%M:%S", time.localtime(t))
-    return f"{clock} (now)" if t <= now + 0.5 else f"{clock} (in {_span(t - now)})"
-
-
 def render(view) -> Any:
     """The rich renderable of a `StatusView`."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from ..statusview import ago as _ago
+    from ..statusview import when as _when
 
     now = view.now
     head = Text.assemble(

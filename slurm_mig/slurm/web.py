@@ -105,7 +105,8 @@ def _cell(x: object) -> str:
 
 def page_html(view, svg: bytes) -> bytes:
     """The page: header, Gantt chart (inline SVG), GPU tables and the queue."""
-    from ..cli.status import _ago, _when
+    from ..statusview import ago as _ago
+    from ..statusview import when as _when
 
     now = view.now
     parts = [
