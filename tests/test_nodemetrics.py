@@ -69,10 +69,16 @@ def test_a_device_fault_is_counted_and_the_restarted_run(tmp_path, capsys):
     site = make_site(tmp_path)
     env = site.env("42", site.comment("42", restart=1), restart=1)
     assert run(prolog_main, env, capsys)[0] == 0
+    grown = site.env("44", site.comment("44", restart=2, text="mig:mem=30G", gpu=0), restart=2)
+    assert run(prolog_main, grown, capsys)[0] == 0
     site.fault("create", "DeviceUnavailable", "Unknown Error (NVML 999)")
-    assert run(prolog_main, site.env("43", site.comment("43", gpu=0)), capsys)[0] == 1
+    assert (
+        run(prolog_main, site.env("43", site.comment("43", gpu=0, placement=(0, 4))), capsys)[0]
+        == 1
+    )
     m = _samples(site.run_dir / "node-metrics.prom")
-    assert _value(m, "slurm_mig_node_job_restarts_total", node=NODE, cause="requeue") == 1
+    assert _value(m, "slurm_mig_node_job_restarts_total", node=NODE, cause="other") == 1
+    assert _value(m, "slurm_mig_node_job_restarts_total", node=NODE, cause="memory_hint") == 1
     assert _value(m, "slurm_mig_node_device_faults_total", node=NODE, hook="") == 1
 
 

@@ -341,8 +341,9 @@ def _prolog_locked(
     state.put_job(placed)
     state.put_task(placed, job.uid)
     state.remove_refusal(job.job_id)
-    if job.restart > 0:
-        out.event("restart", "requeue")
+    if job.restart > 0:  # mig-run's forecast and OOM restarts put mem= into the hint
+        hints, _ = _hints(job.comment)
+        out.event("restart", "memory_hint" if hints is not None and hints.mem else "other")
     fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
     if fault is not None:
         out.warn(f"could not reclaim an expired kept instance (the epilog will retry): {fault}")
