@@ -22,7 +22,7 @@ from .geometry import GeometryError, GpuModel, Placement, get_model
 class InstanceRow:
     profile: str
     placement: tuple[int, int]  # start, size (memory slices)
-    uuid: str  # "" when this host cannot read the node's records
+    uuid: str  # "" when this host cannot read the node's records; "(no record yet)"
     job: str  # "" for a kept or orphan instance
     user: str
     since: float | None  # when it became ready for its job
@@ -120,6 +120,9 @@ def build_view(
             uuid_of = {(r.gpu, r.job_id): r for r in recs.get("jobs", ()) if int(r.gpu) == local}
             rows, held = [], []
             busy = 0
+            # the node's records are readable and name no instance (yet: squeue shows a job
+            # running while its Prolog still prepares the instance)
+            pending = "(no record yet)" if "jobs" in recs else ""
             for inst in g.get("instances") or []:
                 pl = inst.get("placement") or {}
                 placement = Placement(int(pl.get("start", 0)), int(pl.get("size", 0)))
@@ -135,7 +138,7 @@ def build_view(
                     InstanceRow(
                         profile=str(inst.get("profile", "")),
                         placement=(placement.start, placement.size),
-                        uuid=rec.uuid if rec is not None else "",
+                        uuid=rec.uuid if rec is not None else pending,
                         job=job_id,
                         user=sq.user if sq is not None else "",
                         since=rec.ready if rec is not None else _num(inst.get("ready_at")),
@@ -159,7 +162,7 @@ def build_view(
                     InstanceRow(
                         profile=str(p.get("profile", "")),
                         placement=(placement.start, placement.size),
-                        uuid=rec.uuid if rec is not None else "",
+                        uuid=rec.uuid if rec is not None else pending,
                         job=job_id,
                         user=sq.user,
                         since=rec.ready if rec is not None else sq.start_time,
