@@ -211,3 +211,37 @@ def test_web_page_draws_the_gantt_and_every_planned_job():
     hostile = job("99", name="<script>x</script>")
     page = page_html(build_view(status, [*jobs, hostile], {}, NOW), b"").decode()
     assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_http_endpoint_serves_its_pages_only():
+    import urllib.error
+    import urllib.request
+
+    from slurm_mig.slurm.serve import Server
+
+    m = PlannerMetrics("far", "batch", 0.0)
+
+    def broken():
+        raise RuntimeError("a page's bug")
+
+    server = Server(
+        ("127.0.0.1", 0), {"/metrics": lambda: ("text/plain", m.text()), "/boom": broken}
+    ).start()
+    host, port = server.address
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics?x=1", timeout=10) as r:
+            assert r.status == 200 and b"slurm_mig_planner_cycle_seconds" in r.read()
+        for path, code in (("/", 404), ("/boom", 500), ("/../etc/passwd", 404)):
+            try:
+                urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=10)
+                raise AssertionError(f"{path} answered")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == code, path
+        req = urllib.request.Request(f"http://{host}:{port}/metrics", method="POST", data=b"")
+        try:
+            urllib.request.urlopen(req, timeout=10)
+            raise AssertionError("POST answered")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 501
+    finally:
+        server.close()
