@@ -417,9 +417,10 @@ def _place(
         return JobRecord(
             uuid=adopt.uuid, created=k.created or start, ready=ready, reused=True, **common
         )
+    began = time.monotonic()
     inst = backend.create(a.gpu, a.profile, a.placement, job_id=job.job_id)
+    out.event("create", a.profile, time.monotonic() - began)
     ready = clock()
-    out.event("create", a.profile, ready - start)
     out.say(f"created {_describe(inst)} in {ready - start:.2f} s; {_plan(a)}")
     return JobRecord(uuid=inst.uuid, created=ready, ready=ready, reused=False, **common)
 
