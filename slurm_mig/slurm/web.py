@@ -154,6 +154,9 @@ def page_html(view, svg: bytes) -> bytes:
         "<th>State</th><th>Node</th><th>GPU</th><th>Profile</th><th>Start</th><th>Why</th></tr>"
     )
     for r in view.queue:
+        why = r.why
+        if not why and r.free_at is not None:
+            why = f"slices busy until {time.strftime('%H:%M:%S', time.localtime(r.free_at))}"
         parts.append(
             "<tr>"
             + "".join(
@@ -167,7 +170,7 @@ def page_html(view, svg: bytes) -> bytes:
                     "-" if r.gpu is None else r.gpu,
                     r.profile or "-",
                     _when(r.start, now),
-                    r.why,
+                    why,
                 )
             )
             + "</tr>"
