@@ -6,12 +6,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # Debian packages for a real Slurm on loopback (the e2e tests start one).
 SLURM_PKGS := slurmctld slurmd slurm-client munge
+# Debian packages the observability tests drive: tmux (status on a terminal screen) and
+# headless Chromium (the web page); each is installed where its command is missing.
+VIEW_PKGS := tmux chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Other Slurm releases for the e2e suite: debootstrapped Debian roots, cached in
 # /var/cache/slurm-mig/roots ($$SLURM_MIG_ROOTS) across clones. trixie: 24.11, sid: 26.05.
 SLURM_ROOTS := trixie sid
 
-.PHONY: venv test demo bench lint format clean clean-roots slurm-packages slurm-roots
+.PHONY: venv test demo bench lint format clean clean-roots slurm-packages slurm-roots view-packages
 
 # Stamps make re-runs instant; they are redone when the package metadata changes.
 $(BIN)/python:
@@ -37,6 +40,20 @@ slurm-packages:
 			--no-install-recommends $(SLURM_PKGS); \
 	fi
 
+view-packages:
+	@missing=""; for pkg in $(VIEW_PKGS); do \
+		command -v $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "view packages: present"; \
+	else \
+		echo "view packages: installing$$missing"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends $$missing >/dev/null 2>&1 || { \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends $$missing; }; \
+	fi
+
 # Builds the roots that are missing (about 30 s each; as root only, where LocalSlurm can
 # run at all). Outside CI a root that cannot be built is skipped by the e2e suite with
 # the reason; on CI ($$CI set) it is a failure.
@@ -56,7 +73,7 @@ slurm-roots: $(VENV)/.installed
 
 # The whole suite on the host's Slurm (22.05 on Debian 12), then the e2e suite once per
 # root's release.
-test: slurm-packages venv slurm-roots
+test: slurm-packages view-packages venv slurm-roots
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest -q
@@ -94,5 +111,6 @@ clean-roots:
 	rm -rf "$${SLURM_MIG_ROOTS:-/var/cache/slurm-mig/roots}"
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis rodinia-far-gantt.png
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis rodinia-far-gantt.png \
+		test-artifacts
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -69,6 +69,10 @@ class Config:
     latency_scale: float
     reuse_wait: float
     lock_timeout: float = 60.0
+    metrics: str = "127.0.0.1:9764"
+    web: bool = False
+    public_file: Path | None = None
+    metrics_file: Path | None = None
     source: Path | None = None
 
     def gpu_models(self, node: str) -> tuple[str, ...]:
@@ -86,6 +90,13 @@ class Config:
     def run_dir_for(self, node: str) -> Path:
         """``run_dir`` with ``%n`` replaced by the node name."""
         return Path(str(self.run_dir).replace(NODE_TOKEN, node))
+
+    def metrics_file_for(self, node: str) -> Path:
+        """Where the node's hooks write their metrics (node_exporter's textfile format):
+        ``metrics_file`` with ``%n`` replaced, else ``node-metrics.prom`` in the run dir."""
+        if self.metrics_file is None:
+            return self.run_dir_for(node) / "node-metrics.prom"
+        return Path(str(self.metrics_file).replace(NODE_TOKEN, node))
 
     def simulated_dir_for(self, node: str) -> Path:
         """``simulated_dir`` with ``%n`` replaced by the node name."""
@@ -131,6 +142,9 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         "run_dir": _Field("run_dir", "path", "/run/slurm-mig", '"/run/slurm-mig"', node_token=True),
         "key_file": _Field("key_file", "path", str(DEFAULT_KEY_FILE), f'"{DEFAULT_KEY_FILE}"'),
         "log_file": _Field("log_file", "optpath", "", '"" (stderr) or "/var/log/slurm-mig.log"'),
+        "public_file": _Field(
+            "public_file", "optpath", "", '"" (off) or "/run/slurm-mig-public/plan.json"'
+        ),
     },
     "planner": {
         "algorithm": _Field("algorithm", "policy", "far", '"far"'),
@@ -143,6 +157,8 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         "notify": _Field("notify", "address", "", '"" (off) or "10.0.0.1:6820"'),
         "default_runtime": _Field("default_runtime", "float", 3600.0, "3600.0", _POSITIVE),
         "serial_fraction": _Field("serial_fraction", "float", 0.3, "0.3", _fraction),
+        "metrics": _Field("metrics", "address", "127.0.0.1:9764", '"127.0.0.1:9764" or "" (off)'),
+        "web": _Field("web", "bool", False, "false"),
     },
     "device": {
         "backend": _Field("backend", "choice", "nvml", '"nvml"', choices=BACKENDS),
@@ -158,6 +174,13 @@ SCHEMA: dict[str, dict[str, _Field]] = {
     "hooks": {
         "reuse_wait": _Field("reuse_wait", "float", 300.0, "300.0", _NON_NEGATIVE),
         "lock_timeout": _Field("lock_timeout", "float", 60.0, "60.0", _POSITIVE),
+        "metrics_file": _Field(
+            "metrics_file",
+            "optpath",
+            "",
+            '"" (node-metrics.prom in run_dir) or "/var/lib/node_exporter/slurm-mig-%n.prom"',
+            node_token=True,
+        ),
     },
 }
 SECTIONS = ("slurm", "nodes", "paths", "planner", "device", "hooks")
@@ -369,9 +392,14 @@ def _check_value(field: _Field, value: object) -> str | None:
                 return f"must be an absolute path (starting with /), got {value!r}; {fix}"
             if NODE_TOKEN in value and not field.node_token:
                 return (
-                    f"{NODE_TOKEN} is expanded only in paths.run_dir and device.simulated_dir, "
+                    f"{NODE_TOKEN} is expanded only in paths.run_dir, device.simulated_dir and "
+                    "hooks.metrics_file, "
                     f"got {value!r}; use a fixed path, {fix}"
                 )
+        return None
+    if field.kind == "bool":
+        if not isinstance(value, bool):
+            return f"must be true or false without quotes, got {_toml(value)}; {fix}"
         return None
     if field.kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):

@@ -70,7 +70,7 @@ def blocked_slices(plan: Plan, slot: Slot) -> range:
 
 
 def draw_gantt(plan: Plan, path: str | Path, title: str | None = None) -> Path:
-    """Draw ``plan`` to a PNG at ``path`` and return the path."""
+    """Draw ``plan`` to a PNG (an SVG where ``path`` ends in .svg); return the path."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
@@ -217,7 +217,7 @@ def draw_gantt(plan: Plan, path: str | Path, title: str | None = None) -> Path:
         bbox_to_anchor=(0.5, 1 - 0.62 / fig.get_figheight()),
     )
     out = Path(path)
-    fig.savefig(out, format="png")
+    fig.savefig(out, format="svg" if out.suffix.lower() == ".svg" else "png")
     return out
 
 

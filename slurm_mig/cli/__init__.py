@@ -17,11 +17,14 @@ from . import (
     bench,
     check_config,
     demo,
+    explain,
     forecast,
     keygen,
     plan,
     planner,
+    report,
     simulate,
+    status,
     validate,
 )
 from .common import INPUT_ERRORS, PROG, Formatter, Parser, version, wrap
@@ -31,7 +34,19 @@ __all__ = ["build_parser", "main"]
 log = logging.getLogger("slurm_mig")
 
 # in the order `slurm-mig --help` lists them
-COMMANDS = (plan, validate, demo, bench, check_config, keygen, forecast, planner)
+COMMANDS = (
+    plan,
+    validate,
+    demo,
+    bench,
+    check_config,
+    keygen,
+    forecast,
+    planner,
+    status,
+    explain,
+    report,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

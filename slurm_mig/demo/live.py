@@ -76,6 +76,13 @@ class LiveCluster:
         return self.root / "planner.log"
 
     @property
+    def metrics_url(self) -> str:
+        """The daemon's /metrics address (the web page is at its root)."""
+        from ..config import load_config
+
+        return f"http://{load_config(self.config_path).metrics}/metrics"
+
+    @property
     def env(self) -> dict[str, str]:
         assert self.cluster is not None
         return self.cluster.env
@@ -126,6 +133,8 @@ class LiveCluster:
             "cycle": 0.3,
             "default_runtime": 60.0,
             "notify": f"127.0.0.1:{free_port()}",
+            "metrics": f"127.0.0.1:{free_port()}",
+            "web": True,
             **self.planner,
         }
         lines = ["[slurm]", 'partition = "mig"', "", "[nodes]"]
@@ -137,6 +146,7 @@ class LiveCluster:
             f'run_dir = "{self.run_root}/%n"',
             f'key_file = "{key}"',
             f'log_file = "{self.root / "hooks.log"}"',
+            f'public_file = "{self.root / "public" / "plan.json"}"',
             "",
             "[planner]",
             *(f"{k} = {json.dumps(v)}" for k, v in planner.items()),

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ..geometry import Placement, Slot, get_model
-from ..plan import Plan, PlannedTask, Reconfiguration, lower_bound
+from ..plan import Plan, PlannedTask, Reconfiguration
 from .live import (
     LiveCluster,
     chain_length,
@@ -28,8 +28,18 @@ def live_unavailable() -> str | None:
     return skip_reason()
 
 
-def realized_plan(records: list[dict], audit: list[dict], t0: float, tasks) -> Plan:
-    """What ran, in the plan format (times from ``t0``), so the Gantt chart can draw it."""
+def asked_bound(kernels, scale: float, model, gpus: int) -> float:
+    """The area lower bound of what the jobs were asked to run: each job's kernel at
+    ``scale`` times its profiled seconds (the demo's jobs sleep that long), its least
+    slice-seconds spread over every slice of ``gpus`` GPUs."""
+    return sum(scale * k.min_work() for k in kernels) / (model.compute_slices * gpus)
+
+
+def realized_plan(
+    records: list[dict], audit: list[dict], t0: float, kernels, scale: float = 1.0
+) -> Plan:
+    """What ran, in the plan format (times from ``t0``), so the Gantt chart can draw it;
+    its lower bound is that of the jobs as submitted (``kernels`` at ``scale``)."""
     model = get_model(MODEL)
     ran = [
         PlannedTask(
@@ -59,8 +69,71 @@ def realized_plan(records: list[dict], audit: list[dict], t0: float, tasks) -> P
         gpus=2,
         tasks=tuple(ran),
         reconfigurations=tuple(ops),
-        lower_bound=lower_bound(tasks, model, 2),
+        lower_bound=asked_bound(kernels, scale, model, 2),
         planner="far (as run on Slurm)",
+    )
+
+
+def status_text(lc: LiveCluster, width: int = 120) -> str:
+    """``slurm-mig status`` of the live cluster, as text."""
+    import io
+
+    from rich.console import Console
+
+    from ..cli.status import load_view, render
+    from ..config import load_config
+    from ..slurm.client import SlurmClient
+
+    view = load_view(load_config(lc.config_path), None, SlurmClient(env=lc.env))
+    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+    console.print(render(view))
+    return console.export_text()
+
+
+def status_while_running(lc: LiveCluster, timeout: float = 60.0) -> str:
+    """The status once jobs run on every GPU (or after ``timeout``); "" on failure."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [j for j in lc.jobs().values() if j.state == "RUNNING"]
+        if len(running) >= 2:
+            seen = lc.status().get("cycle", 0)
+            try:  # a cycle that has seen them run
+                lc.wait_status(
+                    lambda st, seen=seen: st.get("cycle", 0) > seen,
+                    max(1.0, deadline - time.monotonic()),
+                )
+            except TimeoutError:
+                pass
+            break
+        time.sleep(0.2)
+    try:
+        return status_text(lc)
+    except Exception as exc:  # the demo goes on without it
+        return f"(status not available: {exc})"
+
+
+def scrape_metrics(lc: LiveCluster) -> str:
+    """A one-line summary of the daemon's /metrics, parsed with prometheus_client."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = urllib.request.urlopen(lc.metrics_url, timeout=10).read().decode()
+    except OSError as exc:
+        return f"(not reachable: {exc})"
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.labels or sample.labels.get("result") == "ok":
+                values[sample.name] = sample.value
+    return (
+        f"{values.get('slurm_mig_planner_cycles_total', 0):.0f} cycles, "
+        f"{values.get('slurm_mig_planner_jobs_released_total', 0):.0f} releases, "
+        f"mean cycle {values.get('slurm_mig_planner_cycle_seconds_sum', 0) / max(1, values.get('slurm_mig_planner_cycle_seconds_count', 1)):.3f} s, "
+        f"{len(text.splitlines())} lines of metrics"
     )
 
 
@@ -91,7 +164,9 @@ def run_live_demo(gantt: str, scale: float = 2.0, copies: int = 24) -> int:
             )
             lc.start_planner()
             plan = lc.wait_plan(len(ids))
+            during = status_while_running(lc)
             jobs = lc.wait_done(ids, 600)
+            scraped = scrape_metrics(lc)
             records = {r["job"]: r for r in lc.records()}
             planned = lc.assignments(ids)
             audit = lc.audit()
@@ -155,11 +230,21 @@ def run_live_demo(gantt: str, scale: float = 2.0, copies: int = 24) -> int:
                 "every job ran on its planned slice" if ok else "SOMETHING DID NOT RUN AS PLANNED"
             )
             out = write_gantt(
-                realized_plan(list(records.values()), audit, t0, tasks),
+                realized_plan(list(records.values()), audit, t0, kernels, scale),
                 gantt,
                 title=f"{len(ids)} Rodinia jobs as run by Slurm on 2 simulated {MODEL}",
             )
             print(f"Gantt chart of what ran: {out.resolve()}")
+            if during:
+                print()
+                print("slurm-mig status while the batch ran:")
+                print(during.rstrip())
+            print()
+            print(
+                f"Prometheus metrics of the planner: {lc.metrics_url} (served while the demo ran)"
+            )
+            if scraped:
+                print("  " + scraped)
             return 0 if ok else 1
     finally:
         shutil.rmtree(root, ignore_errors=True)

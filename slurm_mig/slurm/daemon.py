@@ -41,12 +41,26 @@ from .cycle import (
     Snapshot,
     UpdateJob,
     job_phase,
+    parse_admin_comment,
     plan_cycle,
 )
 
 log = logging.getLogger("slurm_mig.planner")
 
 STATUS_FILE = "planner-status.json"
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _planner_metrics(config: Any):
+    from ..planner.registry import policy_info
+    from .metrics import PlannerMetrics
+
+    algorithm = getattr(config, "algorithm", "far")
+    try:
+        kind = policy_info(algorithm).kind
+    except Exception:  # an unknown name fails planning itself, with its own message
+        kind = ""
+    return PlannerMetrics(algorithm, kind, float(getattr(config, "batch_window", 0.0)))
 
 
 class Client(Protocol):
@@ -314,10 +328,13 @@ class CycleReport:
     policy: str = ""
     batch_window: float = 30.0
     batch_size: int = 0
+    # per job projections, running drift, next batch (`projection`); status and explain
+    extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         r, a = self.result, self.apply
         return {
+            **self.extra,
             "cycle": self.number,
             "pid": os.getpid(),
             "started": self.started,
@@ -372,6 +389,11 @@ class PlannerDaemon:
         self.wake = threading.Event()
         self.cycles = 0
         self.previous_nodes: frozenset[str] | None = None
+        self.metrics = _planner_metrics(config)
+        self.last_report: CycleReport | None = None
+        self.last_jobs: list = []  # squeue's jobs of the partition, last cycle
+        self.web_state = None  # `web.WebState` while the web page is served
+        self.server = None
 
     def status_path(self) -> Path:
         return Path(self.config.state_dir) / STATUS_FILE
@@ -394,6 +416,7 @@ class PlannerDaemon:
             what = "Slurm" if isinstance(exc, SlurmError) else "the runtime store"
             log.error("cycle %d: cannot read %s: %s", self.cycles, what, text)
             report = self._report(started, None, None, text)
+            self.metrics.observe(report)
             self._write_status(report)
             return report
         if self.dry_run:
@@ -427,9 +450,59 @@ class PlannerDaemon:
             result.makespan,
             f"; re-planned: {', '.join(result.replanned)}" if result.replanned else "",
         )
+        self._observe(report, snap, now)
         if not self.dry_run:
             self._write_status(report)
+            self._write_public(report)
+            self._gather_accounting()
         return report
+
+    def _gather_accounting(self) -> None:
+        """The nodes' accounting lines into the store (nodes this host can read)."""
+        from .accounting import gather, node_logs
+
+        try:
+            added = gather(Path(self.config.state_dir), node_logs(self.config))
+        except Exception as exc:  # sqlite or file errors: accounting waits, planning goes on
+            log.warning("accounting not gathered: %s", exc)
+            return
+        if added:
+            log.info("accounting: %d finished runs gathered", added)
+
+    def _observe(self, report: CycleReport, snap: Snapshot, now: float) -> None:
+        """Projections into the report, the cycle into the metrics."""
+        from .projection import next_batch_at, project_jobs, running_drift
+
+        r = report.result
+        assert r is not None
+        jobs = [j for j in snap.jobs if j.job_id in snap.estimates]
+        drift = running_drift(jobs, now)
+        report.extra = {
+            "projected": project_jobs(r.snapshots, r.decisions),
+            "drift": drift,
+            "next_batch_at": next_batch_at(r.decisions, now),
+        }
+        learned = {getattr(a, "job_id", "") for a in r.actions if isinstance(a, Learn)}
+        planned = {}
+        for job in jobs:
+            if job.job_id in learned:
+                rec = parse_admin_comment(job.admin_comment)
+                if rec is not None:
+                    planned[job.job_id] = rec.planned_seconds
+        self.metrics.observe(report, jobs, drift, planned)
+        self.last_jobs = jobs
+        if self.web_state is not None:
+            self.web_state.update(report.extra["projected"], now)
+
+    def _write_public(self, report: CycleReport) -> None:
+        """The summary anyone may read (``[paths] public_file``), for ``explain``."""
+        from .public import write_public
+
+        path = getattr(self.config, "public_file", None)
+        if path:
+            failed = write_public(Path(path), report)
+            if failed:
+                log.warning("%s", failed)
 
     def _report(
         self,
@@ -452,6 +525,7 @@ class PlannerDaemon:
         )
 
     def _write_status(self, report: CycleReport) -> None:
+        self.last_report = report
         path = self.status_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -468,6 +542,8 @@ class PlannerDaemon:
         from .notify import MIN_GAP
 
         listener = None if once else self._listen()
+        if not once:
+            self.server = self._serve()
         try:
             while True:
                 self.wake.clear()
@@ -487,6 +563,8 @@ class PlannerDaemon:
         finally:
             if listener is not None:
                 listener.close()
+            if self.server is not None:
+                self.server.close()
         log.info("planner stopped after %d cycles", self.cycles)
         return 0
 
@@ -512,6 +590,34 @@ class PlannerDaemon:
             return None
         log.info("listening for Epilog notifications on %s:%d (UDP)", *listener.address)
         return listener
+
+    def _serve(self):
+        """The HTTP endpoint on ``[planner] metrics`` (/metrics; the web page too with
+        ``[planner] web``), or None (off, or the address cannot be bound)."""
+        from ..config import parse_address
+        from .serve import Server
+
+        address = parse_address(getattr(self.config, "metrics", ""))
+        if address is None:
+            return None
+        pages = {"/metrics": lambda: (METRICS_TYPE, self.metrics.text())}
+        if getattr(self.config, "web", False):
+            from .web import pages as web_pages
+
+            pages.update(web_pages(self))
+        try:
+            server = Server(address, pages).start()
+        except OSError as exc:
+            log.warning(
+                "cannot serve metrics on %s:%d (%s); change [planner] metrics",
+                *address,
+                exc.strerror or exc,
+            )
+            return None
+        host, port = server.address
+        what = "metrics and the web page" if len(pages) > 1 else "metrics"
+        log.info("serving %s on http://%s:%d/", what, host, port)
+        return server
 
     def install_signals(self) -> None:
         """SIGTERM/SIGINT: stop between actions; SIGHUP: next cycle now."""

@@ -133,6 +133,12 @@ class Outcome:
     drain: str | None = None  # drain the node with this reason
     requeue: bool = False  # TaskProlog: scontrol requeuehold the job
     started: bool = False  # Prolog: the job has its instance and will run
+    # (event, label, seconds) for the node metrics (`nodemetrics.EVENTS`)
+    events: list[tuple[str, str, float]] = field(default_factory=list)
+    finished: dict | None = None  # Epilog: the run's runtime record, for accounting
+
+    def event(self, name: str, label: str, seconds: float = 0.0) -> None:
+        self.events.append((name, label, seconds))
 
     def say(self, text: str, level: int = INFO) -> None:
         self.log.append((level, text))
@@ -145,6 +151,7 @@ class Outcome:
         text = " ".join(str(text).split())
         self.drain = text
         self.exit_code = 1
+        self.event("fault", "")
         self.say(f"node fault, draining the node: {text}", ERR)
         return self
 
@@ -336,6 +343,9 @@ def _prolog_locked(
     state.put_task(placed, job.uid)
     state.remove_refusal(job.job_id)
     out.started = True
+    if job.restart > 0:  # mig-run's forecast and OOM restarts put mem= into the hint
+        hints, _ = _hints(job.comment)
+        out.event("restart", "memory_hint" if hints is not None and hints.mem else "other")
     fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
     if fault is not None:
         out.warn(f"could not reclaim an expired kept instance (the epilog will retry): {fault}")
@@ -344,6 +354,7 @@ def _prolog_locked(
 def _refuse(state: NodeState, refusal: Refusal, job: JobEnv, out: Outcome) -> None:
     state.put_refusal(refusal)
     state.put_task(refusal, job.uid)
+    out.event("refusal", refusal.action)
     out.warn(f"refused (action {refusal.action}): {refusal.reason}")
 
 
@@ -387,7 +398,7 @@ def _place(
     for i in in_way:
         k = kept.get(i.uuid)
         what = f"instance {_whose(k)}" if k else "orphan instance (no job record)"
-        _destroy(backend, i.gpu, i.uuid, job.job_id)
+        _destroy(backend, i.gpu, i.uuid, job.job_id, out, i.profile)
         if k:
             state.remove_kept(i.uuid)
         out.say(f"destroyed {what} {_describe(i)}: it overlaps the planned placement")
@@ -403,11 +414,14 @@ def _place(
         k = kept[adopt.uuid]
         state.remove_kept(adopt.uuid)
         ready = clock()
+        out.event("adopt", a.profile)
         out.say(f"adopted {_describe(adopt)}, {_whose(k)}; {_plan(a)}")
         return JobRecord(
             uuid=adopt.uuid, created=k.created or start, ready=ready, reused=True, **common
         )
+    began = time.monotonic()
     inst = backend.create(a.gpu, a.profile, a.placement, job_id=job.job_id)
+    out.event("create", a.profile, time.monotonic() - began)
     ready = clock()
     out.say(f"created {_describe(inst)} in {ready - start:.2f} s; {_plan(a)}")
     return JobRecord(uuid=inst.uuid, created=ready, ready=ready, reused=False, **common)
@@ -422,12 +436,22 @@ def _plan(a: Assignment) -> str:
     return f"{text}, kept afterwards for job {a.keep_for}" if a.keep_for else text
 
 
-def _destroy(backend: MigBackend, gpu: int, uuid: str, job_id: str) -> bool:
+def _destroy(
+    backend: MigBackend,
+    gpu: int,
+    uuid: str,
+    job_id: str,
+    out: Outcome | None = None,
+    profile: str = "",
+) -> bool:
     """Destroy an instance; False when it was gone already."""
+    start = time.monotonic()
     try:
         backend.destroy(gpu, uuid, job_id=job_id)
     except InstanceNotFound:
         return False
+    if out is not None:
+        out.event("destroy", profile, time.monotonic() - start)
     return True
 
 
@@ -449,7 +473,7 @@ def _reclaim_expired(
         if k.until > now and k.for_job not in moved_on:
             continue
         try:
-            gone = not _destroy(backend, k.gpu, k.uuid, job_id)
+            gone = not _destroy(backend, k.gpu, k.uuid, job_id, out, k.profile)
         except DeviceError as exc:
             if exc.node_fault:
                 return exc
@@ -585,7 +609,7 @@ def _release(
         )
     else:
         try:
-            gone = not _destroy(backend, rec.gpu, rec.uuid, job.job_id)
+            gone = not _destroy(backend, rec.gpu, rec.uuid, job.job_id, out, rec.profile)
             done = "found gone already" if gone else "destroyed"
             out.say(f"{done} {_describe(rec)} {ran}")
         except DeviceError as exc:
@@ -622,6 +646,7 @@ def _record_runtime(
         "end": end,
         "freed": end if freed is None else freed,
     }
+    out.finished = entry
     try:
         state.append_runtime(entry, rotate=rotate)
     except NodeStateError as exc:
@@ -743,6 +768,20 @@ def _run(
         failed = run_scontrol(["requeuehold", job.job_id], env, scontrol)
         if failed:
             out.warn(f"could not requeue the job: {failed}")
+    if hook != "taskprolog" and config is not None and in_partition(job, config):
+        from .nodemetrics import record  # stdlib and geometry only
+
+        try:
+            failed = record(config, job.node, out.events)
+            if out.finished is not None:
+                from .accounting import append
+
+                private = config.run_dir_for(job.node) / "private"
+                failed = append(private, out.finished, env) or failed
+        except Exception as exc:  # metrics and accounting never fail a hook
+            failed = f"metrics not written: {type(exc).__name__}: {exc}"
+        if failed:
+            out.warn(failed)
     if config is not None and config.notify:
         if hook == "epilog":
             _notify(config, job.job_id, "ended", out)

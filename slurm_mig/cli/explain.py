@@ -1,0 +1,65 @@
+"""``slurm-mig explain JOB``: why a job waits, where it is planned and when it is
+projected to start, for its owner (no root needed; slurm_mig/explain.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from .common import Formatter, wrap
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "explain",
+        formatter_class=Formatter,
+        help="say where a job is planned, why it waits and when it should start (users)",
+        description=wrap(
+            "For one job: where the planner placed it (node, GPU, profile, placement), "
+            "why it waits (its batch window, its slices busy until a time, its memory "
+            "need from its hint or a restart, PCIe, a deadline), when it is projected to "
+            "start, and what its mig: hint said. Reads only what the job's owner may "
+            "read: squeue's view of the job (Comment, AdminComment) and the planner's "
+            "public summary ([paths] public_file)."
+        ),
+    )
+    p.add_argument("job", metavar="JOB", help="the Slurm job id")
+    p.add_argument("--config", metavar="PATH", help="config file (default: as the planner)")
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import ConfigError, load_config
+    from ..explain import explain
+    from ..slurm.client import SlurmClient, SlurmError
+    from ..slurm.public import read_public
+
+    job_id = args.job.strip()
+    if not (0 < len(job_id) <= 64 and all(c.isdigit() or c == "_" for c in job_id)):
+        raise ValueError(f"JOB {args.job[:30]!r} is not a Slurm job id; give e.g. 4242")
+    partition, public = None, None
+    try:
+        config = load_config(args.config)
+        partition = config.partition
+        public = read_public(config.public_file) if config.public_file else None
+    except ConfigError:
+        pass  # squeue alone still says a lot
+    try:
+        jobs = SlurmClient().jobs(partition)
+    except SlurmError as exc:
+        raise ValueError(f"cannot read the queue: {' '.join(str(exc).split())}") from None
+    found = [j for j in jobs if j.job_id == job_id]
+    if not found:
+        where = f" in partition {partition}" if partition else ""
+        raise ValueError(f"no job {job_id}{where} in the queue (finished long ago, or not yours?)")
+    got = explain(found[0], public, time.time())
+    if args.json:
+        print(json.dumps(got, indent=1))
+        return 0
+    name = found[0].name
+    print(f"job {job_id}{f' ({name})' if name else ''}: {found[0].state.lower()}")
+    for line in got["lines"]:
+        print(f"  {line}")
+    return 0

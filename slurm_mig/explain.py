@@ -1,0 +1,206 @@
+"""``slurm-mig explain JOB``: where a job is planned, why it waits, when it is projected
+to start and what its hint said, from what its owner may read.
+
+Sources, all readable without root: the job as squeue shows it (state, times, its
+Comment with the ``mig:`` hint and the planner's note, its AdminComment with the
+planner's ``slurm-mig:`` record or note) and the planner's public summary
+(``[paths] public_file``: projected start, when the slices it waits for are free, the
+next batch). Never the status file or the nodes' records: those are root's and name
+other jobs' instances. Pure: `explain` turns those inputs into lines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .geometry import GeometryError, get_model
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _span(seconds: float) -> str:
+    s = abs(int(round(seconds)))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {(s % 3600) // 60} min"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.1f} GiB"
+
+
+def explain(job: Any, public: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
+    """What to tell the owner of ``job`` (a `client.Job`): {"job", "state", "lines",
+    "where", "start"}; ``public`` is the planner's public summary (None: off)."""
+    from .slurm import comment as comments
+    from .slurm.cycle import ADMIN_TAG, job_phase, parse_admin_comment
+    from .slurm.hints import HintError, parse_hints
+
+    lines: list[str] = []
+    a = parse_admin_comment(job.admin_comment)
+    current = a if a is not None and a.restart == job.restart_count else None
+    phase = job_phase(job.state)
+    entry = (public or {}).get("jobs", {}).get(job.job_id) if public else None
+    entry = entry if isinstance(entry, dict) else None
+    start: float | None = None
+    where = None
+    if current is not None:
+        where = {
+            "node": current.node,
+            "gpu": current.gpu,
+            "profile": current.profile,
+            "placement": [current.placement.start, current.placement.size],
+            "planned_seconds": current.planned_seconds,
+        }
+
+    # what the job said about itself
+    parsed = comments.parse(job.comment)
+    hint_text = parsed.hint
+    try:
+        hints = parse_hints(job.comment)
+        problem = None
+    except HintError as exc:
+        hints, problem = None, " ".join(str(exc).split())
+
+    if phase == "active":
+        if current is not None:
+            lines.append(
+                f"running on {current.node} gpu {current.gpu} as {current.profile} at "
+                f"{current.placement.start}:{current.placement.size} (batch {current.batch}, "
+                f"order {current.order})"
+            )
+            if job.start_time:
+                ran = now - job.start_time
+                left = current.planned_seconds - ran
+                lines.append(
+                    f"started {_clock(job.start_time)}, planned to run "
+                    f"{_span(current.planned_seconds)}: "
+                    + (
+                        f"{_span(left)} left by the plan"
+                        if left >= 0
+                        else f"{_span(-left)} past its planned runtime"
+                    )
+                )
+        else:
+            lines.append(f"{job.state.lower()} on {job.nodes or '?'} (no slurm-mig record)")
+    elif phase == "done":
+        lines.append(f"finished ({job.state})")
+        if current is not None and job.start_time and job.end_time:
+            lines.append(
+                f"ran {_span(job.end_time - job.start_time)} on {current.node} gpu "
+                f"{current.gpu} as {current.profile}; planned {_span(current.planned_seconds)}"
+            )
+    else:
+        note = (job.admin_comment or "").strip()
+        if current is not None:
+            state = entry.get("state") if entry else None
+            released = not job.held
+            lines.append(
+                f"planned on {current.node} gpu {current.gpu} as {current.profile} at "
+                f"{current.placement.start}:{current.placement.size} (batch {current.batch}, "
+                f"order {current.order} on that GPU), to run {_span(current.planned_seconds)}"
+            )
+            if released or state == "released":
+                if job.dependency:
+                    lines.append(
+                        "released: Slurm starts it as soon as the jobs before it on its "
+                        "slices have left"
+                    )
+                else:
+                    lines.append("released: waiting for Slurm to start it")
+            else:
+                lines.append("held by the planner until its slices are free")
+            if entry is not None:
+                start = entry.get("start") if isinstance(entry.get("start"), int | float) else None
+                free = entry.get("free_at")
+                if isinstance(free, int | float) and free > now:
+                    lines.append(
+                        f"why it waits: its slices are busy until {_clock(free)} "
+                        f"(in {_span(free - now)})"
+                    )
+                if start is not None:
+                    lines.append(
+                        f"projected start: {_clock(start)}"
+                        + (f" (in {_span(start - now)})" if start > now else " (now)")
+                    )
+            else:
+                lines.append(
+                    "projected start: unknown (the planner publishes no summary: "
+                    "[paths] public_file is off)"
+                )
+        elif note.startswith(ADMIN_TAG):
+            text = note[len(ADMIN_TAG) :].strip()
+            lines.append(f"not planned: {text.removeprefix('not planned:').strip()}")
+        elif entry is not None and entry.get("state") == "deferred":
+            lines.append(f"not planned yet: {entry.get('why', '')}")
+        elif job.held and job.reason == "JobHeldUser":
+            lines.append(
+                "held, waiting for the planner to take it (the planner's cycle has not "
+                "seen it yet, or the planner is not running)"
+            )
+        else:
+            lines.append("waiting for the planner's next batch")
+        if current is None and public is not None:
+            nb = public.get("next_batch_at")
+            if isinstance(nb, int | float) and nb > now:
+                lines.append(
+                    f"why it waits: the batch window ({public.get('batch_window', 0):g} s) "
+                    f"collects jobs until {_clock(nb)} (in {_span(nb - now)})"
+                )
+        if parsed.note:
+            lines.append(f"the planner's note in its comment: {parsed.note}")
+
+    # the hint
+    if problem is not None:
+        lines.append(f"its hint is invalid: {problem}")
+    elif hints is not None and hint_text:
+        said = [f"its hint: {hint_text}"]
+        lines.append(" ".join(said))
+        if hints.mem:
+            source = (
+                "set by mig-run after a restart (a forecast or an out-of-memory error)"
+                if job.restart_count > 0
+                else "from its hint"
+            )
+            need = f"needs {_gib(hints.mem)} of GPU memory ({source})"
+            if current is not None:
+                try:
+                    prof = get_model(current.model).profile(current.profile)
+                    need += f"; {current.profile} has {_gib(prof.memory_bytes)}"
+                except GeometryError:
+                    pass
+            lines.append(need)
+        if hints.pcie:
+            lines.append(
+                f"PCIe-bound ({hints.pcie:g} GB/s): the planner keeps the PCIe demand on a "
+                "GPU within its link, which can delay it"
+            )
+        if hints.time:
+            lines.append(f"its hint says it runs {_span(hints.time)}")
+    else:
+        lines.append(
+            "no mig: hint in its comment (runtime from earlier runs of its name, else its time limit)"
+        )
+    if job.restart_count:
+        lines.append(f"restarted {job.restart_count} time(s)")
+    if job.deadline:
+        end = (start or now) + (current.planned_seconds if current else 0.0)
+        if phase == "pending" and end > job.deadline:
+            lines.append(
+                f"deadline {_clock(job.deadline)}: the projected end {_clock(end)} is after it"
+            )
+        else:
+            lines.append(f"deadline {_clock(job.deadline)}")
+    return {
+        "job": job.job_id,
+        "state": job.state,
+        "where": where,
+        "start": start,
+        "lines": lines,
+    }

@@ -1,0 +1,216 @@
+"""The daemon's read-only web page (``[planner] web = true``): the Gantt chart of what
+ran and what is planned (the existing Gantt drawing, as SVG) and the status table,
+refreshed every few seconds. Served by `slurm_mig.slurm.serve` on ``[planner] metrics``.
+
+Built from the daemon's last cycle: its projections (`projection.project_jobs`), the
+jobs squeue showed and the nodes' records where the daemon's host can read them. What
+ran is remembered from cycle to cycle (a job that left the busy set ended then), at
+most `HISTORY` jobs. It shows MIG UUIDs and job owners: off by default.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+REFRESH_S = 5
+HISTORY = 500
+
+
+class WebState:
+    """What the page draws, kept between cycles: each job's GPU, slot and times."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ran: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.cycle = -1
+        self.svg: bytes = b""
+
+    def update(self, projected: dict[str, dict[str, Any]], now: float) -> None:
+        """Jobs running now are recorded; those that left since end now."""
+        with self.lock:
+            for job, rec in list(self.ran.items()):
+                if job not in projected and rec["end"] is None:
+                    rec["end"] = now
+            for job, p in projected.items():
+                if p.get("state") == "running":
+                    rec = {k: p.get(k) for k in ("node", "gpu", "profile", "placement", "start")}
+                    self.ran[job] = {**self.ran.get(job, {}), **rec, "end": None}
+            while len(self.ran) > HISTORY:
+                self.ran.popitem(last=False)
+
+
+def gantt_plan(status: dict[str, Any], ran: dict[str, dict[str, Any]], now: float):
+    """A `Plan` of the first GPU model's GPUs: what ran (finished and running) and what
+    is planned, times from the earliest start shown; None when there is nothing."""
+    from ..geometry import Placement, Slot, get_model
+    from ..plan import Plan, PlannedTask
+
+    groups = status.get("state") or []
+    if not groups:
+        return None
+    model = get_model(groups[0]["gpu_model"])
+    index = {(g["node"], g["local"]): i for i, g in enumerate(groups[0].get("gpus") or [])}
+    if not index:
+        return None
+    projected = status.get("projected") or {}
+    items = []
+    for job, r in ran.items():
+        if job not in projected:
+            items.append((job, r, r.get("end") or now, True))
+    for job, p in projected.items():
+        end = p.get("end")
+        items.append((job, p, end if end is not None else now, p.get("state") == "running"))
+    starts = [r.get("start") for _, r, _, _ in items if r.get("start") is not None]
+    if not starts:
+        return None
+    t0 = min(starts)
+    tasks = []
+    for job, r, end, running in items:
+        where = index.get((r.get("node"), r.get("gpu")))
+        if where is None or r.get("start") is None:
+            continue
+        try:
+            size = model.profile(r["profile"]).compute_slices
+        except Exception:
+            continue
+        start, length = r["placement"]
+        slot = Slot(Placement(start, length), size)
+        tasks.append(
+            PlannedTask(job, where, slot, r["start"] - t0, max(end, r["start"]) - t0, 0, running)
+        )
+    # the area bound of what is shown: its slice-seconds spread over every slice
+    area = sum(t.slot.size * (t.end - t.start) for t in tasks)
+    bound = area / (model.compute_slices * len(index))
+    return Plan(model, len(index), tuple(tasks), (), bound, status.get("policy", ""))
+
+
+def gantt_svg(plan) -> bytes:
+    from ..gantt import draw_gantt
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = draw_gantt(plan, Path(tmp) / "gantt.svg", title="what ran and what is planned")
+        return out.read_bytes()
+
+
+def _cell(x: object) -> str:
+    return f"<td>{html.escape(str(x))}</td>"
+
+
+def page_html(view, svg: bytes) -> bytes:
+    """The page: header, Gantt chart (inline SVG), GPU tables and the queue."""
+    from ..statusview import ago as _ago
+    from ..statusview import when as _when
+
+    now = view.now
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<meta http-equiv='refresh' content='{REFRESH_S}'>",
+        "<title>slurm-mig</title><style>body{font-family:sans-serif;margin:1em}"
+        "table{border-collapse:collapse;margin:.3em 0 1em}td,th{border:1px solid #bbb;"
+        "padding:2px 6px;font-size:13px}th{background:#eee}h2{font-size:15px;margin:.6em 0 0}"
+        "svg{max-width:100%;height:auto}</style></head><body>",
+        f"<h1>slurm-mig · cycle {view.cycle} at {html.escape(_ago(view.updated, now))} · "
+        f"policy {html.escape(view.policy or '-')}</h1>",
+    ]
+    if view.error:
+        parts.append(f"<p style='color:red'>last cycle failed: {html.escape(view.error)}</p>")
+    parts.append("<div id='gantt'>")
+    svg_text = svg.decode("utf-8", "replace")
+    parts.append(svg_text[svg_text.find("<svg") :] if svg else "<p>nothing has run yet</p>")
+    parts.append("</div>")
+    for g in view.gpus:
+        parts.append(
+            f"<h2>{html.escape(g.node)} gpu {g.gpu} · {html.escape(g.model)} · busy {g.busy}/"
+            f"{g.slices} slices · free {g.free} · largest free "
+            f"{html.escape(g.largest_free or 'none')} · fragmentation {g.fragmentation:.2f}</h2>"
+        )
+        parts.append(
+            "<table class='gpu'><tr><th>Profile</th><th>Placement</th><th>UUID</th><th>Job</th>"
+            "<th>User</th><th>Since</th><th>Drift</th></tr>"
+        )
+        for i in g.instances:
+            drift = "-" if i.drift is None else f"{i.drift:+.0f}s"
+            parts.append(
+                f"<tr class='job' data-job='{html.escape(i.job)}'>"
+                + _cell(i.profile)
+                + _cell(f"{i.placement[0]}:{i.placement[1]}")
+                + _cell(i.uuid or "-")
+                + _cell(i.job or i.note)
+                + _cell(i.user or "-")
+                + _cell(_ago(i.since, now) if i.since else "-")
+                + _cell(drift)
+                + "</tr>"
+            )
+        parts.append("</table>")
+    parts.append(
+        "<h2>Queue</h2><table id='queue'><tr><th>Job</th><th>User</th><th>Name</th>"
+        "<th>State</th><th>Node</th><th>GPU</th><th>Profile</th><th>Start</th><th>Why</th></tr>"
+    )
+    for r in view.queue:
+        why = r.why
+        if not why and r.free_at is not None:
+            why = f"slices busy until {time.strftime('%H:%M:%S', time.localtime(r.free_at))}"
+        parts.append(
+            "<tr>"
+            + "".join(
+                _cell(x)
+                for x in (
+                    r.job,
+                    r.user or "-",
+                    r.name or "-",
+                    r.state,
+                    r.node or "-",
+                    "-" if r.gpu is None else r.gpu,
+                    r.profile or "-",
+                    _when(r.start, now),
+                    why,
+                )
+            )
+            + "</tr>"
+        )
+    parts.append("</table></body></html>")
+    return "".join(parts).encode()
+
+
+def pages(daemon: Any) -> dict[str, Any]:
+    """The web routes of ``daemon`` (a `PlannerDaemon`)."""
+    from ..slurm.nodestate import NodeState
+    from ..statusview import build_view
+
+    state = WebState()
+    daemon.web_state = state
+
+    def current() -> tuple[dict[str, Any], Any]:
+        report = daemon.last_report
+        status = report.to_json() if report is not None else {}
+        records = {}
+        for name in daemon.config.nodes:
+            ns = NodeState(daemon.config.run_dir_for(name))
+            try:
+                records[name] = {"jobs": ns.jobs(), "kept": ns.kept()}
+            except OSError:
+                records[name] = {}
+        view = build_view(status, daemon.last_jobs, records, time.time())
+        return status, view
+
+    def index() -> tuple[str, bytes]:
+        status, view = current()
+        with state.lock:
+            if state.cycle != view.cycle:
+                plan = gantt_plan(status, dict(state.ran), view.now)
+                state.svg = gantt_svg(plan) if plan is not None and plan.tasks else b""
+                state.cycle = view.cycle
+            svg = state.svg
+        return "text/html; charset=utf-8", page_html(view, svg)
+
+    def status_json() -> tuple[str, bytes]:
+        return "application/json", json.dumps(current()[1].to_json()).encode()
+
+    return {"/": index, "/status.json": status_json}

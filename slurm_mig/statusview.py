@@ -1,0 +1,282 @@
+"""What ``slurm-mig status`` shows, as plain data: per node and GPU the live instances
+(profile, placement, UUID, job, user, since, drift), the free slices, the largest free
+block and the fragmentation cost, and the queue with each planned job's GPU, profile
+and projected start.
+
+Pure: built from the planner's status file (its last cycle's snapshots and
+projections), squeue's jobs and, where this host can read them, the nodes' records
+(MIG UUIDs, when each instance became ready, kept instances). The CLI draws it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .geometry import GeometryError, GpuModel, Placement, get_model
+
+
+@dataclass(frozen=True)
+class InstanceRow:
+    profile: str
+    placement: tuple[int, int]  # start, size (memory slices)
+    uuid: str  # "" when this host cannot read the node's records; "(no record yet)"
+    job: str  # "" for a kept or orphan instance
+    user: str
+    since: float | None  # when it became ready for its job
+    drift: float | None  # running: seconds past its planned runtime (negative: left)
+    note: str = ""  # e.g. "kept for job 12"
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    node: str
+    gpu: int
+    model: str
+    slices: int  # compute slices of the GPU
+    busy: int  # compute slices of instances that run (or are about to run) a job
+    free: int  # compute slices not held by any instance
+    largest_free: str  # the largest profile that could be created now ("" none)
+    fragmentation: float  # 1 - largest free block / free slices (0: all in one block)
+    instances: tuple[InstanceRow, ...] = ()
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    job: str
+    user: str
+    name: str
+    state: str  # planned | released | waiting | deferred | noted | not planned
+    node: str
+    gpu: int | None
+    profile: str
+    start: float | None  # projected start
+    free_at: float | None  # when the slices it waits for are free
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class StatusView:
+    now: float
+    cycle: int
+    updated: float | None
+    policy: str
+    error: str | None
+    next_batch_at: float | None
+    gpus: tuple[GpuRow, ...] = ()
+    queue: tuple[QueueRow, ...] = ()
+    problems: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def largest_free(model: GpuModel, held: Sequence[Placement]) -> tuple[str, int]:
+    """The largest profile (name, compute slices) with a placement clear of ``held``."""
+    best = ("", 0)
+    for prof in model.profiles:
+        if prof.compute_slices <= best[1]:
+            continue
+        if any(not any(p.overlaps(h) for h in held) for p in prof.placements):
+            best = (prof.name, prof.compute_slices)
+    return best
+
+
+def _profile_slices(model: GpuModel, profile: str) -> int:
+    try:
+        return model.profile(profile).compute_slices
+    except GeometryError:
+        return 0
+
+
+def build_view(
+    status: Mapping[str, Any],
+    jobs: Sequence[Any],
+    records: Mapping[str, Mapping[str, Any]],
+    now: float,
+    node: str | None = None,
+) -> StatusView:
+    """The view from the status file's JSON, squeue's jobs (with user, name, state,
+    AdminComment) and ``records``: node -> {"jobs": [JobRecord], "kept": [KeptInstance]}
+    (empty where unreadable). ``node`` keeps one node only."""
+    from .slurm.cycle import ADMIN_TAG, job_phase
+
+    by_id = {j.job_id: j for j in jobs}
+    projected = status.get("projected") or {}
+    drift = status.get("drift") or {}
+    gpus: list[GpuRow] = []
+    for group in status.get("state") or []:
+        try:
+            model = get_model(group.get("gpu_model", ""))
+        except GeometryError:
+            continue
+        for g in group.get("gpus") or []:
+            name, local = str(g.get("node", "")), int(g.get("local", 0))
+            if node is not None and name != node:
+                continue
+            recs = records.get(name, {})
+            uuid_of = {(r.gpu, r.job_id): r for r in recs.get("jobs", ()) if int(r.gpu) == local}
+            rows, held = [], []
+            busy = 0
+            # the node's records are readable and name no instance (yet: squeue shows a job
+            # running while its Prolog still prepares the instance)
+            pending = "(no record yet)" if "jobs" in recs else ""
+            for inst in g.get("instances") or []:
+                pl = inst.get("placement") or {}
+                placement = Placement(int(pl.get("start", 0)), int(pl.get("size", 0)))
+                job_id = str(inst.get("job") or "")
+                rec = uuid_of.get((local, job_id))
+                sq = by_id.get(job_id)
+                if job_id and rec is None and sq is not None and job_phase(sq.state) != "active":
+                    continue  # released, not started: in the queue (its slices may be busy)
+                held.append(placement)
+                if job_id:
+                    busy += _profile_slices(model, str(inst.get("profile", "")))
+                rows.append(
+                    InstanceRow(
+                        profile=str(inst.get("profile", "")),
+                        placement=(placement.start, placement.size),
+                        uuid=rec.uuid if rec is not None else pending,
+                        job=job_id,
+                        user=sq.user if sq is not None else "",
+                        since=rec.ready if rec is not None else _num(inst.get("ready_at")),
+                        drift=drift.get(job_id),
+                        note="" if job_id else _kept_note(inst),
+                    )
+                )
+            shown = {r.job for r in rows}
+            for job_id, p in projected.items():
+                # released in the last cycle (after its snapshot) and running now
+                sq = by_id.get(job_id)
+                if job_id in shown or sq is None or job_phase(sq.state) != "active":
+                    continue
+                if p.get("node") != name or p.get("gpu") != local or not p.get("placement"):
+                    continue
+                placement = Placement(int(p["placement"][0]), int(p["placement"][1]))
+                rec = uuid_of.get((local, job_id))
+                held.append(placement)
+                busy += _profile_slices(model, str(p.get("profile", "")))
+                rows.append(
+                    InstanceRow(
+                        profile=str(p.get("profile", "")),
+                        placement=(placement.start, placement.size),
+                        uuid=rec.uuid if rec is not None else pending,
+                        job=job_id,
+                        user=sq.user,
+                        since=rec.ready if rec is not None else sq.start_time,
+                        drift=drift.get(job_id),
+                    )
+                )
+            for k in recs.get("kept", ()):
+                if int(k.gpu) != local or k.placement in held:
+                    continue
+                held.append(k.placement)
+                rows.append(
+                    InstanceRow(
+                        k.profile,
+                        (k.placement.start, k.placement.size),
+                        k.uuid,
+                        "",
+                        "",
+                        k.created,
+                        None,
+                        f"kept for job {k.for_job}" if k.for_job else "kept, to be destroyed",
+                    )
+                )
+            held_slices = sum(_profile_slices(model, r.profile) for r in rows)
+            free = max(0, model.compute_slices - held_slices)
+            big_name, big = largest_free(model, held)
+            frag = round(1 - big / free, 3) if free else 0.0
+            rows.sort(key=lambda r: r.placement)
+            gpus.append(
+                GpuRow(name, local, model.name, model.compute_slices, busy, free, big_name, frag)
+            )
+            gpus[-1] = GpuRow(**{**asdict(gpus[-1]), "instances": tuple(rows)})
+    gpus.sort(key=lambda r: (r.node, r.gpu))
+
+    queue: list[QueueRow] = []
+    deferred = status.get("deferred") or {}
+    for j in jobs:
+        if j.state not in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
+            continue
+        p = projected.get(j.job_id)
+        if node is not None and (p is None or p.get("node") != node):
+            continue
+        why = ""
+        text = (j.admin_comment or "").strip()
+        if text.startswith(ADMIN_TAG) and not text.startswith(ADMIN_TAG + "{"):
+            why = text[len(ADMIN_TAG) :].strip()
+        if p is not None and p.get("state") in ("planned", "released"):
+            state = p["state"]
+        elif j.job_id in deferred:
+            state, why = "deferred", str(deferred[j.job_id])
+        elif why.startswith("not planned:"):
+            state = "noted"
+        else:
+            state = "waiting"
+        queue.append(
+            QueueRow(
+                j.job_id,
+                j.user,
+                j.name,
+                state,
+                str(p.get("node", "")) if p else "",
+                int(p["gpu"]) if p and p.get("gpu") is not None else None,
+                str(p.get("profile", "")) if p else "",
+                _num(p.get("start")) if p else None,
+                _num(p.get("free_at")) if p else None,
+                why,
+            )
+        )
+    queue.sort(key=lambda q: (q.start is None, q.start or 0.0, _job_key(q.job)))
+    return StatusView(
+        now=now,
+        cycle=int(status.get("cycle", 0) or 0),
+        updated=_num(status.get("finished")),
+        policy=str(status.get("policy", "")),
+        error=status.get("error"),
+        next_batch_at=_num(status.get("next_batch_at")),
+        gpus=tuple(gpus),
+        queue=tuple(queue),
+    )
+
+
+def _kept_note(inst: Mapping[str, Any]) -> str:
+    keep = inst.get("keep_for")
+    return f"kept for job {keep}" if keep else "idle"
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _job_key(job_id: str) -> tuple[int, int, str]:
+    return (0, int(job_id), "") if job_id.isdigit() else (1, 0, job_id)
+
+
+def ago(t: float | None, now: float) -> str:
+    """``23:07:10 (4s ago)``; "-" for None."""
+    if t is None:
+        return "-"
+    d = now - t
+    return f"{time.strftime('%H:%M:%S', time.localtime(t))} ({span(d)} ago)"
+
+
+def span(seconds: float) -> str:
+    """``41s``, ``3m05s``, ``2h10m``."""
+    s = abs(int(round(seconds)))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def when(t: float | None, now: float) -> str:
+    """``23:08:36 (in 15s)``, ``(now)`` once due; "-" for None."""
+    if t is None:
+        return "-"
+    clock = time.strftime("%H:%M:%S", time.localtime(t))
+    return f"{clock} (now)" if t <= now + 0.5 else f"{clock} (in {span(t - now)})"

@@ -1,0 +1,320 @@
+"""What admins and users see, on a real loopback Slurm with simulated A100s, the hooks
+and the planner daemon: /metrics scraped and parsed with prometheus_client's parser,
+the hooks' node metrics, ``slurm-mig status --watch`` read off a tmux screen,
+``slurm-mig explain`` run as the job's owner, and the web page loaded in headless
+Chromium (its screenshot is kept under $SLURM_MIG_ARTIFACTS, default test-artifacts/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from slurm_mig.demo.live import LiveCluster
+from slurm_mig.geometry import get_model
+from slurm_mig.workload import load_task_source
+
+from .conftest import require_local_slurm
+
+A100 = get_model("A100-40GB")
+RODINIA = load_task_source("rodinia-a100", A100)
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("SLURM_MIG_ARTIFACTS", ROOT / "test-artifacts"))
+CLI = [sys.executable, "-m", "slurm_mig"]
+# what a user runs: this venv lives under root's home; explain needs the stdlib only
+USER_CLI = [
+    "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
+    "-m",
+    "slurm_mig",
+]
+# long enough that jobs are still running while the tests look (seconds per profiled s)
+SCALE = 6.0
+KERNELS = ["Gaussian", "Gaussian", "CFD", "CFD", "Gaussian", "CFD", "Gaussian"]
+
+
+@pytest.fixture(scope="module")
+def lc():
+    install = require_local_slurm()
+    root = Path(tempfile.mkdtemp(prefix="slurm-mig-obs-"))
+    os.chmod(root, 0o755)
+    cluster = LiveCluster(root, slurm=install, planner={"batch_window": 1.0})
+    try:
+        cluster.start()
+        cluster.learn(RODINIA, SCALE)
+        cluster.ids = [cluster.submit(k, SCALE) for k in KERNELS]
+        cluster.start_planner()
+        cluster.wait_plan(len(KERNELS), 60)
+        _wait(lambda: _running(cluster), 60, "a job to run")
+        yield cluster
+    finally:
+        cluster.stop()
+        if not os.environ.get("SLURM_MIG_E2E_KEEP"):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait(ok, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = ok()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+
+
+def _running(lc: LiveCluster) -> set[str]:
+    return {j for j, job in lc.jobs().items() if job.state == "RUNNING"}
+
+
+def _families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _value(fam, **labels) -> float | None:
+    for s in fam.samples:
+        if s.name in (fam.name, fam.name + "_total", fam.name + "_info") and all(
+            s.labels.get(k) == v for k, v in labels.items()
+        ):
+            return s.value
+    return None
+
+
+def test_daemon_metrics_scraped_and_parsed(lc):
+    def scrape() -> dict | None:
+        text = urllib.request.urlopen(lc.metrics_url, timeout=10).read().decode()
+        fams = _families(text)
+        return fams if _value(fams["slurm_mig_planner_jobs_released"]) >= 1 else None
+
+    fams = _wait(scrape, 30, "a release in the metrics")
+    cycle = fams["slurm_mig_planner_cycle_seconds"]
+    assert cycle.type == "histogram"
+    count = next(s.value for s in cycle.samples if s.name.endswith("_count"))
+    assert count >= 1
+    assert fams["slurm_mig_planner_cycles"].type == "counter"
+    assert _value(fams["slurm_mig_planner_cycles"], result="ok") == count
+    jobs = fams["slurm_mig_planner_jobs"]
+    assert jobs.type == "gauge"
+    assert {s.labels["state"] for s in jobs.samples} >= {"held", "busy", "planned", "waiting"}
+    assert _value(fams["slurm_mig_planner_jobs_released"]) >= 1
+    assert _value(fams["slurm_mig_planner_actions"], action="release") >= 1
+    assert _value(fams["slurm_mig_planner_policy_info"], policy="far", kind="batch") == 1
+    assert fams["slurm_mig_planner_plan_drift_seconds"].type == "histogram"
+    assert fams["slurm_mig_planner_makespan_seconds"].type == "gauge"
+    assert "process_cpu_seconds" in fams  # the process collector
+
+
+def test_hooks_write_node_metrics_in_textfile_format(lc):
+    path = lc.run_root / "node1" / "node-metrics.prom"
+    _wait(path.exists, 30, "the hooks' metrics file")
+    fams = _families(path.read_text())
+    creates = fams["slurm_mig_node_instance_creates"]
+    assert creates.type == "counter" and sum(s.value for s in creates.samples) >= 1
+    assert fams["slurm_mig_node_slices_total"].type == "gauge"
+    assert _value(fams["slurm_mig_node_slices_total"], node="node1", gpu="0") == 7
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_status_in_tmux_shows_every_running_job(lc, tmp_path):
+    if shutil.which("tmux") is None:
+        _missing("tmux")
+    session = f"slurm-mig-status-{os.getpid()}"
+    cmd = " ".join(
+        [*CLI, "status", "--watch", "--interval", "0.5", "--config", str(lc.config_path)]
+    )
+    env = {**lc.env, "PYTHONPATH": str(ROOT), "COLUMNS": "220", "LINES": "80"}
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "220", "-y", "80", cmd],
+        env=env,
+        check=True,
+    )
+    screen = ""
+    try:
+
+        def shows_all() -> bool:
+            nonlocal screen
+            before = _running(lc)
+            screen = subprocess.run(
+                ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
+            ).stdout
+            after = _running(lc)
+            steady = before & after
+            return bool(steady) and all(f" {j} " in screen for j in steady) and "Queue" in screen
+
+        _wait(shows_all, 40, "status to show every running job")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+    (ARTIFACTS).mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "status-screen.txt").write_text(screen)
+    assert "node1 gpu 0" in screen and "A100-40GB" in screen
+    assert "largest free" in screen and "fragmentation" in screen
+    assert "MIG-" in screen  # the UUIDs from the node records
+
+
+def test_status_json_matches_slurm(lc):
+    out = subprocess.run(
+        [*CLI, "status", "--json", "--config", str(lc.config_path)],
+        env={**lc.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    view = json.loads(out)
+    shown = {i["job"] for g in view["gpus"] for i in g["instances"] if i["job"]}
+    for g in view["gpus"]:
+        busy = sum(A100.profile(i["profile"]).compute_slices for i in g["instances"] if i["job"])
+        assert g["busy"] == busy and 0 <= g["free"] <= 7
+    assert shown  # jobs hold slices
+    waiting = {q["job"] for q in view["queue"]}
+    assert not shown & waiting
+
+
+def _as_user(lc: LiveCluster, args: list[str], user: str = "nobody"):
+    """``slurm-mig ARGS`` as ``user``, where that user's Slurm commands work (inside a
+    release's root) and with a Python the user can run (explain needs the stdlib only)."""
+    install = lc.cluster.install
+    if install.root is None:
+        argv = ["runuser", "-u", user, "--", *USER_CLI, *args]
+    else:
+        # the release's own Python: the user cannot reach this venv (root's home)
+        argv = install.argv(["/usr/bin/python3", "-m", "slurm_mig", *args], user)
+    return subprocess.run(
+        argv,
+        env={**lc.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_explain_as_the_jobs_owner_without_root(lc):
+    jid = lc.cluster.sbatch(
+        "sleep 1", partition="mig", comment="mig:key=late,time=30,mem=12G", user="nobody"
+    )
+
+    def planned() -> bool:
+        return bool(lc.assignments([jid]))
+
+    _wait(planned, 40, f"job {jid} to be planned")
+    done = _as_user(lc, ["explain", jid, "--config", str(lc.config_path)])
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    a = lc.assignments([jid])[jid]
+    assert f"job {jid}" in text
+    assert f"{a.node} gpu {a.gpu} as {a.profile}" in text
+    assert "its hint: mig:key=late,time=30,mem=12G" in text
+    assert "needs 12.0 GiB of GPU memory (from its hint)" in text
+    state = lc.jobs()[jid].state
+    if state == "PENDING":
+        assert "projected start:" in text
+    # the status file stays root's: a user cannot read it
+    denied = _as_user(lc, ["status", "--config", str(lc.config_path)])
+    assert denied.returncode == 2 and "it is root's" in denied.stderr
+    assert "Traceback" not in denied.stderr
+    public = json.loads((lc.root / "public" / "plan.json").read_text())
+    assert "MIG-" not in json.dumps(public) and "nobody" not in json.dumps(public)
+
+
+def _missing(command: str) -> None:
+    """Skip, or on CI fail: `make test` installs the command (view-packages)."""
+    text = f"{command} is not installed (make test installs it: make view-packages)"
+    if os.environ.get("CI"):
+        pytest.fail(text)
+    pytest.skip(text)
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_web_page_in_headless_chromium(lc, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        _missing("chromium")
+    url = lc.metrics_url.removesuffix("metrics")
+
+    def page_has_all() -> str | None:
+        before = _running(lc)
+        page = urllib.request.urlopen(url, timeout=30).read().decode()
+        steady = before & _running(lc)
+        if steady and all(f"data-job='{j}'" in page for j in steady):
+            return page
+        return None
+
+    page = _wait(page_has_all, 40, "the page to show every running job")
+    assert "<svg" in page and "http-equiv='refresh'" in page
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "web-view.png"
+    shot.unlink(missing_ok=True)
+    dom = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1400,1600",
+            f"--screenshot={shot}",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shot.exists() and shot.stat().st_size > 10_000, dom.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dumped = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp_path / 'profile2'}",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert "Queue" in dumped and "<svg" in dumped
+
+
+def test_report_bills_finished_runs_gathered_from_the_epilogs(lc):
+    def finished() -> set[str]:
+        jobs = lc.jobs()
+        return {j for j in lc.ids if j in jobs and jobs[j].state == "COMPLETED"}
+
+    done = _wait(finished, 120, "a job to finish")
+
+    def report() -> list | None:
+        out = subprocess.run(
+            [*CLI, "report", "--by", "profile", "--json", "--config", str(lc.config_path)],
+            env={**lc.env, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows = json.loads(out)
+        return rows if sum(r["runs"] for r in rows) >= len(done) else None
+
+    rows = _wait(report, 30, "the daemon to gather the finished runs")
+    assert all(r["energy"] == "modelled" and r["slice_seconds"] > 0 for r in rows)
+    assert {r["model"] for r in rows} == {"A100-40GB"}
+    csv = subprocess.run(
+        [*CLI, "report", "--by", "user", "--csv", "--config", str(lc.config_path)],
+        env={**lc.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert csv[0].startswith("user,model,runs,restarts,seconds,slice_seconds,gpu_hours")
+    assert any(line.startswith("root,A100-40GB,") for line in csv[1:])
