@@ -277,6 +277,48 @@ def test_planner_refuses_a_signing_key_others_can_read(tmp_path):
     )
 
 
+class _Clocked(PlannerDaemon):
+    """A daemon whose cycle only records when it ran and what Slurm "showed"."""
+
+    def __init__(self, config, completing: list[bool], cycles: int) -> None:
+        super().__init__(config, client=None, store=None, key=b"k" * 32)
+        self.shown = completing
+        self.times: list[float] = []
+        self.limit = cycles
+
+    def run_cycle(self):
+        self.times.append(time.monotonic())
+        self.completing = self.shown.pop(0) if self.shown else False
+        if len(self.times) >= self.limit:
+            self.stop.set()
+        return None
+
+
+@pytest.mark.parametrize("completing", [True, False])
+def test_a_notification_while_a_job_completes_brings_quick_follow_up_cycles(tmp_path, completing):
+    import threading
+
+    from slurm_mig.config import load_config
+    from slurm_mig.slurm.daemon import FOLLOW_UP, FOLLOW_UPS
+
+    cfg = write_config(tmp_path, {"g1": ["A100-40GB"]}, cycle=2.0, metrics="")
+    cycles = FOLLOW_UPS + 3 if completing else 3
+    daemon = _Clocked(load_config(cfg), [completing] * 10, cycles)
+    t = threading.Thread(target=daemon.run)
+    t.start()
+    time.sleep(0.3)
+    daemon.wake.set()  # an Epilog's datagram
+    t.join(timeout=10)
+    gaps = [b - a for a, b in zip(daemon.times, daemon.times[1:])]
+    assert gaps[0] >= 0.25  # the first cycle waited for the wake
+    if completing:  # then FOLLOW_UPS quick looks, then the timer again
+        assert all(FOLLOW_UP <= g < FOLLOW_UP + 0.5 for g in gaps[1 : 1 + FOLLOW_UPS]), gaps
+        assert gaps[1 + FOLLOW_UPS] >= 2.0 - 0.1, gaps
+    else:  # nothing completing: the cycle timer alone
+        assert gaps[1] >= 2.0 - 0.1, gaps
+    assert not t.is_alive()
+
+
 # ---------------------------------------------------------------------------
 # Against a real Slurm
 

@@ -364,6 +364,10 @@ class CycleReport:
         }
 
 
+FOLLOW_UPS = 4  # quick cycles after a notification while a job is still COMPLETING
+FOLLOW_UP = 0.25  # seconds between them
+
+
 class PlannerDaemon:
     """Runs cycles: snapshot, plan, apply (or print, in a dry run), status file."""
 
@@ -394,6 +398,7 @@ class PlannerDaemon:
         self.last_jobs: list = []  # squeue's jobs of the partition, last cycle
         self.web_state = None  # `web.WebState` while the web page is served
         self.server = None
+        self.completing = False  # the last cycle saw a job of the partition COMPLETING
 
     def status_path(self) -> Path:
         return Path(self.config.state_dir) / STATUS_FILE
@@ -408,6 +413,7 @@ class PlannerDaemon:
         try:
             now = self.clock()  # before squeue: anything it shows happened by then
             jobs = self.client.jobs(self.config.partition)
+            self.completing = any(j.state == "COMPLETING" for j in jobs)
             nodes = self.client.nodes()
             snap = build_snapshot(self.config, jobs, nodes, self.store, now, self.previous_nodes)
             result = plan_cycle(snap)
@@ -544,6 +550,7 @@ class PlannerDaemon:
         listener = None if once else self._listen()
         if not once:
             self.server = self._serve()
+        follow_ups = 0
         try:
             while True:
                 self.wake.clear()
@@ -554,7 +561,14 @@ class PlannerDaemon:
                     return 1 if report.apply is not None and report.apply.failed else 0
                 if self.stop.is_set():
                     break
-                self.wake.wait(self.config.cycle)
+                timeout = self.config.cycle
+                if follow_ups and self.completing:
+                    # the hook that woke us may not have exited yet: Slurm still shows
+                    # its job COMPLETING, its slices busy; look again shortly
+                    timeout = min(timeout, FOLLOW_UP)
+                    follow_ups -= 1
+                if self.wake.wait(timeout):
+                    follow_ups = FOLLOW_UPS
                 if self.stop.is_set():
                     break
                 self.stop.wait(MIN_GAP)  # a burst of notifications: one cycle
