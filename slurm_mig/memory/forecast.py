@@ -67,6 +67,8 @@ MAX_EDGE_RUN = 5  # a run off the trend at an end of the window longer than this
 MIN_CONVEX = 10  # samples before a trend may bend upwards (quadratic, segmented)
 GROWTH_REL = 0.01  # growth below 1 % of the level (or one block) is flat
 PROFILE_MAX = 8  # fits kept from a profiled nonlinear parameter
+NEAR = 64  # the forecast's first NEAR iterations are evaluated one by one ...
+GRID = 129  # ... the rest to the horizon on a grid of this many points
 
 
 class ForecastError(ValueError):
@@ -87,6 +89,7 @@ class Decision:
     horizon: int | None = None  # the iteration the forecast reaches
     growing: bool = False  # the trend still grows significantly
     converged: bool = False  # flat and stable: no more samples are needed
+    oom_at: int | None = None  # growing over capacity: where the need's bound reaches it
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,12 @@ class Forecast:
     curve_t: np.ndarray = field(repr=False, compare=False)  # iterations, window to horizon
     curve_mean: np.ndarray = field(repr=False, compare=False)  # fitted mean (bytes)
     curve_upper: np.ndarray = field(repr=False, compare=False)  # upper bound incl. spikes
+    noise: float = 0.0  # residual sd of the base trend (bytes, reserved scale)
+    # From the last sample to the horizon: every iteration for the first ``NEAR`` ones,
+    # then a grid; the peak's mean and upper bound there (spikes and reserved ratio in).
+    future_t: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    future_mean: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    future_upper: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
 
 # ---------------------------------------------------------------------------
@@ -296,9 +305,10 @@ def _t(p: float, df: float) -> float:
     return float(t.ppf(p, df))
 
 
-def _predict(design, t, y, tf, confidence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _predict(design, t, y, tf, confidence) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """statsmodels OLS of y on design(t); at tf: the mean, the one-sided lower bound of
-    the mean and the one-sided upper prediction bound of a new observation.
+    the mean and the one-sided upper prediction bound of a new observation; and the
+    residual sd.
 
     The same as ``get_prediction(X).conf_int(obs=..., alpha=2 * (1 - confidence))``, with
     the t quantile cached (scipy's ppf dominates the time otherwise)."""
@@ -308,11 +318,34 @@ def _predict(design, t, y, tf, confidence) -> tuple[np.ndarray, np.ndarray, np.n
     pred = res.get_prediction(design(tf))
     mean = np.asarray(pred.predicted_mean, dtype=float)
     if res.df_resid < 1:
-        return mean, mean, mean
+        return mean, mean, mean, 0.0
     q = _t(confidence, float(res.df_resid))
     lower = mean - q * np.asarray(pred.se_mean, dtype=float)
     upper = mean + q * np.asarray(pred.se_obs, dtype=float)
-    return mean, lower, upper
+    return mean, lower, upper, math.sqrt(max(float(res.scale), 0.0))
+
+
+def expected_maximum(t: np.ndarray, mean: np.ndarray, sd: float) -> float:
+    """The expected largest of the observations ``mean(t) + N(0, sd)`` at the iterations
+    from t[0] + 1 to t[-1] (``t`` a grid, ``mean`` on it): the point forecast of a peak.
+
+    The observations that can make the maximum are those within 3 sd of the largest mean;
+    the expected maximum of n such normals is Blom's quantile ``Phi^-1((n - 0.375) /
+    (n + 0.25))`` sd above it."""
+    top = float(np.max(mean))
+    if sd <= 0 or len(t) < 2:
+        return top
+    # iterations per grid point: the spacing to the next point (the last one counts once)
+    weight = np.append(np.diff(t), 1.0)
+    n = float(np.sum(weight[mean >= top - 3 * sd]))
+    return top + sd * _blom(max(n, 1.0))
+
+
+@functools.lru_cache(maxsize=4096)
+def _blom(n: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf((n - 0.375) / (n + 0.25)))
 
 
 # ---------------------------------------------------------------------------
@@ -416,9 +449,13 @@ def forecast(
 
     keep, spec = _spike_mask(t, y, axis, confidence)
     tk, yk = t[keep], y[keep]
-    future = np.unique(np.concatenate([np.linspace(t_last, h, 17), [t_last]]))
+    future = np.unique(
+        np.concatenate(
+            [np.linspace(t_last, h, GRID), t_last + np.arange(min(NEAR, h - t_last + 1))]
+        )
+    )
     ct = np.unique(np.concatenate([t, future]))  # the window and the future, for plots
-    cm, cl, cu = _predict(spec.design, tk, yk, ct, confidence)
+    cm, cl, cu, sd = _predict(spec.design, tk, yk, ct, confidence)
     ahead = ct >= t_last
     mean, lower, upper = cm[ahead], cl[ahead], cu[ahead]
     for design in spec.profile:  # the largest bound the data cannot reject
@@ -435,7 +472,7 @@ def forecast(
         st = np.array([t[a + int(np.argmax(y[a:b]))] for a, b in up_runs])
         sy = np.array([float(y[a:b].max()) for a, b in up_runs])
         sspec = _select(st, sy, axis, confidence, max_k=2)
-        smean, slower, supper = _predict(sspec.design, st, sy, future, confidence)
+        smean, slower, supper, _ = _predict(sspec.design, st, sy, future, confidence)
         env_mean, env_upper = np.maximum(env_mean, smean), np.maximum(env_upper, supper)
         spike_growing = bool(np.max(slower) > sy.max() * (1 + GROWTH_REL))
         spike_model = sspec.name
@@ -450,15 +487,21 @@ def forecast(
         ratio = np.clip(ratio, max(0.05, 0.5 * rr.min()), 1.5 * rr.max())
     scale = 1.0 / np.minimum(ratio, 1.0)  # reserved / requested, never below 1
 
+    seen = float(max(np.max(y), np.max(res))) * MIB
+    if observed_peak is not None:
+        seen = max(seen, float(observed_peak))
+    future_upper = env_upper * scale * MIB
+    noise = sd * float(scale.max()) * MIB
     level = float(mean[0])
     tol = max(BLOCK / MIB, GROWTH_REL * abs(level))
     base_growing = bool(np.max(lower) > level + tol)
     growing = base_growing or spike_growing
-    seen = float(max(np.max(y), np.max(res))) * MIB
-    if observed_peak is not None:
-        seen = max(seen, float(observed_peak))
-    expected = max(float(np.max(env_mean * scale)) * MIB, seen)
-    upper_peak = max(float(np.max(env_upper * scale)) * MIB, expected)
+    # the point forecast extrapolates only growth that is there: a slope the data do not
+    # show (99 % lower bound) would carry its noise to the horizon
+    point = env_mean if base_growing else np.maximum(level + excess, env_mean - mean + level)
+    future_mean = point * scale * MIB
+    expected = max(expected_maximum(future, future_mean, noise), seen)
+    upper_peak = max(float(np.max(future_upper)), expected)
 
     if base_growing:
         trend = TREND_OF[spec.name]
@@ -479,6 +522,10 @@ def forecast(
         curve_t=ct,
         curve_mean=cm * MIB,
         curve_upper=(cu + excess) * MIB,
+        noise=noise,
+        future_t=future,
+        future_mean=future_mean,
+        future_upper=future_upper,
     )
 
 
@@ -515,6 +562,9 @@ class Forecaster:
         warmup: int = 1,
         confirm: int = 3,
         stable: int = 10,
+        lead: int = 3,
+        near: int = 40,
+        patience: float = 0.09,
     ) -> None:
         _check(capacity > 0, f"capacity must be a positive number of bytes, got {capacity}")
         _check(context >= 0, f"context must be >= 0 bytes, got {context}")
@@ -529,6 +579,9 @@ class Forecaster:
         _check(window >= min_samples, f"window must be >= min_samples, got {window}")
         _check(warmup >= 0, f"warmup must be >= 0 samples, got {warmup}")
         _check(confirm >= 1 and stable >= 1, "confirm and stable must be >= 1")
+        _check(lead >= 1, f"lead must be >= 1 iteration, got {lead}")
+        _check(near >= 0, f"near must be >= 0 iterations, got {near}")
+        _check(0 < patience < 1, f"patience must be in (0, 1), got {patience}")
         self.capacity = int(capacity)
         self.context = int(context)
         self.horizon = horizon
@@ -539,6 +592,9 @@ class Forecaster:
         self.confidence = confidence
         self.warmup = warmup
         self.confirm = confirm
+        self.lead = lead
+        self.near = near
+        self.patience = patience
         self.stable = stable
         self.count = 0  # samples seen
         self.first_iteration: int | None = None
@@ -611,8 +667,17 @@ class Forecaster:
         margin = self.margin(fc.upper_peak)
         need = peak + self.context + margin
         over = need > self.capacity
-        self._over = self._over + 1 if over and fc.growing else 0
-        restart = self._over >= self.confirm
+        growing = over and fc.growing
+        self._over = self._over + 1 if growing else 0
+        oom_at = self._crossing(fc.future_t, fc.future_upper)
+        expected_oom = self._crossing(fc.future_t, fc.future_mean)
+        distance = ((expected_oom if expected_oom is not None else oom_at) or it) - it
+        urgent = growing and oom_at is not None and oom_at - it <= self.lead
+        far = distance >= self.near
+        window = math.ceil(self.patience * distance)
+        steady = fc.trend in ("linear", "quadratic")  # a saturating trend is watched
+        confirmed = growing and far and steady and self._over >= self.confirm and n >= window
+        restart = urgent or confirmed
         converged = self._converged(fc, peak)
         pct = round(100 * self.confidence)
         what = (
@@ -621,10 +686,25 @@ class Forecaster:
             f"{human(self.context)} + margin {human(margin)} = {human(need)}"
         )
         cap = human(self.capacity)
-        if restart:
-            reason = f"restart: {what} > capacity {cap}"
-        elif over and fc.growing:
-            reason = f"over capacity, confirming ({self._over} of {self.confirm}): {what} > {cap}"
+        oom = f"out of memory projected at iteration {expected_oom or oom_at}"
+        if urgent:
+            reason = f"restart: {what} > capacity {cap}; the bound reaches it by iteration {oom_at}"
+        elif confirmed:
+            reason = (
+                f"restart: {what} > capacity {cap}; {oom}, growth seen over {n} samples "
+                f"(window {window}), confirmed {self._over} times"
+            )
+        elif growing and far and steady:
+            reason = (
+                f"over capacity, confirming ({n} of {window} samples, {self._over} of "
+                f"{self.confirm} confirmations): {what} > {cap}; {oom}"
+            )
+        elif growing:
+            why = "is near, so waiting costs little" if steady else "but the growth slows"
+            reason = (
+                f"over capacity, watching: {what} > {cap}; {oom} {why}: restart when the "
+                f"bound is {self.lead} iterations from the capacity"
+            )
         elif over:
             reason = f"no restart: the trend has flattened; {what} > {cap} but not growing"
         else:
@@ -640,7 +720,18 @@ class Forecaster:
             horizon=fc.horizon,
             growing=fc.growing,
             converged=converged,
+            oom_at=oom_at if growing else None,
         )
+
+    def _crossing(self, t: np.ndarray, peak: np.ndarray) -> int | None:
+        """The first iteration at which a peak curve plus context and margin passes the
+        capacity, or None."""
+        if len(t) == 0:
+            return None
+        margin = np.maximum(self.margin_bytes, self.margin_fraction * peak)
+        need = np.ceil(peak / BLOCK) * BLOCK + self.context + np.ceil(margin / BLOCK) * BLOCK
+        hit = np.flatnonzero(need > self.capacity)
+        return int(math.ceil(t[hit[0]])) if len(hit) else None
 
     def _converged(self, fc: Forecast, peak: int) -> bool:
         if fc.growing:
