@@ -41,7 +41,7 @@ from typing import Any, Protocol, TextIO
 
 from ..geometry import MODELS, GeometryError, GpuModel, Profile, can_coexist, get_model
 from ..slurm.hints import HintError, parse_size
-from . import trace
+from . import oom, trace
 from .trace import Sample, human
 
 PROG = "mig-run"
@@ -627,22 +627,28 @@ class Runner:
         control = out.with_name("control")
         control.write_text("on\n", encoding="utf-8")
         tracking = True
+        kills = oom.oom_kills()
         try:
             self.child = subprocess.Popen(
-                self.opts.command, env=self._child_env(attempt, out), start_new_session=True
+                self.opts.command,
+                env=self._child_env(attempt, out),
+                start_new_session=True,
+                stderr=subprocess.PIPE,
             )
         except OSError as exc:  # as a shell says it: 127 not found, 126 not runnable
             self._say(f"error: cannot run {self.opts.command[0]!r}: {exc.strerror}")
             return Outcome(exit_code=127 if isinstance(exc, FileNotFoundError) else 126)
+        tee = StderrTee(self.child.stderr)
         tail = ProbeTail(out)
         writer = TraceWriter(trace_path(self.opts.trace, attempt))
-        watch = _Watch(self, out)
+        watch = _Watch(self, out, tee, kills)
         try:
             while True:
                 code = self.child.poll()
                 restart = watch.feed(tail.read(), writer)
                 if restart is not None:
                     self._stop(self.child)
+                    tee.finish()
                     return restart
                 want = watch.needs_samples
                 if want != tracking:
@@ -658,6 +664,7 @@ class Runner:
                 watch.observe(s)
         finally:
             writer.close()
+            tee.finish()
         return watch.ended(self.child.returncode)
 
     def _stop(self, child: subprocess.Popen) -> None:
@@ -822,12 +829,50 @@ class Runner:
         print(f"{PROG}: {message}", file=self.err, flush=True)
 
 
+class StderrTee:
+    """Copies the job's stderr to ours as it comes and keeps its last bytes (bounded), so
+    that an out-of-memory error printed by any program can be recognised."""
+
+    def __init__(self, pipe: Any, sink: Any = None) -> None:
+        self.pipe = pipe
+        self.sink = sink if sink is not None else getattr(sys.stderr, "buffer", None)
+        self.tail = oom.Tail()
+        self._thread = threading.Thread(target=self._copy, name="mig-run-stderr", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        fd = self.pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.tail.add(chunk)
+            try:
+                if self.sink is not None:
+                    self.sink.write(chunk)
+                    self.sink.flush()
+                else:
+                    os.write(2, chunk)
+            except (OSError, ValueError):
+                pass  # our stderr is gone: keep draining the pipe, so the job never blocks
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Wait for the rest of the job's output (a grandchild that keeps the pipe open
+        delays this by ``timeout`` seconds at most)."""
+        self._thread.join(timeout)
+
+
 class _Watch:
     """One launch's samples: the forecaster, the observed peak, the restart decision."""
 
-    def __init__(self, runner: Runner, out: Path) -> None:
+    def __init__(self, runner: Runner, out: Path, tee: StderrTee, kills: int = -1) -> None:
         self.runner = runner
         self.out = out
+        self.tee = tee
+        self.kills = kills
         self.forecaster: ForecasterLike | None = None
         self.who: tuple[Any, ...] = ()
         self.since = 0
@@ -884,21 +929,52 @@ class _Watch:
                 self.runner._say(f"warning: {reason}; {problem}; the job goes on")
         return None
 
+    def form(self, returncode: int, info: dict) -> oom.OomForm | None:
+        """How the child ran out of memory, if it did: the probe's exit record (the
+        exception itself), the allocator's OOM counter, the kernel's OOM killer (a SIGKILL
+        while its counter grew), or the last lines the job wrote to stderr."""
+        kind = info.get("kind") or ("torch" if "OutOfMemoryError" in str(info) else None)
+        if isinstance(kind, str) and kind in oom.FORMS:
+            return oom.OomForm(kind, oom.FORMS[kind][1])
+        if returncode == -signal.SIGKILL and self.kills >= 0 and oom.oom_kills() > self.kills:
+            return oom.HOST
+        found = oom.classify_tail(self.tee.tail.bytes())
+        if found is not None:
+            return found
+        if self.ooms > 0:
+            return oom.OomForm("torch", oom.FORMS["torch"][1])
+        return None
+
     def ended(self, returncode: int) -> Outcome:
         """The Outcome of a child that exited by itself."""
         code = returncode if returncode >= 0 else 128 - returncode
+        if code == 0 or self.runner.stopping:
+            return Outcome(exit_code=code)
         info = read_json(Path(f"{self.out}.exit")) or {}
-        oom = "OutOfMemoryError" in str(info.get("exception", "")) or self.ooms > 0
-        if code == 0 or not oom or self.runner.stopping:
+        form = self.form(returncode, info)
+        if form is None:
+            return Outcome(exit_code=code)
+        where = info.get("iteration", self.last_iteration)
+        on = f"{self.runner.slice.profile or 'the slice'} ({human(self.runner.slice.capacity)})"
+        if not form.gpu:
+            self.runner._say(
+                f"the job was killed by {form.what} at iteration {where}; a larger GPU slice "
+                "does not help: ask for more host memory (--mem)"
+            )
             return Outcome(exit_code=code)
         context = int(info.get("context_bytes", self.context))
         observed = max(self.peak, int(info.get("requested_bytes", 0)))
+        if form.kind == "nvml-assert" and 0 < observed + context < self.runner.slice.capacity / 2:
+            self.runner._say(
+                f"the CUDA caching allocator's NVML assert at iteration {where} with {on} "
+                f"less than half full ({human(observed + context)}): not an out-of-memory, "
+                "so no restart; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False avoids it"
+            )
+            return Outcome(exit_code=code)
         need = max(int(observed * OOM_FACTOR) + context, self.last_need or 0)
-        where = info.get("iteration", self.last_iteration)
         reason = (
-            f"out of memory at iteration {where} on {self.runner.slice.profile or 'the slice'} "
-            f"({human(self.runner.slice.capacity)}): observed peak {human(observed)}, "
-            f"needs {human(need)}"
+            f"out of memory at iteration {where} on {on} ({form.what}): observed peak "
+            f"{human(observed)}, needs {human(need)}"
         )
         return Outcome(exit_code=code, need=need, reason=reason, oom=True)
 
