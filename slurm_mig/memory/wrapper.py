@@ -127,6 +127,7 @@ class Options:
     config: Path | None = None
     memory_source: str = "auto"
     sample_interval: float = 1.0
+    duration: float | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -251,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="seconds between two NVML samples (default 1)",
     )
+    p.add_argument(
+        "--duration",
+        metavar="S",
+        type=_seconds,
+        help="the job's expected run time in seconds: the horizon of the NVML forecast "
+        "(default: 1000 samples ahead)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
@@ -285,6 +293,7 @@ def parse_options(argv: Sequence[str]) -> Options:
         config=ns.config,
         memory_source=ns.memory_source,
         sample_interval=ns.sample_interval,
+        duration=ns.duration or None,
     )
     if opts.sample_interval < 0.05:
         raise UsageError(
@@ -1007,7 +1016,10 @@ class _Watch:
         if self.source == "probe" and nvml and self._take_over(nvml, meta):
             self.source = "nvml"
             r = self.runner
-            self.forecaster = r.make_forecaster(r.slice.capacity, 0, None)  # context in
+            ticks = None
+            if r.opts.duration:
+                ticks = max(1, round(r.opts.duration / r.opts.sample_interval))
+            self.forecaster = r.make_forecaster(r.slice.capacity, 0, ticks)  # context in
             self.since = 0
             self._announce(
                 f"{self.nvml_what}, a sample every {r.opts.sample_interval:g} s (the timer is "
