@@ -12,16 +12,19 @@ residuals, convergence detection -- with these additions:
   is the largest over all their values the data cannot reject (likelihood ratio at the
   same confidence), so an uncertain plateau is not trusted further than the data allow.
   Bending upwards needs ``MIN_CONVEX`` samples (MIGM: a line is the stable model when
-  there are few);
+  there are few); among models of one size a flattening one replaces a steady one only
+  on positive evidence, not on a tie that the noise of the first samples decides;
 * the peak is the largest bound over the rest of the job, and never below a peak seen;
 * spikes that come and go (periodic evaluation) are kept out of the trend: the forecast is
   the trend of the base plus the largest excess of a spike over it (the envelope of the
   peaks), and a trend of the spike peaks themselves once there are four of them;
 * the first sample (warm-up: optimizer state, lazy initialisation) is not trend;
 * a restart needs a trend that still grows significantly (the one-sided lower bound of
-  the mean ahead exceeds today's level by a block or 1 %), a need (bound + context +
-  margin for allocator blocks and fragmentation) above the capacity, and both for
-  ``confirm`` consecutive samples. A trend that has flattened never restarts a job.
+  the mean ahead exceeds today's level by a block or 1 %) and a need (bound + context +
+  margin for allocator blocks and fragmentation) above the capacity; then it is decided
+  when it matters (``Forecaster``): at once when the OOM is 3 iterations away, after a
+  window that grows with the distance when it is far and the trend steady and strong,
+  never while it slows. A trend that has flattened never restarts a job.
 
 Pure given its inputs and deterministic. statsmodels (and scipy) are imported at the first
 fit, so importing this module is cheap.
@@ -116,6 +119,11 @@ class Forecast:
     future_t: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     future_mean: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     future_upper: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    # Evidence on the base samples (a straight line, and a parabola): the t statistic of
+    # the slope of what grows (the base, or the spike peaks), and of the curvature.
+    slope_t: float = 0.0
+    slope_df: int = 0  # its degrees of freedom
+    curvature_t: float = 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -208,8 +216,15 @@ def _select(t: np.ndarray, y: np.ndarray, axis: _Axis, confidence: float, max_k:
                for m in tiers.get(k, ())}  # fmt: skip
         better = [m for m in tiers.get(k, ()) if m.bic < best.bic - bar[m.name]]
         if better:
-            best = min(better, key=lambda m: m.bic)
+            best = min(better, key=_flattening_last)
     return best
+
+
+def _flattening_last(m: _Spec) -> float:
+    """Sort key among models of one tier: the BIC, a flattening model's raised by
+    ``EVIDENCE_SAFE`` -- it replaces a steady one only on positive evidence, not a tie
+    that early noise decides."""
+    return m.bic + (EVIDENCE_SAFE if TREND_OF[m.name] == "saturating" else 0.0)
 
 
 # One-parameter families: a feature x_g(u) of the window's time u, fitted as a + b x_g.
@@ -227,6 +242,21 @@ def _step(u: np.ndarray, at: float) -> np.ndarray:
 
 def _segment(u: np.ndarray, knee: float) -> np.ndarray:
     return np.maximum(u - knee, 0.0)
+
+
+def _t_last(u: np.ndarray, y: np.ndarray, degree: int) -> float:
+    """The t statistic of the highest coefficient of a polynomial of ``degree`` in u
+    fitted to y: the slope (1) or the curvature (2); 0 with too few samples."""
+    n = len(u)
+    if n < degree + 3 or np.ptp(u) <= 0:
+        return 0.0
+    X = np.vander(u, degree + 1, increasing=True)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    r = y - X @ coef
+    var = float(r @ r) / (n - degree - 1) * float(np.linalg.inv(X.T @ X)[degree, degree])
+    if var <= 0:  # a perfect fit: as strong as the coefficient's sign
+        return math.copysign(math.inf, coef[degree]) if coef[degree] else 0.0
+    return float(coef[degree] / math.sqrt(var))
 
 
 def _rss_profile(F: np.ndarray, y: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -467,7 +497,7 @@ def forecast(
     up_runs = [(a, b) for a, b in _runs(~keep) if (y[a:b] - base_fit[a:b]).max() > 0]
     excess = max([0.0] + [float((y[a:b] - base_fit[a:b]).max()) for a, b in up_runs])
     env_mean, env_upper = mean + excess, upper + excess
-    spike_growing, spike_model = False, "const"
+    spike_growing, spike_model, spike_t = False, "const", 0.0
     if len(up_runs) >= 4:
         st = np.array([t[a + int(np.argmax(y[a:b]))] for a, b in up_runs])
         sy = np.array([float(y[a:b].max()) for a, b in up_runs])
@@ -476,6 +506,7 @@ def forecast(
         env_mean, env_upper = np.maximum(env_mean, smean), np.maximum(env_upper, supper)
         spike_growing = bool(np.max(slower) > sy.max() * (1 + GROWTH_REL))
         spike_model = sspec.name
+        spike_t = _t_last(axis.u(st), sy, 1)
 
     # reserved bytes from the inverse reuse ratio (requested / reserved), MIGM's second trend
     ratio = np.ones_like(future)
@@ -507,6 +538,11 @@ def forecast(
         trend = TREND_OF[spec.name]
     else:  # the spikes grow (their peaks' own trend), or nothing does
         trend = TREND_OF[spike_model] if spike_growing else "flat"
+    uk = axis.u(tk)
+    slope_t, slope_df = max(
+        (_t_last(uk, yk, 1) if base_growing else 0.0, len(tk) - 2),
+        (spike_t if spike_growing else 0.0, len(up_runs) - 2),
+    )
     return Forecast(
         model=spec.name,
         trend=trend,
@@ -526,6 +562,9 @@ def forecast(
         future_t=future,
         future_mean=future_mean,
         future_upper=future_upper,
+        slope_t=slope_t,
+        slope_df=slope_df,
+        curvature_t=_t_last(uk, yk, 2),
     )
 
 
@@ -545,7 +584,19 @@ class Forecaster:
     (bytes). ``horizon`` is the job's total number of iterations when known; otherwise the
     forecast looks ``lookahead`` iterations past the last sample. The first ``warmup``
     samples (lazy initialisation, optimizer state created at the first step) count for
-    the observed peak but not for the trend; trends are fitted to the last ``window``."""
+    the observed peak but not for the trend; trends are fitted to the last ``window``.
+
+    The restart rule, for a trend that grows with its need over the capacity:
+
+    * urgent: the need's bound reaches the capacity within ``lead`` iterations and the trend
+      is steady and strong (below), or its point forecast does (any trend);
+    * confirmed: the trend is steady (linear or accelerating, its curvature not ``slowing``
+      standard errors below zero), strong (slope t >= ``strong`` and significant at
+      ``significance``), its point forecast runs out of memory at least ``near`` iterations
+      ahead, it has been fitted to ``patience`` x the distance to the earliest OOM its bound
+      allows, and the last ``confirm`` forecasts were over the capacity and growing;
+    * otherwise it watches: a near OOM is cheap to wait for, a slowing or weak trend may
+      flatten. The targets this meets: benchmarks/forecast_stress.py."""
 
     def __init__(
         self,
@@ -560,11 +611,14 @@ class Forecaster:
         confidence: float = 0.99,
         window: int = 200,
         warmup: int = 1,
-        confirm: int = 3,
+        confirm: int = 1,
         stable: int = 10,
         lead: int = 3,
-        near: int = 40,
-        patience: float = 0.09,
+        near: int = 60,
+        patience: float = 0.07,
+        strong: float = 4.0,
+        significance: float = 0.001,
+        slowing: float = 2.0,
     ) -> None:
         _check(capacity > 0, f"capacity must be a positive number of bytes, got {capacity}")
         _check(context >= 0, f"context must be >= 0 bytes, got {context}")
@@ -582,6 +636,9 @@ class Forecaster:
         _check(lead >= 1, f"lead must be >= 1 iteration, got {lead}")
         _check(near >= 0, f"near must be >= 0 iterations, got {near}")
         _check(0 < patience < 1, f"patience must be in (0, 1), got {patience}")
+        _check(strong > 0, f"strong must be a t statistic > 0, got {strong}")
+        _check(0 < significance < 0.5, f"significance must be in (0, 0.5), got {significance}")
+        _check(slowing > 0, f"slowing must be a t statistic > 0, got {slowing}")
         self.capacity = int(capacity)
         self.context = int(context)
         self.horizon = horizon
@@ -595,6 +652,9 @@ class Forecaster:
         self.lead = lead
         self.near = near
         self.patience = patience
+        self.strong = strong
+        self.significance = significance
+        self.slowing = slowing
         self.stable = stable
         self.count = 0  # samples seen
         self.first_iteration: int | None = None
@@ -671,12 +731,18 @@ class Forecaster:
         self._over = self._over + 1 if growing else 0
         oom_at = self._crossing(fc.future_t, fc.future_upper)
         expected_oom = self._crossing(fc.future_t, fc.future_mean)
-        distance = ((expected_oom if expected_oom is not None else oom_at) or it) - it
-        urgent = growing and oom_at is not None and oom_at - it <= self.lead
-        far = distance >= self.near
-        window = math.ceil(self.patience * distance)
-        steady = fc.trend in ("linear", "quadratic")  # a saturating trend is watched
-        confirmed = growing and far and steady and self._over >= self.confirm and n >= window
+        # how far the OOM is expected, and the earliest the data allow (the need's bound)
+        expected = next((x for x in (expected_oom, oom_at) if x is not None), it) - it
+        earliest = next((x for x in (oom_at, expected_oom) if x is not None), it) - it
+        steady = fc.trend in ("linear", "quadratic") and fc.curvature_t > -self.slowing
+        strong = fc.slope_t >= self.strong_t(fc.slope_df)
+        near_bound = steady and strong and oom_at is not None and earliest <= self.lead
+        near_mean = expected_oom is not None and expected_oom - it <= self.lead
+        urgent = growing and (near_bound or near_mean)
+        far = expected >= self.near
+        window = math.ceil(self.patience * earliest)
+        evidence = growing and far and steady and strong
+        confirmed = evidence and self._over >= self.confirm and n >= window
         restart = urgent or confirmed
         converged = self._converged(fc, peak)
         pct = round(100 * self.confidence)
@@ -688,23 +754,36 @@ class Forecaster:
         cap = human(self.capacity)
         oom = f"out of memory projected at iteration {expected_oom or oom_at}"
         if urgent:
-            reason = f"restart: {what} > capacity {cap}; the bound reaches it by iteration {oom_at}"
+            by = f"the bound reaches it by iteration {oom_at}"
+            if not near_bound:
+                by = f"the point forecast reaches it by iteration {expected_oom}"
+            reason = f"restart: {what} > capacity {cap}; {by}"
         elif confirmed:
             reason = (
                 f"restart: {what} > capacity {cap}; {oom}, growth seen over {n} samples "
-                f"(window {window}), confirmed {self._over} times"
+                f"(window {window}, slope {fc.slope_t:.3g} standard errors)"
             )
-        elif growing and far and steady:
+        elif evidence:
             reason = (
                 f"over capacity, confirming ({n} of {window} samples, {self._over} of "
-                f"{self.confirm} confirmations): {what} > {cap}; {oom}"
+                f"{self.confirm} forecasts): {what} > {cap}; {oom}"
             )
         elif growing:
-            why = "is near, so waiting costs little" if steady else "but the growth slows"
-            reason = (
-                f"over capacity, watching: {what} > {cap}; {oom} {why}: restart when the "
-                f"bound is {self.lead} iterations from the capacity"
+            if not steady:
+                why = "but the growth slows"
+            elif not strong:
+                why = (
+                    f"but the growth is not yet strong evidence (slope {fc.slope_t:.3g} "
+                    f"standard errors, {self.strong_t(fc.slope_df):.3g} needed)"
+                )
+            else:
+                why = "is near, so waiting costs little"
+            until = (
+                f"the bound is {self.lead} iterations from the capacity"
+                if steady and strong
+                else f"the point forecast is {self.lead} iterations from the capacity"
             )
+            reason = f"over capacity, watching: {what} > {cap}; {oom} {why}: restart when {until}"
         elif over:
             reason = f"no restart: the trend has flattened; {what} > {cap} but not growing"
         else:
@@ -722,6 +801,11 @@ class Forecaster:
             converged=converged,
             oom_at=oom_at if growing else None,
         )
+
+    def strong_t(self, df: int) -> float:
+        """The t statistic a slope needs to be strong evidence of growth with ``df`` degrees
+        of freedom: ``strong``, and significant at ``significance`` however few the samples."""
+        return max(self.strong, _t(1.0 - self.significance, float(max(df, 1))))
 
     def _crossing(self, t: np.ndarray, peak: np.ndarray) -> int | None:
         """The first iteration at which a peak curve plus context and margin passes the
