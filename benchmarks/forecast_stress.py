@@ -6,31 +6,47 @@ with ``--iterations``. Noise is Gaussian, 0.5-3 % of the level; some traces star
 lower first sample (the optimizer's state appears at the first step).
 
 OOM-bound families (the slice is too small; the OOM iteration T is the first sample above C,
-T >= 100): linear and quadratic growth, fast and slow, and a slowly growing base with
-periodic evaluation spikes. A trace is *slow* when its growth to the OOM is slower than
-C / N per iteration. Targets: decided at <= 15 % of T (<= 30 % when slow) and before T.
+T >= 100): linear and quadratic growth (30-70 % of the growth to the OOM linear, the rest
+quadratic), fast and slow, and a slowly growing base with periodic evaluation spikes. A
+trace is *slow* when its growth to the OOM is slower than C / N per iteration. Targets:
+decided at <= 15 % of T (<= 30 % when slow) and before T.
 
 Families that fit (the true peak + the forecaster's margin is 10-100 % below C): warm-up
 ramps of 3-30 iterations then flat, flat noise, step changes, periodic evaluation spikes,
 saturating growth. Target: no restart at all.
 
-Warm-up ramps that no online method can tell from growth in time are left out, and counted:
-up to its end a ramp of L iterations is the same data as linear growth that reaches the
-slice where the ramp's straight extension does (t_x). That growth is in the OOM-bound set
-when t_x >= 100, and must then be decided by 0.15 t_x (0.3 t_x when slow); a ramp with
-t_x >= 100 is kept only when that deadline falls 1.5 x (L + 3) iterations or later (3 to
-see the bend). Ramps with t_x < 100 are kept: their twin is not in the set, and they are
-the case of a short, steep warm-up that looks like an OOM a few iterations away.
+A drawn trace is drawn again only when no online method could decide it in time, and each
+rule counts what it redrew (the report prints the counts):
 
-OOM-bound traces the data cannot show in time are drawn again too, and counted: growth whose
-slope (or, when the straight extension stays under the slice, whose acceleration) has a t
-statistic below 5 by its deadline, and spikes whose first one comes after the deadline.
+* linear-twin: up to its bend (the ramp's end; for saturating growth, where its slope has
+  halved) a ramp is the same data as straight growth from the same start with the same
+  slope, reaching the slice at t_x (where the need, + 5 % margin, passes C). When
+  t_x >= ``T_NEAR`` (40) the twin is due by 15 % of t_x (30 % when slow), and the bend is
+  kept only when it shows (3 samples after it) by half of that deadline -- closer, its
+  few samples past the bend are within the noise when the twin must be decided. When
+  t_x < 40 no forecaster can decide the twin by 15 % of it (a forecast needs 6 samples):
+  it is watched until its OOM is ``LEAD`` iterations away, so the bend must show before
+  then (t_x - bend >= 3 + LEAD + 1);
+* quadratic-twin: the same for the accelerating twin: a quadratic trace the OOM-bound
+  family could hold (T >= 100, the same N) whose mean slope up to the bend showing is the
+  ramp's and whose curvature, up to its own deadline, has a t statistic below 2.33 (a
+  one-sided 99 % test cannot tell the two apart), and whose deadline comes before
+  2 x (bend + 3), as above;
+* hidden-growth: OOM-bound growth whose slope's t statistic by its deadline is below 5
+  (``DETECT``: a 99 % test needs 2.3, the rest is room for the noise of the estimate), or,
+  when its straight extension stays under the slice within the job, whose acceleration's is;
+* late-spike: growing spikes whose first spike comes after the deadline (nothing grows
+  before it);
+* early-oom and no-oom are the definitions, not undecidability: an OOM-bound trace whose
+  noise crosses the slice before iteration 100, and growing spikes that never reach it.
 
 The point forecast (``expected_peak``) from the first 10 % of the iterations is compared
 with the job's true peak (the largest sample of the uncapped trace), on the traces whose
 peak is *visible* by then: every change of shape is at least 3 samples before the 10 %
-mark, and the growth that leads to the peak has risen by 3 noise sd by then. The others
-are reported apart. Target: mean |error| <= 5 % on the visible ones.
+mark, the growth that leads to the peak has risen by 3 noise sd by then, and a quadratic's
+curvature has a t statistic of at least 5 (its peak is at the end of the job: a curvature
+the noise hides cannot be extrapolated). The others are reported apart. Target: mean
+|error| <= 5 % on the visible ones.
 
 Usage: python benchmarks/forecast_stress.py [--per-family N] [--seed S] [--jobs J] [--json]
 """
@@ -44,6 +60,7 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -64,12 +81,28 @@ T_NEAR = 40  # an OOM before 40 cannot be decided by 15 % of it (a forecast need
 SEPARATION = 2.0  # a bend must show by half of its twin's deadline
 LEAD = 3  # the forecaster acts when its bound is this many iterations from the slice
 DETECT = 5.0  # the slope's t statistic growth must reach by its deadline
+TWIN = 2.33  # below this t statistic a one-sided 99 % test cannot tell two prefixes apart
+SHARES = (0.3, 0.7)  # the quadratic family's share of linear growth
 TARGET_FAST, TARGET_SLOW, TARGET_ERROR = 0.15, 0.30, 0.05
 MARGIN = 0.05  # the forecaster's margin fraction: "fits" means peak * 1.05 * room <= C
 
 OOM_FAMILIES = ("linear", "quadratic", "spikes-growing")
 FIT_FAMILIES = ("warmup-ramp", "flat", "step", "eval-spikes", "saturating")
 FAMILIES = OOM_FAMILIES + FIT_FAMILIES
+
+# Why a drawn trace was drawn again (see the module's docstring), in the report's words.
+REDRAWS = {
+    "linear-twin": "ramps and saturating growth whose bend shows too late for the straight "
+    "growth to an OOM they match up to it",
+    "quadratic-twin": "ramps and saturating growth whose bend shows too late for an "
+    "accelerating growth to an OOM they match within the noise",
+    "hidden-growth": "OOM-bound growth whose slope (or acceleration) the noise hides until "
+    "its deadline",
+    "late-spike": "growing spikes whose first spike comes after the deadline",
+    "early-oom": "OOM-bound traces whose noise crossed the slice before iteration 100 "
+    "(not OOM-bound by the definition)",
+    "no-oom": "growing spikes that never reach the slice (they fit)",
+}
 
 
 @dataclass(frozen=True)
@@ -178,18 +211,47 @@ def detectable(trend: np.ndarray, rel: float, deadline: float, capacity: float) 
     return curve * n**2.5 / (sd * math.sqrt(180)) >= DETECT
 
 
-def _growth(rng, index, family, hidden: list[int]) -> Trace:
+def curvature_t(curve: float, n: int, sd: float) -> float:
+    """The t statistic of a curvature ``curve`` (the coefficient of t^2) fitted to n
+    evenly spaced samples with noise ``sd``: its standard error is sd sqrt(180 / n^5)."""
+    return curve * n**2.5 / (sd * math.sqrt(180)) if n >= 4 else 0.0
+
+
+def quadratic_twin_due(
+    y0: float, slope: float, capacity: float, n: int, sd: float, bend: float
+) -> float | None:
+    """The earliest deadline of an OOM-bound quadratic trace the set could hold (a share of
+    0.3-0.7 linear growth from y0 to the slice at T >= ``T_MIN``, the same job length)
+    whose samples up to the bend showing have the mean slope ``slope`` and, up to its
+    deadline, a curvature the noise hides (t below ``TWIN``); None if there is none."""
+    grow, seen, due = capacity - y0, int(bend) + 3, None
+    for share in np.linspace(*SHARES, 9):
+        # mean slope over the first `seen` iterations: grow / T (share + (1 - share) seen / T)
+        b, c = grow * share, grow * (1 - share) * seen
+        t_oom = (b + math.sqrt(b * b + 4 * slope * c)) / (2 * slope)
+        if not T_MIN <= t_oom <= 0.95 * n:
+            continue
+        deadline = (TARGET_SLOW if grow / t_oom < capacity / n else TARGET_FAST) * t_oom
+        m = min(seen, int(deadline))
+        if curvature_t(grow * (1 - share) / t_oom**2, m, sd) < TWIN:
+            due = deadline if due is None else min(due, deadline)
+    return due
+
+
+def _growth(rng, index, family, redrawn: Counter) -> Trace:
     """OOM-bound: linear or quadratic growth from y0 to C at iteration T (or spikes riding
     on a slow linear base), fast or slow; growth the noise hides until its deadline is
-    drawn again (counted in ``hidden``)."""
+    drawn again (counted in ``redrawn`` by rule)."""
     while True:
-        drawn = _draw_growth(rng, index, family)
-        if (drawn.trace.oom_at or 0) < T_MIN:  # the noise crossed the slice early
-            continue
-        shown = drawn.shown_by <= drawn.deadline
-        if shown and detectable(drawn.trend, drawn.rel, drawn.deadline, drawn.trace.capacity):
+        drawn = _draw_growth(rng, index, family, redrawn)
+        if (drawn.trace.oom_at or 0) < T_MIN:
+            redrawn["early-oom"] += 1
+        elif drawn.shown_by > drawn.deadline:
+            redrawn["late-spike"] += 1
+        elif not detectable(drawn.trend, drawn.rel, drawn.deadline, drawn.trace.capacity):
+            redrawn["hidden-growth"] += 1
+        else:
             return drawn.trace
-        hidden[0] += 1
 
 
 @dataclass(frozen=True)
@@ -204,7 +266,7 @@ class _Drawn:
         return self.trace.bound * (self.trace.oom_at or 0)
 
 
-def _draw_growth(rng, index, family) -> _Drawn:
+def _draw_growth(rng, index, family, redrawn: Counter) -> _Drawn:
     while True:
         n = int(rng.integers(200, 601))
         cap = float(rng.choice(SLICES))
@@ -226,10 +288,11 @@ def _draw_growth(rng, index, family) -> _Drawn:
         s = t / t_oom
         trend = y0 + (cap - y0) * (share * s + (1 - share) * s * s)
         what = f"y0 {y0 / cap:.2f} C, {share:.0%} linear + quadratic to C at {t_oom:.0f}"
-        curve = (cap - y0) * (1 - share) * (at10 / t_oom) ** 2
+        curve = (cap - y0) * (1 - share) / t_oom**2  # per iteration squared
         y = _first_drop(rng, _noisy(rng, trend, rel))
         trace = _finish(family, index, y, cap, slow=slow, what=what + f", noise {rel:.1%}")
-        visible = _rises(trend, at10, rel) and curve >= 3 * rel * trend[at10 - 1]
+        sd = rel * trend[at10 - 1]
+        visible = _rises(trend, at10, rel) and curvature_t(curve, at10 - 1, sd) >= DETECT
         return _Drawn(_with(trace, visible=visible, slow=_is_slow(trace, y0)), trend, rel)
     else:
         period, width = int(rng.integers(10, 41)), int(rng.integers(1, 3))
@@ -244,7 +307,8 @@ def _draw_growth(rng, index, family) -> _Drawn:
         y = _noisy(rng, trend, rel) * spike
         trace = _finish(family, index, _first_drop(rng, y), cap, slow=slow, what=what)
         if trace.oom_at is None:  # no spike came after the envelope reached the slice
-            return _draw_growth(rng, index, family)
+            redrawn["no-oom"] += 1
+            return _draw_growth(rng, index, family, redrawn)
         visible = _rises(trend, at10, rel) and at10 >= 2 * period
         trace = _with(trace, visible=visible, slow=_is_slow(trace, y0))
         return _Drawn(trace, trend, rel, shown_by=period + width + 2)
@@ -277,7 +341,21 @@ def identifiable(t_x: float, deadline: float, bend: float) -> bool:
     return deadline >= SEPARATION * (bend + 3)
 
 
-def _ramp(rng, index, rejected: list[int]) -> Trace:
+def _twin(y0, slope, cap, n, rel_sd, bend, t_x) -> str | None:
+    """Which twin a bend at ``bend`` cannot be told from in time (see the module's
+    docstring), or None: the straight growth reaching the slice at ``t_x``, or an
+    accelerating one with the same mean slope up to the bend."""
+    slow_twin = (cap - y0) / t_x < cap / n
+    deadline = (TARGET_SLOW if slow_twin else TARGET_FAST) * t_x
+    if not identifiable(t_x, deadline, bend):
+        return "linear-twin"
+    due = quadratic_twin_due(y0, slope, cap, n, rel_sd, bend)
+    if due is not None and due < SEPARATION * (bend + 3):
+        return "quadratic-twin"
+    return None
+
+
+def _ramp(rng, index, redrawn: Counter) -> Trace:
     """Warm-up: a ramp of L iterations from y0 to the plateau P, then flat."""
     while True:
         n = int(rng.integers(150, 501))
@@ -289,11 +367,10 @@ def _ramp(rng, index, rejected: list[int]) -> Trace:
         y0 = plateau * (1 - rise)
         slope = (plateau - y0) / length
         t_x = 1 + (cap / (1 + MARGIN) - y0) / slope  # where the extension reaches the slice
-        slow_twin = (cap - y0) / t_x < cap / n
-        deadline = (TARGET_SLOW if slow_twin else TARGET_FAST) * t_x
-        if identifiable(t_x, deadline, length):
+        twin = _twin(y0, slope, cap, n, rel * plateau, length, t_x)
+        if twin is None:
             break
-        rejected[0] += 1
+        redrawn[twin] += 1
     t = np.arange(1, n + 1, dtype=float)
     trend = y0 + slope * np.minimum(t - 1, length)
     at10 = max(1, round(0.1 * n))
@@ -305,7 +382,7 @@ def _ramp(rng, index, rejected: list[int]) -> Trace:
     return _finish("warmup-ramp", index, y, cap, visible=length <= at10 - 3, what=what)
 
 
-def _fits(rng, index, family, rejected: list[int]) -> Trace:
+def _fits(rng, index, family, redrawn: Counter) -> Trace:
     n = int(rng.integers(150, 501))
     rel = rng.uniform(0.005, 0.03)
     level = rng.uniform(1, 30) * GIB
@@ -337,11 +414,12 @@ def _fits(rng, index, family, rejected: list[int]) -> Trace:
             # the initial slope's straight extension, and when the slope has halved
             slope = level * share / tau
             t_x = 1 + (cap / (1 + MARGIN) - trend[0]) / slope
-            slow_twin = (cap - trend[0]) / t_x < cap / n
-            deadline = (TARGET_SLOW if slow_twin else TARGET_FAST) * t_x
-            if identifiable(t_x, deadline, tau * math.log(2)):
+            bend = tau * math.log(2)
+            sd = rel * trend[min(int(bend), n - 1)]
+            twin = _twin(trend[0], slope, cap, n, sd, bend, t_x)
+            if twin is None:
                 break
-            rejected[0] += 1
+            redrawn[twin] += 1
         visible = at10 >= 3 * tau
         what = (
             f"saturating, tau {tau:.0f} it, {share:.0%} of the level, slope's extension at C "
@@ -356,22 +434,22 @@ def _fits(rng, index, family, rejected: list[int]) -> Trace:
 
 
 def generate(per_family: int, seed: int = 11) -> tuple[list[Trace], dict[str, int]]:
-    """The stress set: ``per_family`` traces of each family, and how many were drawn again:
-    ramps and saturating traces indistinguishable from growth to an OOM ("bends"), growth
-    the noise (or spikes not seen yet) hides until its deadline ("hidden") (see the
-    module's docstring)."""
-    traces: list[Trace] = []
-    rejected, hidden = [0], [0]
-    for f, family in enumerate(FAMILIES):
-        for i in range(per_family):
-            rng = np.random.default_rng([seed, f, i])
-            if family in OOM_FAMILIES:
-                traces.append(_growth(rng, i, family, hidden))
-            elif family == "warmup-ramp":
-                traces.append(_ramp(rng, i, rejected))
-            else:
-                traces.append(_fits(rng, i, family, rejected))
-    return traces, {"bends": rejected[0], "hidden": hidden[0]}
+    """The stress set: ``per_family`` traces of each family, and how many were drawn again
+    by each rule of ``REDRAWS`` (see the module's docstring)."""
+    redrawn: Counter = Counter({rule: 0 for rule in REDRAWS})
+    traces = [draw(family, i, seed, redrawn) for family in FAMILIES for i in range(per_family)]
+    return traces, dict(redrawn)
+
+
+def draw(family: str, index: int, seed: int = 11, redrawn: Counter | None = None) -> Trace:
+    """Trace ``index`` of ``family`` in the set of ``seed`` (each has its own generator)."""
+    rng = np.random.default_rng([seed, FAMILIES.index(family), index])
+    redrawn = Counter() if redrawn is None else redrawn
+    if family in OOM_FAMILIES:
+        return _growth(rng, index, family, redrawn)
+    if family == "warmup-ramp":
+        return _ramp(rng, index, redrawn)
+    return _fits(rng, index, family, redrawn)
 
 
 # ---------------------------------------------------------------------------
@@ -471,9 +549,8 @@ def report(results: list[Result], redrawn: dict[str, int], wall: float) -> str:
         f"expected_peak at 10 %: mean |error| {_mean_abs(vis)} over {len(vis)} traces whose "
         f"peak is visible (target <= {TARGET_ERROR:.0%}); {_mean_abs(hid)} over the "
         f"{len(hid)} others",
-        f"drawn again: {redrawn['bends']} ramps and saturating traces indistinguishable "
-        f"from growth to an OOM, {redrawn['hidden']} growing traces whose growth the noise "
-        "hides until their deadline",
+        "drawn again, by rule:",
+        *(f"  {redrawn.get(rule, 0):4d} {rule}: {what}" for rule, what in REDRAWS.items()),
         f"wall time {wall:.0f} s",
     ]
     for r in late:
@@ -502,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     if args.json:
         out = [asdict(r) | {"ratio": r.ratio, "ok": r.ok} for r in results]
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out, indent=2, default=lambda o: o.item()))  # numpy scalars
     else:
         print(report(results, redrawn, wall))
     return 0
