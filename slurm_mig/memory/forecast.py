@@ -26,8 +26,9 @@ residuals, convergence detection -- with these additions:
   window that grows with the distance when it is far and the trend steady and strong,
   never while it slows. A trend that has flattened never restarts a job.
 
-Pure given its inputs and deterministic. statsmodels (and scipy) are imported at the first
-fit, so importing this module is cheap.
+Pure given its inputs and deterministic. scipy is imported at the first fit, so importing
+this module is cheap; the regressions are numpy's (statsmodels' OLS gives the same bounds,
+tests/test_forecast.py checks it, but its per-call overhead was most of a forecast's time).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import functools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -259,18 +260,24 @@ def _t_last(u: np.ndarray, y: np.ndarray, degree: int) -> float:
     return float(coef[degree] / math.sqrt(var))
 
 
-def _rss_profile(F: np.ndarray, y: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """RSS of y ~ B beta + b x for every row x of F (closed form, vectorised): the fixed
-    columns B are projected out of y and of every x first."""
-    Q, _ = np.linalg.qr(B)
-    yr = y - Q @ (Q.T @ y)
-    Fr = F - (F @ Q) @ Q.T
-    sxx = np.einsum("...i,...i->...", Fr, Fr)
-    sxy = Fr @ yr
-    syy = float(yr @ yr)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rss = np.where(sxx > 1e-12 * len(y), syy - sxy * sxy / sxx, syy)
-    return np.maximum(rss, 0.0)
+class _Projection:
+    """The fixed columns B of a profiled model projected out once, for every RSS of
+    y ~ B beta + b x over many features x (closed form, vectorised)."""
+
+    def __init__(self, B: np.ndarray, y: np.ndarray) -> None:
+        self.Q, _ = np.linalg.qr(B)
+        self.yr = y - self.Q @ (self.Q.T @ y)
+        self.syy = float(self.yr @ self.yr)
+        self.n = len(y)
+
+    def rss(self, F: np.ndarray) -> np.ndarray:
+        """RSS of y ~ B beta + b x for every row x of F."""
+        Fr = F - (F @ self.Q) @ self.Q.T
+        sxx = np.einsum("...i,...i->...", Fr, Fr)
+        sxy = Fr @ self.yr
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rss = np.where(sxx > 1e-12 * self.n, self.syy - sxy * sxy / sxx, self.syy)
+        return np.maximum(rss, 0.0)
 
 
 def _profiled(
@@ -283,13 +290,14 @@ def _profiled(
     B = np.column_stack([np.ones(n), u]) if slope else np.ones((n, 1))
     k = B.shape[1] + 2
     grid = np.asarray(grid, dtype=float)
-    rss = _rss_profile(np.stack([feature(u, g) for g in grid]), y, B)
+    proj = _Projection(B, y)
+    rss = proj.rss(feature(u[None, :], grid[:, None]))  # every value of g at once
     i = int(np.argmin(rss))
     if refine and 0 < i < len(grid) - 1:  # the best value between its grid neighbours
         from scipy.optimize import minimize_scalar
 
         best = minimize_scalar(
-            lambda g: float(_rss_profile(feature(u, g)[None, :], y, B)[0]),
+            lambda g: float(proj.rss(feature(u, g)[None, :])[0]),
             bounds=(grid[i - 1], grid[i + 1]),
             method="bounded",
             options={"xatol": 1e-4 * (grid[i + 1] - grid[i - 1])},
@@ -336,23 +344,34 @@ def _t(p: float, df: float) -> float:
 
 
 def _predict(design, t, y, tf, confidence) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """statsmodels OLS of y on design(t); at tf: the mean, the one-sided lower bound of
-    the mean and the one-sided upper prediction bound of a new observation; and the
-    residual sd.
+    """OLS of y on design(t); at tf: the mean, the one-sided lower bound of the mean and
+    the one-sided upper prediction bound of a new observation; and the residual sd.
 
-    The same as ``get_prediction(X).conf_int(obs=..., alpha=2 * (1 - confidence))``, with
-    the t quantile cached (scipy's ppf dominates the time otherwise)."""
-    from statsmodels.regression.linear_model import OLS
-
-    res = OLS(y, design(t)).fit()
-    pred = res.get_prediction(design(tf))
-    mean = np.asarray(pred.predicted_mean, dtype=float)
-    if res.df_resid < 1:
+    The same as statsmodels' ``OLS(y, X).fit().get_prediction(Xf).conf_int(obs=...,
+    alpha=2 * (1 - confidence))`` (tests/test_forecast.py checks it), solved here from
+    one QR of X: statsmodels' per-call overhead was most of a forecast's time."""
+    X, Xf = design(t), design(tf)
+    n, k = X.shape
+    Q, R = np.linalg.qr(X)
+    rank = int(np.sum(np.abs(np.diag(R)) > 1e-10 * max(float(np.abs(R).max()), 1e-300)))
+    if rank < k:  # a degenerate design (a feature constant over the window): pinv's answer
+        coef = np.linalg.pinv(X) @ y
+        cov = np.linalg.pinv(X.T @ X)
+    else:
+        coef = np.linalg.solve(R, Q.T @ y)
+        Rinv = np.linalg.solve(R, np.eye(k))
+        cov = Rinv @ Rinv.T
+    mean = Xf @ coef
+    df = n - rank
+    if df < 1:
         return mean, mean, mean, 0.0
-    q = _t(confidence, float(res.df_resid))
-    lower = mean - q * np.asarray(pred.se_mean, dtype=float)
-    upper = mean + q * np.asarray(pred.se_obs, dtype=float)
-    return mean, lower, upper, math.sqrt(max(float(res.scale), 0.0))
+    r = y - X @ coef
+    scale = float(r @ r) / df
+    q = _t(confidence, float(df))
+    var_mean = np.maximum(np.einsum("ij,jk,ik->i", Xf, cov, Xf) * scale, 0.0)
+    lower = mean - q * np.sqrt(var_mean)
+    upper = mean + q * np.sqrt(var_mean + scale)
+    return mean, lower, upper, math.sqrt(max(scale, 0.0))
 
 
 def expected_maximum(t: np.ndarray, mean: np.ndarray, sd: float) -> float:
@@ -594,7 +613,7 @@ class Forecaster:
       standard errors below zero), strong (slope t >= ``strong`` and significant at
       ``significance``), its point forecast runs out of memory at least ``near`` iterations
       ahead, it has been fitted to ``patience`` x the distance to the earliest OOM its bound
-      allows, and the last ``confirm`` forecasts were over the capacity and growing;
+      allows (or to a full ``window``: a long job's slow growth), and the last ``confirm`` forecasts were over the capacity and growing;
     * otherwise it watches: a near OOM is cheap to wait for, a slowing or weak trend may
       flatten. The targets this meets: benchmarks/forecast_stress.py."""
 
@@ -613,6 +632,7 @@ class Forecaster:
         warmup: int = 1,
         confirm: int = 1,
         stable: int = 10,
+        refit: int = 10,
         lead: int = 3,
         near: int = 60,
         patience: float = 0.07,
@@ -633,6 +653,7 @@ class Forecaster:
         _check(window >= min_samples, f"window must be >= min_samples, got {window}")
         _check(warmup >= 0, f"warmup must be >= 0 samples, got {warmup}")
         _check(confirm >= 1 and stable >= 1, "confirm and stable must be >= 1")
+        _check(refit >= 1, f"refit must be >= 1 sample, got {refit}")
         _check(lead >= 1, f"lead must be >= 1 iteration, got {lead}")
         _check(near >= 0, f"near must be >= 0 iterations, got {near}")
         _check(0 < patience < 1, f"patience must be in (0, 1), got {patience}")
@@ -656,6 +677,9 @@ class Forecaster:
         self.significance = significance
         self.slowing = slowing
         self.stable = stable
+        self.refit = refit
+        self._fitted: Decision | None = None  # the last decision that fitted a forecast
+        self._reused = 0  # samples since then that reused it
         self.count = 0  # samples seen
         self.first_iteration: int | None = None
         self.last_iteration: int | None = None
@@ -678,6 +702,32 @@ class Forecaster:
 
     def update(self, sample: Sample) -> Decision:
         """Add one sample and decide whether the job must restart on a larger slice."""
+        self._add(sample)
+        if self._within_converged(sample):
+            self._reused += 1
+            fitted = self._fitted
+            assert fitted is not None
+            decision = replace(
+                fitted,
+                iteration=sample.iteration,
+                reason=f"{fitted.reason} (forecast of iteration {fitted.iteration}: this "
+                "sample is within its band)",
+            )
+        else:
+            decision = self._decide(sample.iteration)
+            self._fitted, self._reused = decision, 0
+        self.decisions.append(decision)
+        if decision.restart and self.first_restart is None:
+            self.first_restart = decision
+        return decision
+
+    def feed(self, sample: Sample) -> None:
+        """Add one sample without deciding: the next ``update`` forecasts from it (a replay
+        that has its first restart needs only the last row's forecast)."""
+        self._add(sample)
+        self._fitted = None  # the next decision fits
+
+    def _add(self, sample: Sample) -> None:
         if self.last_iteration is not None and sample.iteration <= self.last_iteration:
             raise ForecastError(
                 f"sample iteration {sample.iteration} after {self.last_iteration}; "
@@ -690,11 +740,25 @@ class Forecaster:
         self.observed_peak = max(self.observed_peak, sample.requested_peak, sample.reserved_peak)
         if self.count > self.warmup:
             self.window.append(sample)
-        decision = self._decide(sample.iteration)
-        self.decisions.append(decision)
-        if decision.restart and self.first_restart is None:
-            self.first_restart = decision
-        return decision
+
+    def _within_converged(self, sample: Sample) -> bool:
+        """Whether the last forecast stands for this sample: it was flat, stable and fitting
+        (converged), it was fitted fewer than ``refit`` samples ago, and the sample lies in
+        its band (between the mean less the bound's width and the bound, spikes in). A
+        sample outside, or ``refit`` samples in a row, are fitted: a job that starts to grow
+        is seen within ``refit`` iterations, or at once if it leaves the band."""
+        fitted, fc = self._fitted, self.last_forecast
+        if fitted is None or fc is None or not fitted.converged or fitted.restart:
+            return False
+        if self._reused + 1 >= self.refit or fitted.need is None or fitted.need > self.capacity:
+            return False
+        if not fc.curve_t[0] <= sample.iteration <= fc.horizon:
+            return False
+        upper = float(np.interp(sample.iteration, fc.curve_t, fc.curve_upper))
+        mean = float(np.interp(sample.iteration, fc.curve_t, fc.curve_mean))
+        lower = mean - (upper - mean)
+        peaks = [sample.requested_peak] + ([sample.reserved_peak] if sample.reserved_peak else [])
+        return lower <= sample.requested_peak <= upper and max(peaks) <= fitted.predicted_peak
 
     @property
     def needs_samples(self) -> bool:
@@ -740,7 +804,9 @@ class Forecaster:
         near_mean = expected_oom is not None and expected_oom - it <= self.lead
         urgent = growing and (near_bound or near_mean)
         far = expected >= self.near
-        window = math.ceil(self.patience * earliest)
+        # a full window is all the evidence there will be: a long job's slow growth is
+        # confirmed on it rather than waited for until its OOM comes within reach
+        window = min(math.ceil(self.patience * earliest), self.window.maxlen or n)
         evidence = growing and far and steady and strong
         confirmed = evidence and self._over >= self.confirm and n >= window
         restart = urgent or confirmed
@@ -840,10 +906,16 @@ def run_trace(
     context: int = 0,
     **options,
 ) -> Forecaster:
-    """A Forecaster fed every sample of a trace, in order."""
+    """A Forecaster fed every sample of a trace, in order: every one decided up to the first
+    restart, then only the last (the rest cannot change the first restart, and the last
+    forecast depends only on the samples, not on the decisions between). Linear in the
+    rows: a forecast fits at most ``window`` samples."""
     fc = Forecaster(capacity, context=context, horizon=iterations, **options)
-    for s in samples:
-        fc.update(s)
+    for i, s in enumerate(samples):
+        if fc.first_restart is None or i == len(samples) - 1:
+            fc.update(s)
+        else:
+            fc.feed(s)
     return fc
 
 

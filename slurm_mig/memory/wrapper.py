@@ -79,13 +79,13 @@ ForecasterFactory = Callable[[int, int, "int | None"], ForecasterLike]
 
 
 def default_forecaster(capacity: int, context: int, horizon: int | None) -> ForecasterLike:
-    """The statsmodels forecaster (imported here, in the parent, never in the job)."""
+    """The forecaster (numpy and scipy, imported here, in the parent, never in the job)."""
     from .forecast import Forecaster
 
     return Forecaster(capacity, context=context, horizon=horizon)
 
 
-FORECAST_DEPS = ("numpy", "scipy", "statsmodels")
+FORECAST_DEPS = ("numpy", "scipy")
 
 
 def missing_forecast_deps() -> list[str]:
@@ -99,7 +99,6 @@ def _warm_up() -> None:
     """Import the forecaster's libraries while the job starts (about 2 s)."""
     try:
         from scipy.stats import chi2  # noqa: F401
-        from statsmodels.regression.linear_model import OLS  # noqa: F401
 
         from . import forecast  # noqa: F401
     except ImportError:
