@@ -613,9 +613,13 @@ class Forecaster:
       standard errors below zero), strong (slope t >= ``strong`` and significant at
       ``significance``), its point forecast runs out of memory at least ``near`` iterations
       ahead, it has been fitted to ``patience`` x the distance to the earliest OOM its bound
-      allows (or to a full ``window``: a long job's slow growth), and the last ``confirm`` forecasts were over the capacity and growing;
+      allows (or to a full ``window``: a long job's slow growth), and the last ``confirm``
+      forecasts were over the capacity and growing;
     * otherwise it watches: a near OOM is cheap to wait for, a slowing or weak trend may
-      flatten. The targets this meets: benchmarks/forecast_stress.py."""
+      flatten. The targets this meets: benchmarks/forecast_stress.py.
+
+    A converged forecast (flat, stable, fitting) stands for the samples in its band, so a
+    flat job costs one fit per ``refit`` samples (benchmarks/forecast_speed.py)."""
 
     def __init__(
         self,
