@@ -394,6 +394,10 @@ def test_a_converged_forecast_stands_for_samples_in_its_band_until_refit():
                 prev.trend,
             )
     assert not any(_reused(d) for d in _flat_then(lambda i: 5 * GIB, 10**9, 200, refit=1))
+    # a replay's final forecast is fitted to every row, whatever stood before it
+    samples = trace(lambda i: 5 * GIB, n=200, noise=0.01 * 5 * GIB, seed=2)
+    last = [run_trace(samples, 10 * GIB, iterations=3000, refit=r).decisions[-1] for r in (10, 1)]
+    assert not _reused(last[0]) and last[0] == last[1]
 
 
 def test_a_sample_that_leaves_the_band_is_fitted_at_once_and_growth_is_seen_within_refit():

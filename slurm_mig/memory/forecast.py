@@ -704,10 +704,11 @@ class Forecaster:
             return max(self.first_iteration + self.horizon - 1, last)
         return last + self.lookahead
 
-    def update(self, sample: Sample) -> Decision:
-        """Add one sample and decide whether the job must restart on a larger slice."""
+    def update(self, sample: Sample, *, fit: bool = False) -> Decision:
+        """Add one sample and decide whether the job must restart on a larger slice
+        (``fit``: from a forecast fitted now, even where a converged one would stand)."""
         self._add(sample)
-        if self._within_converged(sample):
+        if not fit and self._within_converged(sample):
             self._reused += 1
             fitted = self._fitted
             assert fitted is not None
@@ -911,12 +912,14 @@ def run_trace(
     **options,
 ) -> Forecaster:
     """A Forecaster fed every sample of a trace, in order: every one decided up to the first
-    restart, then only the last (the rest cannot change the first restart, and the last
-    forecast depends only on the samples, not on the decisions between). Linear in the
-    rows: a forecast fits at most ``window`` samples."""
+    restart, then only the last, from a forecast fitted to every row (the rows between
+    cannot change the first restart, and the last forecast depends only on the samples).
+    Linear in the rows: a forecast fits at most ``window`` samples."""
     fc = Forecaster(capacity, context=context, horizon=iterations, **options)
     for i, s in enumerate(samples):
-        if fc.first_restart is None or i == len(samples) - 1:
+        if i == len(samples) - 1:
+            fc.update(s, fit=True)  # the final forecast is from every row
+        elif fc.first_restart is None:
             fc.update(s)
         else:
             fc.feed(s)
