@@ -404,6 +404,7 @@ class _Ci:
     mig_handle: object = None
     processes: set[int] = field(default_factory=set)
     alive: bool = True
+    memory: dict[int, int] = field(default_factory=dict)  # pid -> device bytes used
 
 
 @dataclass(eq=False)
@@ -442,6 +443,8 @@ class _System:
     objects: dict[int, tuple[Structure, object]] = field(default_factory=dict)
     next_id: int = 1
     serial: int = 0
+    usage_file: str | None = None  # a JSON file {mig uuid: {pid: bytes}} shared by processes
+    hide_process_memory: bool = False
 
 
 _sys = _System()
@@ -609,11 +612,103 @@ def nvmlDeviceGetUUID(handle):
     return _device(handle).uuid.encode()  # pynvml 13 returns bytes here
 
 
+_MIB = 1024 * 1024
+_INSTANCE_RESERVED = 13 * _MIB  # what a MIG instance shows used with no process on it
+
+
+class c_nvmlProcessInfo_t(Structure):
+    _fields_ = [
+        ("pid", c_uint),
+        ("usedGpuMemory", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    ]
+
+
+NVML_VALUE_NOT_AVAILABLE_ulonglong = c_ulonglong(-1)
+
+
+def _usage(ci: _Ci) -> dict[int, int]:
+    """pid -> bytes of the processes on a MIG device (from the shared file when set)."""
+    if _sys.usage_file:
+        import json
+
+        try:
+            table = json.loads(open(_sys.usage_file, encoding="utf-8").read() or "{}")
+        except (OSError, ValueError):
+            table = {}
+        return {int(pid): int(b) for pid, b in table.get(ci.uuid, {}).items()}
+    return dict(ci.memory)
+
+
 def nvmlDeviceGetMemoryInfo(handle, version=None):
+    """A MIG device handle: the instance's memory (its profile's size; used = the
+    instance's own reservation + its processes). The parent GPU of a MIG-enabled GPU:
+    aggregate for root, NO_PERMISSION for anyone else (inside a slice)."""
     _enter("nvmlDeviceGetMemoryInfo", handle)
+    if isinstance(_lookup(handle), _Ci):
+        ci = _mig_device(handle)
+        total = ci.gi.profile.memory_mb * _MIB
+        used = min(total, _INSTANCE_RESERVED + sum(_usage(ci).values()))
+        return c_nvmlMemory_t(total=total, free=total - used, used=used)
     gpu = _device(handle)
-    total = gpu.chip.memory_mib * 1024 * 1024
-    return c_nvmlMemory_t(total=total, free=total - 500 * 1024 * 1024, used=500 * 1024 * 1024)
+    if gpu.mig == NVML_DEVICE_MIG_ENABLE and _sys.user != "root":
+        _raise(NVML_ERROR_NO_PERMISSION)
+    total = gpu.chip.memory_mib * _MIB
+    return c_nvmlMemory_t(total=total, free=total - 500 * _MIB, used=500 * _MIB)
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    """Processes with a CUDA context: on a MIG device handle, that instance's; on the
+    parent of a MIG-enabled GPU, all of them for root only (NO_PERMISSION otherwise).
+    ``usedGpuMemory`` is None where the driver does not report it (pynvml's mapping of
+    NVML_VALUE_NOT_AVAILABLE)."""
+    _enter("nvmlDeviceGetComputeRunningProcesses", handle)
+    if isinstance(_lookup(handle), _Ci):
+        cis = [_mig_device(handle)]
+    else:
+        gpu = _device(handle)
+        if gpu.mig == NVML_DEVICE_MIG_ENABLE and _sys.user != "root":
+            _raise(NVML_ERROR_NO_PERMISSION)
+        cis = [ci for gi in gpu.gis.values() for ci in gi.cis.values()]
+    out = []
+    for ci in cis:
+        for pid, used in sorted(_usage(ci).items()):
+            info = c_nvmlProcessInfo_t(pid, used, ci.gi.id, ci.id)
+            if _sys.hide_process_memory:
+                info.usedGpuMemory = NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+            out.append(info)
+    procs = []
+    for info in out:  # as pynvml does: friendly objects, NOT_AVAILABLE as None
+        obj = nvmlStructToFriendlyObject(info)
+        if obj.usedGpuMemory == NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+            obj.usedGpuMemory = None
+        procs.append(obj)
+    return procs
+
+
+class nvmlFriendlyObject:
+    def __init__(self, dictionary):
+        for x in dictionary:
+            setattr(self, x, dictionary[x])
+
+
+def nvmlStructToFriendlyObject(struct):
+    return nvmlFriendlyObject({name: getattr(struct, name) for name, _ in struct._fields_})
+
+
+def nvmlDeviceGetHandleByUUID(uuid):
+    """A GPU's or a MIG device's handle by its UUID (str or bytes)."""
+    _enter("nvmlDeviceGetHandleByUUID", uuid)
+    text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    for gpu in _sys.gpus:
+        if gpu.uuid == text:
+            return gpu.handle
+        for gi in gpu.gis.values():
+            for ci in gi.cis.values():
+                if ci.uuid == text:
+                    return ci.mig_handle
+    _raise(NVML_ERROR_NOT_FOUND)
 
 
 def nvmlDeviceGetPcieThroughput(device, counter):
@@ -948,6 +1043,83 @@ def fake_attach_process(mig_uuid: str, pid: int = 4242) -> None:
 
 def fake_detach_process(mig_uuid: str, pid: int = 4242) -> None:
     _ci_by_uuid(mig_uuid).processes.discard(pid)
+
+
+def fake_set_process_memory(mig_uuid: str, pid: int, used: int) -> None:
+    """Process ``pid`` uses ``used`` bytes of the MIG device (0 removes it)."""
+    ci = _ci_by_uuid(mig_uuid)
+    if used:
+        ci.memory[pid] = used
+        ci.processes.add(pid)
+    else:
+        ci.memory.pop(pid, None)
+        ci.processes.discard(pid)
+
+
+def fake_hide_process_memory(hidden: bool = True) -> None:
+    """The driver reports processes but not their memory (usedGpuMemory None)."""
+    _sys.hide_process_memory = hidden
+
+
+def fake_share_usage(path: str | None) -> None:
+    """Read the processes' device memory from a JSON file {mig uuid: {pid: bytes}} that
+    other processes (a job under test) write: the fake's answer to a shared driver."""
+    _sys.usage_file = path
+
+
+def fake_write_usage(path: str, mig_uuid: str, pid: int, used: int) -> None:
+    """What a job under test calls to 'allocate': set its bytes in the shared file."""
+    import json
+    import os
+
+    try:
+        table = json.loads(open(path, encoding="utf-8").read() or "{}")
+    except (OSError, ValueError):
+        table = {}
+    table.setdefault(mig_uuid, {})[str(pid)] = int(used)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(table))
+    os.replace(tmp, path)
+
+
+def fake_mig_instance(
+    index: int = 0, profile_const: int = NVML_GPU_INSTANCE_PROFILE_1_SLICE
+) -> str:
+    """Create a GPU instance of ``profile_const`` and its full compute instance on GPU
+    ``index`` (as root, through the API) and return the MIG device's UUID; the same
+    calls after the same ``fake_reset`` give the same UUID in any process."""
+    user, _sys.user = _sys.user, "root"
+    nvmlInit()
+    try:
+        dev = nvmlDeviceGetHandleByIndex(index)
+        info = nvmlDeviceGetGpuInstanceProfileInfo(dev, profile_const)
+        gi = nvmlDeviceCreateGpuInstance(dev, info.id)
+        ci_profile = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}[info.sliceCount]
+        ci = nvmlGpuInstanceCreateComputeInstance(gi, ci_profile)
+        return _resolve(ci, _Ci).uuid
+    finally:
+        nvmlShutdown()
+        _sys.user = user
+
+
+def fake_from_env() -> str | None:
+    """Set the fake up from ``$FAKE_PYNVML_SETUP`` (JSON: chips, user, usage file and
+    MIG instances to create); returns the first MIG UUID. For a process under test that
+    imports ``pynvml`` and gets this module."""
+    import json
+    import os
+
+    text = os.environ.get("FAKE_PYNVML_SETUP")
+    if not text:
+        return None
+    setup = json.loads(text)
+    fake_reset(setup.get("chips", ["A100-40GB"]), user="root")
+    uuids = [fake_mig_instance(i, c) for i, c in setup.get("instances", [[0, 0]])]
+    fake_set_user(setup.get("user", "root"))
+    fake_share_usage(setup.get("usage"))
+    fake_hide_process_memory(bool(setup.get("hide_process_memory")))
+    return uuids[0] if uuids else None
 
 
 def fake_calls() -> list[str]:

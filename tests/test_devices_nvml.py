@@ -87,6 +87,22 @@ def test_detect_model(name, gib, model):
     assert detect_model(name, int(gib * 1024**3)) == model
 
 
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-80GB"),
+        ("NVIDIA H100 NVL", None),  # two H100 models and no size in the name
+        ("NVIDIA A30", "A30-24GB"),
+        ("NVIDIA GH200 480GB", None),
+    ],
+)
+def test_detect_model_from_the_name_when_mig_denies_the_memory(name, model):
+    # a non-root caller gets NO_PERMISSION for a MIG-enabled GPU's memory info
+    assert detect_model(name, None) == model
+
+
 @pytest.mark.parametrize("index,chip", list(enumerate(CHIPS)))
 def test_create_at_every_placement_of_every_profile(nvml, index, chip):
     for profile, pl in _options(chip):

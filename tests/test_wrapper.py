@@ -265,7 +265,10 @@ def test_a_real_oom_restarts_on_the_smallest_profile_covering_the_observed_peak(
         f"allocated {6 * GIB}",
     ]
     assert "torch.OutOfMemoryError: emulated device out of memory" in done.stderr
-    assert "out of memory at iteration 0 on 1g.5gb (4.9 GiB): observed peak 6.0 GiB" in done.stderr
+    assert (
+        "out of memory at iteration 0 on 1g.5gb (4.9 GiB) (torch.OutOfMemoryError): "
+        "observed peak 6.0 GiB" in done.stderr
+    )
     assert "relaunching on 1g.10gb" in done.stderr
     assert audit(sim) == [
         ("create", "1g.5gb"),
@@ -450,3 +453,182 @@ def test_under_slurm_the_slice_is_looked_up_from_the_node_backend(tmp_path):
     assert done.stdout.splitlines() == [f"{inst.uuid} {small}"]
     assert "out of memory at iteration 0 on 1g.5gb (4.9 GiB)" in done.stderr
     assert audit(sim) == [("create", "1g.5gb")]  # read only: the prolog/epilog own it
+
+
+# ---------------------------------------------------------------------------
+# Every out-of-memory form: the real message text, printed by any program or raised in
+# the job's Python (the probe's exit record)
+
+OOM_TEXTS = {
+    "torch": (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a "
+        "total capacity of 9.75 GiB of which 1.12 GiB is free. Including non-PyTorch memory, "
+        "this process has 8.62 GiB memory in use."
+    ),
+    "nvml-assert": (
+        'RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/'
+        'CUDACachingAllocator.cpp":1154, please report a bug to PyTorch. '
+    ),
+    "cublas": (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    ),
+    "cudnn": "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "cuda": (
+        "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously "
+        "reported at some other API call, so the stacktrace below might be incorrect.\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    ),
+    "nccl": (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL "
+        "version 2.20.5\nncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
+        "Cuda failure 'out of memory'"
+    ),
+    "xla": (
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying "
+        "to allocate 17179869184 bytes."
+    ),
+    "tensorflow": (
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating "
+        "tensor with shape[8192,8192] and type float on /job:localhost/replica:0/task:0/"
+        "device:GPU:0 by allocator GPU_0_bfc"
+    ),
+    "cupy": (
+        "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 4,294,967,296 bytes "
+        "(allocated so far: 512 bytes)."
+    ),
+}
+
+PRINTS_OOM = """
+    import os, sys
+    attempt = os.environ["SLURM_MIG_RESTART"]
+    print("attempt", attempt, os.environ["SLURM_MIG_CAPACITY_EMULATE"], flush=True)
+    if attempt == "0":
+        sys.stderr.write("Traceback (most recent call last):\\n  File \\"train.py\\", line 9\\n")
+        sys.stderr.write(sys.argv[1] + "\\n")
+        sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(OOM_TEXTS))
+def test_each_oom_form_printed_by_a_program_restarts_it_on_a_larger_slice(tmp_path, kind):
+    from slurm_mig.memory.oom import FORMS
+
+    job = script(tmp_path, PRINTS_OOM)
+    done = mig_run(
+        "--slice", "1g.5gb", "--gpu-model", "A100-40GB", "--emulate", "--",
+        sys.executable, job, OOM_TEXTS[kind],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    small, large = A100.profile("1g.5gb").memory_bytes, A100.profile("1g.10gb").memory_bytes
+    assert done.stdout.splitlines() == [f"attempt 0 {small}", f"attempt 1 {large}"]
+    assert OOM_TEXTS[kind].splitlines()[-1] in done.stderr  # the job's stderr passes through
+    assert f"out of memory at iteration None on 1g.5gb (4.9 GiB) ({FORMS[kind][1]})" in (
+        done.stderr
+    )
+    assert "relaunching on 1g.10gb" in done.stderr
+
+
+RAISES_NVML_ASSERT = """
+    import os
+    attempt, capacity = os.environ["SLURM_MIG_RESTART"], os.environ["SLURM_MIG_CAPACITY_EMULATE"]
+    import torch  # the probe starts here (and takes its variables out of the environment)
+    if attempt == "0":
+        keep = torch.ones(2**20)  # 4 MiB seen by the probe
+        torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1).step()
+        raise RuntimeError({text!r})
+    print("done on", capacity)
+"""
+
+
+def test_the_allocator_nvml_assert_raised_in_the_job_is_an_oom_with_the_observed_peak(tmp_path):
+    job = script(tmp_path, RAISES_NVML_ASSERT.format(text=OOM_TEXTS["nvml-assert"][14:]))
+    done = mig_run(
+        "--capacity", "6MiB", "--gpu-model", "A100-40GB", "--emulate", "--", sys.executable, job
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"done on {A100.profile('1g.5gb').memory_bytes}\n"
+    line = next(x for x in done.stderr.splitlines() if "restart 1 of 2" in x)
+    assert "the CUDA caching allocator's NVML assert on its out-of-memory path" in line
+    assert "observed peak 4.0 MiB" in line
+
+
+def test_the_nvml_assert_on_a_mostly_empty_slice_is_not_taken_for_an_oom(tmp_path):
+    job = script(tmp_path, RAISES_NVML_ASSERT.format(text=OOM_TEXTS["nvml-assert"][14:]))
+    done = mig_run(
+        "--slice", "1g.5gb", "--gpu-model", "A100-40GB", "--emulate", "--", sys.executable, job
+    )
+    assert done.returncode == 1
+    assert "not an out-of-memory, so no restart" in done.stderr
+    assert "expandable_segments:False" in done.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "stderr, code",
+    [
+        (OOM_TEXTS["cuda"] + "\nretrying with a smaller batch\nall good\n", 0),  # exit 0
+        (OOM_TEXTS["cuda"] + "\n" + "log line\n" * 80 + "ValueError: bad config\n", 1),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered\n", 1),
+    ],
+)
+def test_oom_text_that_is_not_the_failure_does_not_restart(tmp_path, stderr, code):
+    job = script(tmp_path, f"import sys\nsys.stderr.write({stderr!r})\nsys.exit({code})\n")
+    done = mig_run("--slice", "1g.5gb", "--gpu-model", "A100-40GB", "--emulate", "--",
+                   sys.executable, job)  # fmt: skip
+    assert done.returncode == code
+    assert "restart" not in done.stderr and "relaunching" not in done.stderr
+
+
+def test_a_flood_of_stderr_without_newlines_passes_through_and_is_bounded(tmp_path):
+    job = script(
+        tmp_path,
+        "import sys\nfor _ in range(160):\n    sys.stderr.write('x' * 65536)\n"
+        "sys.stderr.write('\\nCUDA error: out of memory\\n')\nsys.exit(3)\n",
+    )
+    done = mig_run("--capacity", "1G", "--", sys.executable, job, timeout=120)
+    assert done.returncode == 3  # no GPU model: the OOM is reported, the status passes
+    assert done.stderr.count("x") == 160 * 65536
+    assert "out of memory at iteration None on the slice (1.0 GiB) (CUDA error" in done.stderr
+
+
+def _memory_cgroup() -> Path | None:
+    """A fresh cgroup-v1 memory group under ours, where this machine lets us make one."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, where = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/memory") / where.lstrip("/")
+            group = base / f"mig-run-test-{os.getpid()}"
+            try:
+                group.mkdir()
+                (group / "memory.limit_in_bytes").write_text(str(768 * 2**20))
+            except OSError:
+                return None
+            return group
+    return None
+
+
+def test_a_kill_by_the_kernel_oom_killer_is_host_memory_and_not_restarted(tmp_path):
+    group = _memory_cgroup()
+    if group is None:
+        pytest.skip("no writable cgroup-v1 memory controller here")
+    try:
+        job = script(tmp_path, "x = bytearray(3 * 2**30)\nprint('survived')\n")
+        wrapper = (
+            f"echo $$ > {group}/cgroup.procs && exec {' '.join(MIG_RUN)} --slice 1g.5gb "
+            f"--gpu-model A100-40GB --emulate -- {sys.executable} {job}"
+        )
+        full = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+        done = subprocess.run(["sh", "-c", wrapper], capture_output=True, text=True,
+                              env=full, timeout=240)  # fmt: skip
+        assert done.returncode == 128 + 9, done.stderr
+        assert "survived" not in done.stdout
+        last = done.stderr.splitlines()[-1]
+        assert "killed by the kernel's OOM killer (host memory, not the GPU slice)" in last
+        assert "relaunching" not in done.stderr
+    finally:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)

@@ -92,13 +92,17 @@ class NvmlProfile:
 
 def detect_model(name: str, total_bytes: int | None) -> str | None:
     """The geometry model of an NVML device name and memory, e.g. ("NVIDIA A100-SXM4-40GB",
-    40 GiB) -> "A100-40GB"; None for a GPU slurm-mig does not know."""
+    40 GiB) -> "A100-40GB" (memory None: the size in the name); None for a GPU slurm-mig
+    does not know."""
     m = re.search(r"(?<![A-Z0-9])(A30|A100|H100|H200|B200)(?![0-9])", name.upper())
     if not m:
         return None
     family = [g for g in geometry.MODELS.values() if g.name.split("-")[0] == m.group(1)]
     if len(family) == 1 and total_bytes is None:
         return family[0].name
+    if total_bytes is None:  # MIG denies the parent's memory to non-root: the name's size
+        size = re.search(r"(?<![0-9])([0-9]{2,3})\s?GB(?![A-Z0-9])", name.upper())
+        total_bytes = int(size.group(1)) * _GIB if size else None
     if total_bytes is None:
         return None
 

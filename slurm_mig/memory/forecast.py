@@ -12,19 +12,23 @@ residuals, convergence detection -- with these additions:
   is the largest over all their values the data cannot reject (likelihood ratio at the
   same confidence), so an uncertain plateau is not trusted further than the data allow.
   Bending upwards needs ``MIN_CONVEX`` samples (MIGM: a line is the stable model when
-  there are few);
+  there are few); among models of one size a flattening one replaces a steady one only
+  on positive evidence, not on a tie that the noise of the first samples decides;
 * the peak is the largest bound over the rest of the job, and never below a peak seen;
 * spikes that come and go (periodic evaluation) are kept out of the trend: the forecast is
   the trend of the base plus the largest excess of a spike over it (the envelope of the
   peaks), and a trend of the spike peaks themselves once there are four of them;
 * the first sample (warm-up: optimizer state, lazy initialisation) is not trend;
 * a restart needs a trend that still grows significantly (the one-sided lower bound of
-  the mean ahead exceeds today's level by a block or 1 %), a need (bound + context +
-  margin for allocator blocks and fragmentation) above the capacity, and both for
-  ``confirm`` consecutive samples. A trend that has flattened never restarts a job.
+  the mean ahead exceeds today's level by a block or 1 %) and a need (bound + context +
+  margin for allocator blocks and fragmentation) above the capacity; then it is decided
+  when it matters (``Forecaster``): at once when the OOM is 3 iterations away, after a
+  window that grows with the distance when it is far and the trend steady and strong,
+  never while it slows. A trend that has flattened never restarts a job.
 
-Pure given its inputs and deterministic. statsmodels (and scipy) are imported at the first
-fit, so importing this module is cheap.
+Pure given its inputs and deterministic. scipy is imported at the first fit, so importing
+this module is cheap; the regressions are numpy's (statsmodels' OLS gives the same bounds,
+tests/test_forecast.py checks it, but its per-call overhead was most of a forecast's time).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import functools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +71,8 @@ MAX_EDGE_RUN = 5  # a run off the trend at an end of the window longer than this
 MIN_CONVEX = 10  # samples before a trend may bend upwards (quadratic, segmented)
 GROWTH_REL = 0.01  # growth below 1 % of the level (or one block) is flat
 PROFILE_MAX = 8  # fits kept from a profiled nonlinear parameter
+NEAR = 64  # the forecast's first NEAR iterations are evaluated one by one ...
+GRID = 129  # ... the rest to the horizon on a grid of this many points
 
 
 class ForecastError(ValueError):
@@ -87,6 +93,7 @@ class Decision:
     horizon: int | None = None  # the iteration the forecast reaches
     growing: bool = False  # the trend still grows significantly
     converged: bool = False  # flat and stable: no more samples are needed
+    oom_at: int | None = None  # growing over capacity: where the need's bound reaches it
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,17 @@ class Forecast:
     curve_t: np.ndarray = field(repr=False, compare=False)  # iterations, window to horizon
     curve_mean: np.ndarray = field(repr=False, compare=False)  # fitted mean (bytes)
     curve_upper: np.ndarray = field(repr=False, compare=False)  # upper bound incl. spikes
+    noise: float = 0.0  # residual sd of the base trend (bytes, reserved scale)
+    # From the last sample to the horizon: every iteration for the first ``NEAR`` ones,
+    # then a grid; the peak's mean and upper bound there (spikes and reserved ratio in).
+    future_t: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    future_mean: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    future_upper: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    # Evidence on the base samples (a straight line, and a parabola): the t statistic of
+    # the slope of what grows (the base, or the spike peaks), and of the curvature.
+    slope_t: float = 0.0
+    slope_df: int = 0  # its degrees of freedom
+    curvature_t: float = 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -199,8 +217,15 @@ def _select(t: np.ndarray, y: np.ndarray, axis: _Axis, confidence: float, max_k:
                for m in tiers.get(k, ())}  # fmt: skip
         better = [m for m in tiers.get(k, ()) if m.bic < best.bic - bar[m.name]]
         if better:
-            best = min(better, key=lambda m: m.bic)
+            best = min(better, key=_flattening_last)
     return best
+
+
+def _flattening_last(m: _Spec) -> float:
+    """Sort key among models of one tier: the BIC, a flattening model's raised by
+    ``EVIDENCE_SAFE`` -- it replaces a steady one only on positive evidence, not a tie
+    that early noise decides."""
+    return m.bic + (EVIDENCE_SAFE if TREND_OF[m.name] == "saturating" else 0.0)
 
 
 # One-parameter families: a feature x_g(u) of the window's time u, fitted as a + b x_g.
@@ -220,18 +245,39 @@ def _segment(u: np.ndarray, knee: float) -> np.ndarray:
     return np.maximum(u - knee, 0.0)
 
 
-def _rss_profile(F: np.ndarray, y: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """RSS of y ~ B beta + b x for every row x of F (closed form, vectorised): the fixed
-    columns B are projected out of y and of every x first."""
-    Q, _ = np.linalg.qr(B)
-    yr = y - Q @ (Q.T @ y)
-    Fr = F - (F @ Q) @ Q.T
-    sxx = np.einsum("...i,...i->...", Fr, Fr)
-    sxy = Fr @ yr
-    syy = float(yr @ yr)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rss = np.where(sxx > 1e-12 * len(y), syy - sxy * sxy / sxx, syy)
-    return np.maximum(rss, 0.0)
+def _t_last(u: np.ndarray, y: np.ndarray, degree: int) -> float:
+    """The t statistic of the highest coefficient of a polynomial of ``degree`` in u
+    fitted to y: the slope (1) or the curvature (2); 0 with too few samples."""
+    n = len(u)
+    if n < degree + 3 or np.ptp(u) <= 0:
+        return 0.0
+    X = np.vander(u, degree + 1, increasing=True)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    r = y - X @ coef
+    var = float(r @ r) / (n - degree - 1) * float(np.linalg.inv(X.T @ X)[degree, degree])
+    if var <= 0:  # a perfect fit: as strong as the coefficient's sign
+        return math.copysign(math.inf, coef[degree]) if coef[degree] else 0.0
+    return float(coef[degree] / math.sqrt(var))
+
+
+class _Projection:
+    """The fixed columns B of a profiled model projected out once, for every RSS of
+    y ~ B beta + b x over many features x (closed form, vectorised)."""
+
+    def __init__(self, B: np.ndarray, y: np.ndarray) -> None:
+        self.Q, _ = np.linalg.qr(B)
+        self.yr = y - self.Q @ (self.Q.T @ y)
+        self.syy = float(self.yr @ self.yr)
+        self.n = len(y)
+
+    def rss(self, F: np.ndarray) -> np.ndarray:
+        """RSS of y ~ B beta + b x for every row x of F."""
+        Fr = F - (F @ self.Q) @ self.Q.T
+        sxx = np.einsum("...i,...i->...", Fr, Fr)
+        sxy = Fr @ self.yr
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rss = np.where(sxx > 1e-12 * self.n, self.syy - sxy * sxy / sxx, self.syy)
+        return np.maximum(rss, 0.0)
 
 
 def _profiled(
@@ -244,13 +290,14 @@ def _profiled(
     B = np.column_stack([np.ones(n), u]) if slope else np.ones((n, 1))
     k = B.shape[1] + 2
     grid = np.asarray(grid, dtype=float)
-    rss = _rss_profile(np.stack([feature(u, g) for g in grid]), y, B)
+    proj = _Projection(B, y)
+    rss = proj.rss(feature(u[None, :], grid[:, None]))  # every value of g at once
     i = int(np.argmin(rss))
     if refine and 0 < i < len(grid) - 1:  # the best value between its grid neighbours
         from scipy.optimize import minimize_scalar
 
         best = minimize_scalar(
-            lambda g: float(_rss_profile(feature(u, g)[None, :], y, B)[0]),
+            lambda g: float(proj.rss(feature(u, g)[None, :])[0]),
             bounds=(grid[i - 1], grid[i + 1]),
             method="bounded",
             options={"xatol": 1e-4 * (grid[i + 1] - grid[i - 1])},
@@ -296,23 +343,58 @@ def _t(p: float, df: float) -> float:
     return float(t.ppf(p, df))
 
 
-def _predict(design, t, y, tf, confidence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """statsmodels OLS of y on design(t); at tf: the mean, the one-sided lower bound of
-    the mean and the one-sided upper prediction bound of a new observation.
+def _predict(design, t, y, tf, confidence) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """OLS of y on design(t); at tf: the mean, the one-sided lower bound of the mean and
+    the one-sided upper prediction bound of a new observation; and the residual sd.
 
-    The same as ``get_prediction(X).conf_int(obs=..., alpha=2 * (1 - confidence))``, with
-    the t quantile cached (scipy's ppf dominates the time otherwise)."""
-    from statsmodels.regression.linear_model import OLS
+    The same as statsmodels' ``OLS(y, X).fit().get_prediction(Xf).conf_int(obs=...,
+    alpha=2 * (1 - confidence))`` (tests/test_forecast.py checks it), solved here from
+    one QR of X: statsmodels' per-call overhead was most of a forecast's time."""
+    X, Xf = design(t), design(tf)
+    n, k = X.shape
+    Q, R = np.linalg.qr(X)
+    rank = int(np.sum(np.abs(np.diag(R)) > 1e-10 * max(float(np.abs(R).max()), 1e-300)))
+    if rank < k:  # a degenerate design (a feature constant over the window): pinv's answer
+        coef = np.linalg.pinv(X) @ y
+        cov = np.linalg.pinv(X.T @ X)
+    else:
+        coef = np.linalg.solve(R, Q.T @ y)
+        Rinv = np.linalg.solve(R, np.eye(k))
+        cov = Rinv @ Rinv.T
+    mean = Xf @ coef
+    df = n - rank
+    if df < 1:
+        return mean, mean, mean, 0.0
+    r = y - X @ coef
+    scale = float(r @ r) / df
+    q = _t(confidence, float(df))
+    var_mean = np.maximum(np.einsum("ij,jk,ik->i", Xf, cov, Xf) * scale, 0.0)
+    lower = mean - q * np.sqrt(var_mean)
+    upper = mean + q * np.sqrt(var_mean + scale)
+    return mean, lower, upper, math.sqrt(max(scale, 0.0))
 
-    res = OLS(y, design(t)).fit()
-    pred = res.get_prediction(design(tf))
-    mean = np.asarray(pred.predicted_mean, dtype=float)
-    if res.df_resid < 1:
-        return mean, mean, mean
-    q = _t(confidence, float(res.df_resid))
-    lower = mean - q * np.asarray(pred.se_mean, dtype=float)
-    upper = mean + q * np.asarray(pred.se_obs, dtype=float)
-    return mean, lower, upper
+
+def expected_maximum(t: np.ndarray, mean: np.ndarray, sd: float) -> float:
+    """The expected largest of the observations ``mean(t) + N(0, sd)`` at the iterations
+    from t[0] + 1 to t[-1] (``t`` a grid, ``mean`` on it): the point forecast of a peak.
+
+    The observations that can make the maximum are those within 3 sd of the largest mean;
+    the expected maximum of n such normals is Blom's quantile ``Phi^-1((n - 0.375) /
+    (n + 0.25))`` sd above it."""
+    top = float(np.max(mean))
+    if sd <= 0 or len(t) < 2:
+        return top
+    # iterations per grid point: the spacing to the next point (the last one counts once)
+    weight = np.append(np.diff(t), 1.0)
+    n = float(np.sum(weight[mean >= top - 3 * sd]))
+    return top + sd * _blom(max(n, 1.0))
+
+
+@functools.lru_cache(maxsize=4096)
+def _blom(n: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf((n - 0.375) / (n + 0.25)))
 
 
 # ---------------------------------------------------------------------------
@@ -416,9 +498,13 @@ def forecast(
 
     keep, spec = _spike_mask(t, y, axis, confidence)
     tk, yk = t[keep], y[keep]
-    future = np.unique(np.concatenate([np.linspace(t_last, h, 17), [t_last]]))
+    future = np.unique(
+        np.concatenate(
+            [np.linspace(t_last, h, GRID), t_last + np.arange(min(NEAR, h - t_last + 1))]
+        )
+    )
     ct = np.unique(np.concatenate([t, future]))  # the window and the future, for plots
-    cm, cl, cu = _predict(spec.design, tk, yk, ct, confidence)
+    cm, cl, cu, sd = _predict(spec.design, tk, yk, ct, confidence)
     ahead = ct >= t_last
     mean, lower, upper = cm[ahead], cl[ahead], cu[ahead]
     for design in spec.profile:  # the largest bound the data cannot reject
@@ -430,15 +516,16 @@ def forecast(
     up_runs = [(a, b) for a, b in _runs(~keep) if (y[a:b] - base_fit[a:b]).max() > 0]
     excess = max([0.0] + [float((y[a:b] - base_fit[a:b]).max()) for a, b in up_runs])
     env_mean, env_upper = mean + excess, upper + excess
-    spike_growing, spike_model = False, "const"
+    spike_growing, spike_model, spike_t = False, "const", 0.0
     if len(up_runs) >= 4:
         st = np.array([t[a + int(np.argmax(y[a:b]))] for a, b in up_runs])
         sy = np.array([float(y[a:b].max()) for a, b in up_runs])
         sspec = _select(st, sy, axis, confidence, max_k=2)
-        smean, slower, supper = _predict(sspec.design, st, sy, future, confidence)
+        smean, slower, supper, _ = _predict(sspec.design, st, sy, future, confidence)
         env_mean, env_upper = np.maximum(env_mean, smean), np.maximum(env_upper, supper)
         spike_growing = bool(np.max(slower) > sy.max() * (1 + GROWTH_REL))
         spike_model = sspec.name
+        spike_t = _t_last(axis.u(st), sy, 1)
 
     # reserved bytes from the inverse reuse ratio (requested / reserved), MIGM's second trend
     ratio = np.ones_like(future)
@@ -450,20 +537,31 @@ def forecast(
         ratio = np.clip(ratio, max(0.05, 0.5 * rr.min()), 1.5 * rr.max())
     scale = 1.0 / np.minimum(ratio, 1.0)  # reserved / requested, never below 1
 
+    seen = float(max(np.max(y), np.max(res))) * MIB
+    if observed_peak is not None:
+        seen = max(seen, float(observed_peak))
+    future_upper = env_upper * scale * MIB
+    noise = sd * float(scale.max()) * MIB
     level = float(mean[0])
     tol = max(BLOCK / MIB, GROWTH_REL * abs(level))
     base_growing = bool(np.max(lower) > level + tol)
     growing = base_growing or spike_growing
-    seen = float(max(np.max(y), np.max(res))) * MIB
-    if observed_peak is not None:
-        seen = max(seen, float(observed_peak))
-    expected = max(float(np.max(env_mean * scale)) * MIB, seen)
-    upper_peak = max(float(np.max(env_upper * scale)) * MIB, expected)
+    # the point forecast extrapolates only growth that is there: a slope the data do not
+    # show (99 % lower bound) would carry its noise to the horizon
+    point = env_mean if base_growing else np.maximum(level + excess, env_mean - mean + level)
+    future_mean = point * scale * MIB
+    expected = max(expected_maximum(future, future_mean, noise), seen)
+    upper_peak = max(float(np.max(future_upper)), expected)
 
     if base_growing:
         trend = TREND_OF[spec.name]
     else:  # the spikes grow (their peaks' own trend), or nothing does
         trend = TREND_OF[spike_model] if spike_growing else "flat"
+    uk = axis.u(tk)
+    slope_t, slope_df = max(
+        (_t_last(uk, yk, 1) if base_growing else 0.0, len(tk) - 2),
+        (spike_t if spike_growing else 0.0, len(up_runs) - 2),
+    )
     return Forecast(
         model=spec.name,
         trend=trend,
@@ -479,6 +577,13 @@ def forecast(
         curve_t=ct,
         curve_mean=cm * MIB,
         curve_upper=(cu + excess) * MIB,
+        noise=noise,
+        future_t=future,
+        future_mean=future_mean,
+        future_upper=future_upper,
+        slope_t=slope_t,
+        slope_df=slope_df,
+        curvature_t=_t_last(uk, yk, 2),
     )
 
 
@@ -498,7 +603,23 @@ class Forecaster:
     (bytes). ``horizon`` is the job's total number of iterations when known; otherwise the
     forecast looks ``lookahead`` iterations past the last sample. The first ``warmup``
     samples (lazy initialisation, optimizer state created at the first step) count for
-    the observed peak but not for the trend; trends are fitted to the last ``window``."""
+    the observed peak but not for the trend; trends are fitted to the last ``window``.
+
+    The restart rule, for a trend that grows with its need over the capacity:
+
+    * urgent: the need's bound reaches the capacity within ``lead`` iterations and the trend
+      is steady and strong (below), or its point forecast does (any trend);
+    * confirmed: the trend is steady (linear or accelerating, its curvature not ``slowing``
+      standard errors below zero), strong (slope t >= ``strong`` and significant at
+      ``significance``), its point forecast runs out of memory at least ``near`` iterations
+      ahead, it has been fitted to ``patience`` x the distance to the earliest OOM its bound
+      allows (or to a full ``window``: a long job's slow growth), and the last ``confirm``
+      forecasts were over the capacity and growing;
+    * otherwise it watches: a near OOM is cheap to wait for, a slowing or weak trend may
+      flatten. The targets this meets: benchmarks/forecast_stress.py.
+
+    A converged forecast (flat, stable, fitting) stands for the samples in its band, so a
+    flat job costs one fit per ``refit`` samples (benchmarks/forecast_speed.py)."""
 
     def __init__(
         self,
@@ -513,8 +634,15 @@ class Forecaster:
         confidence: float = 0.99,
         window: int = 200,
         warmup: int = 1,
-        confirm: int = 3,
+        confirm: int = 1,
         stable: int = 10,
+        refit: int = 10,
+        lead: int = 3,
+        near: int = 60,
+        patience: float = 0.07,
+        strong: float = 4.0,
+        significance: float = 0.001,
+        slowing: float = 2.0,
     ) -> None:
         _check(capacity > 0, f"capacity must be a positive number of bytes, got {capacity}")
         _check(context >= 0, f"context must be >= 0 bytes, got {context}")
@@ -529,6 +657,13 @@ class Forecaster:
         _check(window >= min_samples, f"window must be >= min_samples, got {window}")
         _check(warmup >= 0, f"warmup must be >= 0 samples, got {warmup}")
         _check(confirm >= 1 and stable >= 1, "confirm and stable must be >= 1")
+        _check(refit >= 1, f"refit must be >= 1 sample, got {refit}")
+        _check(lead >= 1, f"lead must be >= 1 iteration, got {lead}")
+        _check(near >= 0, f"near must be >= 0 iterations, got {near}")
+        _check(0 < patience < 1, f"patience must be in (0, 1), got {patience}")
+        _check(strong > 0, f"strong must be a t statistic > 0, got {strong}")
+        _check(0 < significance < 0.5, f"significance must be in (0, 0.5), got {significance}")
+        _check(slowing > 0, f"slowing must be a t statistic > 0, got {slowing}")
         self.capacity = int(capacity)
         self.context = int(context)
         self.horizon = horizon
@@ -539,7 +674,16 @@ class Forecaster:
         self.confidence = confidence
         self.warmup = warmup
         self.confirm = confirm
+        self.lead = lead
+        self.near = near
+        self.patience = patience
+        self.strong = strong
+        self.significance = significance
+        self.slowing = slowing
         self.stable = stable
+        self.refit = refit
+        self._fitted: Decision | None = None  # the last decision that fitted a forecast
+        self._reused = 0  # samples since then that reused it
         self.count = 0  # samples seen
         self.first_iteration: int | None = None
         self.last_iteration: int | None = None
@@ -560,8 +704,35 @@ class Forecaster:
             return max(self.first_iteration + self.horizon - 1, last)
         return last + self.lookahead
 
-    def update(self, sample: Sample) -> Decision:
-        """Add one sample and decide whether the job must restart on a larger slice."""
+    def update(self, sample: Sample, *, fit: bool = False) -> Decision:
+        """Add one sample and decide whether the job must restart on a larger slice
+        (``fit``: from a forecast fitted now, even where a converged one would stand)."""
+        self._add(sample)
+        if not fit and self._within_converged(sample):
+            self._reused += 1
+            fitted = self._fitted
+            assert fitted is not None
+            decision = replace(
+                fitted,
+                iteration=sample.iteration,
+                reason=f"{fitted.reason} (forecast of iteration {fitted.iteration}: this "
+                "sample is within its band)",
+            )
+        else:
+            decision = self._decide(sample.iteration)
+            self._fitted, self._reused = decision, 0
+        self.decisions.append(decision)
+        if decision.restart and self.first_restart is None:
+            self.first_restart = decision
+        return decision
+
+    def feed(self, sample: Sample) -> None:
+        """Add one sample without deciding: the next ``update`` forecasts from it (a replay
+        that has its first restart needs only the last row's forecast)."""
+        self._add(sample)
+        self._fitted = None  # the next decision fits
+
+    def _add(self, sample: Sample) -> None:
         if self.last_iteration is not None and sample.iteration <= self.last_iteration:
             raise ForecastError(
                 f"sample iteration {sample.iteration} after {self.last_iteration}; "
@@ -574,11 +745,25 @@ class Forecaster:
         self.observed_peak = max(self.observed_peak, sample.requested_peak, sample.reserved_peak)
         if self.count > self.warmup:
             self.window.append(sample)
-        decision = self._decide(sample.iteration)
-        self.decisions.append(decision)
-        if decision.restart and self.first_restart is None:
-            self.first_restart = decision
-        return decision
+
+    def _within_converged(self, sample: Sample) -> bool:
+        """Whether the last forecast stands for this sample: it was flat, stable and fitting
+        (converged), it was fitted fewer than ``refit`` samples ago, and the sample lies in
+        its band (between the mean less the bound's width and the bound, spikes in). A
+        sample outside, or ``refit`` samples in a row, are fitted: a job that starts to grow
+        is seen within ``refit`` iterations, or at once if it leaves the band."""
+        fitted, fc = self._fitted, self.last_forecast
+        if fitted is None or fc is None or not fitted.converged or fitted.restart:
+            return False
+        if self._reused + 1 >= self.refit or fitted.need is None or fitted.need > self.capacity:
+            return False
+        if not fc.curve_t[0] <= sample.iteration <= fc.horizon:
+            return False
+        upper = float(np.interp(sample.iteration, fc.curve_t, fc.curve_upper))
+        mean = float(np.interp(sample.iteration, fc.curve_t, fc.curve_mean))
+        lower = mean - (upper - mean)
+        peaks = [sample.requested_peak] + ([sample.reserved_peak] if sample.reserved_peak else [])
+        return lower <= sample.requested_peak <= upper and max(peaks) <= fitted.predicted_peak
 
     @property
     def needs_samples(self) -> bool:
@@ -611,8 +796,25 @@ class Forecaster:
         margin = self.margin(fc.upper_peak)
         need = peak + self.context + margin
         over = need > self.capacity
-        self._over = self._over + 1 if over and fc.growing else 0
-        restart = self._over >= self.confirm
+        growing = over and fc.growing
+        self._over = self._over + 1 if growing else 0
+        oom_at = self._crossing(fc.future_t, fc.future_upper)
+        expected_oom = self._crossing(fc.future_t, fc.future_mean)
+        # how far the OOM is expected, and the earliest the data allow (the need's bound)
+        expected = next((x for x in (expected_oom, oom_at) if x is not None), it) - it
+        earliest = next((x for x in (oom_at, expected_oom) if x is not None), it) - it
+        steady = fc.trend in ("linear", "quadratic") and fc.curvature_t > -self.slowing
+        strong = fc.slope_t >= self.strong_t(fc.slope_df)
+        near_bound = steady and strong and oom_at is not None and earliest <= self.lead
+        near_mean = expected_oom is not None and expected_oom - it <= self.lead
+        urgent = growing and (near_bound or near_mean)
+        far = expected >= self.near
+        # a full window is all the evidence there will be: a long job's slow growth is
+        # confirmed on it rather than waited for until its OOM comes within reach
+        window = min(math.ceil(self.patience * earliest), self.window.maxlen or n)
+        evidence = growing and far and steady and strong
+        confirmed = evidence and self._over >= self.confirm and n >= window
+        restart = urgent or confirmed
         converged = self._converged(fc, peak)
         pct = round(100 * self.confidence)
         what = (
@@ -621,10 +823,38 @@ class Forecaster:
             f"{human(self.context)} + margin {human(margin)} = {human(need)}"
         )
         cap = human(self.capacity)
-        if restart:
-            reason = f"restart: {what} > capacity {cap}"
-        elif over and fc.growing:
-            reason = f"over capacity, confirming ({self._over} of {self.confirm}): {what} > {cap}"
+        oom = f"out of memory projected at iteration {expected_oom or oom_at}"
+        if urgent:
+            by = f"the bound reaches it by iteration {oom_at}"
+            if not near_bound:
+                by = f"the point forecast reaches it by iteration {expected_oom}"
+            reason = f"restart: {what} > capacity {cap}; {by}"
+        elif confirmed:
+            reason = (
+                f"restart: {what} > capacity {cap}; {oom}, growth seen over {n} samples "
+                f"(window {window}, slope {fc.slope_t:.3g} standard errors)"
+            )
+        elif evidence:
+            reason = (
+                f"over capacity, confirming ({n} of {window} samples, {self._over} of "
+                f"{self.confirm} forecasts): {what} > {cap}; {oom}"
+            )
+        elif growing:
+            if not steady:
+                why = "but the growth slows"
+            elif not strong:
+                why = (
+                    f"but the growth is not yet strong evidence (slope {fc.slope_t:.3g} "
+                    f"standard errors, {self.strong_t(fc.slope_df):.3g} needed)"
+                )
+            else:
+                why = "is near, so waiting costs little"
+            until = (
+                f"the bound is {self.lead} iterations from the capacity"
+                if steady and strong
+                else f"the point forecast is {self.lead} iterations from the capacity"
+            )
+            reason = f"over capacity, watching: {what} > {cap}; {oom} {why}: restart when {until}"
         elif over:
             reason = f"no restart: the trend has flattened; {what} > {cap} but not growing"
         else:
@@ -640,7 +870,23 @@ class Forecaster:
             horizon=fc.horizon,
             growing=fc.growing,
             converged=converged,
+            oom_at=oom_at if growing else None,
         )
+
+    def strong_t(self, df: int) -> float:
+        """The t statistic a slope needs to be strong evidence of growth with ``df`` degrees
+        of freedom: ``strong``, and significant at ``significance`` however few the samples."""
+        return max(self.strong, _t(1.0 - self.significance, float(max(df, 1))))
+
+    def _crossing(self, t: np.ndarray, peak: np.ndarray) -> int | None:
+        """The first iteration at which a peak curve plus context and margin passes the
+        capacity, or None."""
+        if len(t) == 0:
+            return None
+        margin = np.maximum(self.margin_bytes, self.margin_fraction * peak)
+        need = np.ceil(peak / BLOCK) * BLOCK + self.context + np.ceil(margin / BLOCK) * BLOCK
+        hit = np.flatnonzero(need > self.capacity)
+        return int(math.ceil(t[hit[0]])) if len(hit) else None
 
     def _converged(self, fc: Forecast, peak: int) -> bool:
         if fc.growing:
@@ -665,10 +911,18 @@ def run_trace(
     context: int = 0,
     **options,
 ) -> Forecaster:
-    """A Forecaster fed every sample of a trace, in order."""
+    """A Forecaster fed every sample of a trace, in order: every one decided up to the first
+    restart, then only the last, from a forecast fitted to every row (the rows between
+    cannot change the first restart, and the last forecast depends only on the samples).
+    Linear in the rows: a forecast fits at most ``window`` samples."""
     fc = Forecaster(capacity, context=context, horizon=iterations, **options)
-    for s in samples:
-        fc.update(s)
+    for i, s in enumerate(samples):
+        if i == len(samples) - 1:
+            fc.update(s, fit=True)  # the final forecast is from every row
+        elif fc.first_restart is None:
+            fc.update(s)
+        else:
+            fc.feed(s)
     return fc
 
 

@@ -41,7 +41,7 @@ from torch.nn.modules.module import (
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import trace
+from . import oom, trace
 from .trace import Sample
 
 ENV_OUT = "SLURM_MIG_PROBE_OUT"
@@ -609,16 +609,16 @@ class Probe:
     # -- the end -------------------------------------------------------------
 
     def _excepthook(self, etype: Any, value: BaseException, tb: Any) -> None:
-        oom = _find_oom(value)
-        if oom is not None:
+        found = _find_oom(value)
+        if found is not None:
             try:
-                self._write_exit(oom)
+                self._write_exit(*found)
             except Exception:  # never hide the job's own traceback
                 pass
         hook = self._prev_excepthook or sys.__excepthook__
         hook(etype, value, tb)
 
-    def _write_exit(self, exc: BaseException) -> None:
+    def _write_exit(self, exc: BaseException, kind: str = "torch") -> None:
         message = str(exc)
         requested = self.tracker.refused
         if self.device == "cuda":
@@ -626,6 +626,7 @@ class Probe:
             requested = int(stats.get("allocated_bytes.all.peak", 0)) + tried_bytes(message)
         record = {
             "exception": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "kind": kind,
             "message": message[:2000],
             "requested_bytes": requested,
             "context_bytes": self.context,
@@ -634,12 +635,17 @@ class Probe:
         Path(f"{self.config.out}.exit").write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
-def _find_oom(exc: BaseException | None) -> BaseException | None:
-    """The ``torch.OutOfMemoryError`` in an exception's cause/context chain, if any."""
+def _find_oom(exc: BaseException | None) -> tuple[BaseException, str] | None:
+    """The out-of-memory exception in an exception's cause/context chain and its form
+    (``oom.FORMS``: torch.OutOfMemoryError, the allocator's NVML assert, cuBLAS/cuDNN
+    allocation failures, CUDA error: out of memory ...), if any."""
     seen = 0
     while exc is not None and seen < 20:
         if isinstance(exc, torch.OutOfMemoryError):
-            return exc
+            return exc, "torch"
+        form = oom.classify_exception(exc, depth=1)
+        if form is not None:
+            return exc, form.kind
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None

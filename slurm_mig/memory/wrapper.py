@@ -42,7 +42,7 @@ from typing import Any, Protocol, TextIO
 from ..geometry import MODELS, GeometryError, GpuModel, Profile, can_coexist, get_model
 from ..slurm import comment as comments
 from ..slurm.hints import HintError, comment_problem, parse_size
-from . import trace
+from . import oom, trace
 from .trace import Sample, human
 
 PROG = "mig-run"
@@ -55,6 +55,10 @@ OOM_FACTOR = 1.1  # a real OOM restarts with the observed peak times this
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 INJECT_DIR = Path(__file__).resolve().parent / "inject"
+ENV_XLA_SET = "SLURM_MIG_XLA_PREALLOCATE_SET"  # mig-run set XLA_PYTHON_CLIENT_PREALLOCATE
+NVML_GRACE = 10  # NVML samples without any from the probe before NVML takes over (auto)
+NVML_SEEN = 3  # NVML samples in a row above what the probe accounts for (auto)
+UNSEEN = 256 * 2**20  # memory NVML sees beyond the probe's before it counts (or 5 %)
 
 
 class UsageError(ValueError):
@@ -76,13 +80,13 @@ ForecasterFactory = Callable[[int, int, "int | None"], ForecasterLike]
 
 
 def default_forecaster(capacity: int, context: int, horizon: int | None) -> ForecasterLike:
-    """The statsmodels forecaster (imported here, in the parent, never in the job)."""
+    """The forecaster (numpy and scipy, imported here, in the parent, never in the job)."""
     from .forecast import Forecaster
 
     return Forecaster(capacity, context=context, horizon=horizon)
 
 
-FORECAST_DEPS = ("numpy", "scipy", "statsmodels")
+FORECAST_DEPS = ("numpy", "scipy")
 
 
 def missing_forecast_deps() -> list[str]:
@@ -96,7 +100,6 @@ def _warm_up() -> None:
     """Import the forecaster's libraries while the job starts (about 2 s)."""
     try:
         from scipy.stats import chi2  # noqa: F401
-        from statsmodels.regression.linear_model import OLS  # noqa: F401
 
         from . import forecast  # noqa: F401
     except ImportError:
@@ -122,6 +125,9 @@ class Options:
     emulate: bool = False
     sim_dir: Path | None = None
     config: Path | None = None
+    memory_source: str = "auto"
+    sample_interval: float = 1.0
+    duration: float | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -231,6 +237,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config", metavar="FILE", type=Path, help="standalone: the backend of this node's config"
     )
+    p.add_argument(
+        "--memory-source",
+        choices=("auto", "torch", "nvml"),
+        default="auto",
+        help="torch: the in-job PyTorch probe; nvml: the MIG slice's used memory through NVML "
+        "(any CUDA program; the timer is the iteration clock); auto: the probe, and NVML when "
+        "the slice holds memory the probe does not see (default)",
+    )
+    p.add_argument(
+        "--sample-interval",
+        metavar="S",
+        type=_seconds,
+        default=1.0,
+        help="seconds between two NVML samples (default 1)",
+    )
+    p.add_argument(
+        "--duration",
+        metavar="S",
+        type=_seconds,
+        help="the job's expected run time in seconds: the horizon of the NVML forecast "
+        "(default: 1000 samples ahead)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
@@ -263,7 +291,14 @@ def parse_options(argv: Sequence[str]) -> Options:
         emulate=ns.emulate,
         sim_dir=ns.sim_dir,
         config=ns.config,
+        memory_source=ns.memory_source,
+        sample_interval=ns.sample_interval,
+        duration=ns.duration or None,
     )
+    if opts.sample_interval < 0.05:
+        raise UsageError(
+            f"--sample-interval {opts.sample_interval} is too short; give 0.05 seconds or more"
+        )
     if opts.capacity is not None and opts.capacity <= opts.context:
         raise UsageError(
             f"--capacity {opts.capacity} bytes is not above the context overhead "
@@ -629,6 +664,9 @@ class Runner:
             env["SLURM_MIG_PROFILE"] = self.slice.profile
         if self.slice.uuid:
             env["CUDA_VISIBLE_DEVICES"] = self.slice.uuid
+        if "XLA_PYTHON_CLIENT_PREALLOCATE" not in env:  # JAX takes 75 % of the slice else
+            env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+            env[ENV_XLA_SET] = "1"
         if self.opts.emulate:
             env["SLURM_MIG_CAPACITY_EMULATE"] = str(self.slice.capacity)
             env["SLURM_MIG_CONTEXT_EMULATE"] = str(self.opts.context)
@@ -641,22 +679,51 @@ class Runner:
         control = out.with_name("control")
         control.write_text("on\n", encoding="utf-8")
         tracking = True
+        kills = oom.oom_kills()
+        env = self._child_env(attempt, out)
+        nvml_slice = None
+        if self.opts.memory_source != "torch":
+            nvml_slice, why = self._nvml_slice(env)
+            if nvml_slice is None and self.opts.memory_source == "nvml":
+                self._say(f"error: --memory-source nvml: {why}")
+                return Outcome(exit_code=EXIT_USAGE)
         try:
             self.child = subprocess.Popen(
-                self.opts.command, env=self._child_env(attempt, out), start_new_session=True
+                self.opts.command,
+                env=env,
+                start_new_session=True,
+                stderr=subprocess.PIPE,
             )
         except OSError as exc:  # as a shell says it: 127 not found, 126 not runnable
+            if nvml_slice is not None:
+                nvml_slice[0].close()
             self._say(f"error: cannot run {self.opts.command[0]!r}: {exc.strerror}")
             return Outcome(exit_code=127 if isinstance(exc, FileNotFoundError) else 126)
+        tee = StderrTee(self.child.stderr)
         tail = ProbeTail(out)
         writer = TraceWriter(trace_path(self.opts.trace, attempt))
-        watch = _Watch(self, out)
+        watch = _Watch(self, out, tee, kills)
+        feed = None
+        if nvml_slice is not None:
+            from .nvml_sampler import NvmlFeed, job_pids
+
+            pid = self.child.pid
+            feed = NvmlFeed(
+                nvml_slice[0],
+                self.opts.sample_interval,
+                lambda: job_pids(pid),
+                on_error=lambda why: self._say(f"warning: NVML sampling stopped: {why}"),
+            )
+            watch.nvml_what = nvml_slice[1]
         try:
             while True:
                 code = self.child.poll()
-                restart = watch.feed(tail.read(), writer)
+                restart = watch.feed(tail.read(), writer, feed.read() if feed else [])
                 if restart is not None:
                     self._stop(self.child)
+                    tee.finish()
+                    if feed is not None:
+                        feed.stop()
                     return restart
                 want = watch.needs_samples
                 if want != tracking:
@@ -670,9 +737,31 @@ class Runner:
             for s in tail.read():
                 writer.write(s)
                 watch.observe(s)
+            if feed is not None:
+                for s in feed.read():
+                    watch.observe(s)
         finally:
             writer.close()
+            tee.finish()
+            if feed is not None:
+                feed.stop()
         return watch.ended(self.child.returncode)
+
+    def _nvml_slice(self, env: Mapping[str, str]) -> tuple[Any, str]:
+        """((the opened NVML slice, a phrase naming it) or None, why not)."""
+        uuid = env.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        if not uuid.startswith("MIG-"):
+            return None, "CUDA_VISIBLE_DEVICES names no MIG device (MIG-<uuid>)"
+        from .nvml_sampler import NvmlSlice, SamplerUnavailable
+
+        try:
+            source = NvmlSlice(uuid)
+            what = source.open()
+        except SamplerUnavailable as exc:
+            if self.opts.memory_source == "auto":
+                self._say(f"memory source: the PyTorch probe only; {exc}")
+            return None, str(exc)
+        return (source, what), ""
 
     def _stop(self, child: subprocess.Popen) -> None:
         """SIGTERM to the job's process group, ``--grace`` seconds, then SIGKILL."""
@@ -842,12 +931,57 @@ class Runner:
         print(f"{PROG}: {message}", file=self.err, flush=True)
 
 
+class StderrTee:
+    """Copies the job's stderr to ours as it comes and keeps its last bytes (bounded), so
+    that an out-of-memory error printed by any program can be recognised."""
+
+    def __init__(self, pipe: Any, sink: Any = None) -> None:
+        self.pipe = pipe
+        self.sink = sink if sink is not None else getattr(sys.stderr, "buffer", None)
+        self.tail = oom.Tail()
+        self._thread = threading.Thread(target=self._copy, name="mig-run-stderr", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        fd = self.pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.tail.add(chunk)
+            try:
+                if self.sink is not None:
+                    self.sink.write(chunk)
+                    self.sink.flush()
+                else:
+                    os.write(2, chunk)
+            except (OSError, ValueError):
+                pass  # our stderr is gone: keep draining the pipe, so the job never blocks
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Wait for the rest of the job's output (a grandchild that keeps the pipe open
+        delays this by ``timeout`` seconds at most)."""
+        self._thread.join(timeout)
+
+
 class _Watch:
     """One launch's samples: the forecaster, the observed peak, the restart decision."""
 
-    def __init__(self, runner: Runner, out: Path) -> None:
+    def __init__(self, runner: Runner, out: Path, tee: StderrTee, kills: int = -1) -> None:
         self.runner = runner
         self.out = out
+        self.tee = tee
+        self.kills = kills
+        self.nvml_what = ""
+        self.source = "probe"
+        self.probe_seen = 0  # probe samples seen
+        self.probe_current = 0  # the probe's last device bytes (reserved, else requested)
+        self.nvml_seen = 0  # NVML samples seen
+        self.unseen = 0  # NVML samples in a row with memory the probe does not account for
+        self.announced = ""
         self.forecaster: ForecasterLike | None = None
         self.who: tuple[Any, ...] = ()
         self.since = 0
@@ -867,22 +1001,71 @@ class _Watch:
         self.ooms = max(self.ooms, s.ooms)
         self.last_iteration = s.iteration
 
-    def feed(self, samples: list[Sample], writer: TraceWriter) -> Outcome | None:
-        """Forecast on new samples; the Outcome of a restart decision, if one was made."""
+    def _take_over(self, nvml: list[Sample], meta: dict) -> bool:
+        """Whether NVML becomes the source: asked for, or (auto) the probe has sent nothing
+        after ``NVML_GRACE`` NVML samples of a slice in use, or NVML sees memory the probe
+        does not account for (another framework or process) ``NVML_SEEN`` times in a row."""
+        if self.runner.opts.memory_source == "nvml":
+            return True
+        self.nvml_seen += len(nvml)
+        if self.probe_seen == 0:
+            return self.nvml_seen >= NVML_GRACE and any(s.requested_current > 0 for s in nvml)
+        accounted = self.probe_current + (self.context if meta.get("device") == "cuda" else 0)
+        slack = max(UNSEEN, 0.05 * self.runner.slice.capacity)
+        for s in nvml:
+            self.unseen = self.unseen + 1 if s.requested_current > accounted + slack else 0
+        return self.unseen >= NVML_SEEN
+
+    def _announce(self, what: str) -> None:
+        if what and what != self.announced:
+            self.announced = what
+            self.runner._say(f"memory source: {what}")
+
+    def feed(
+        self, samples: list[Sample], writer: TraceWriter, nvml: list[Sample] | None = None
+    ) -> Outcome | None:
+        """Forecast on new samples (the probe's, or NVML's once it is the source); the
+        Outcome of a restart decision, if one was made."""
+        nvml = nvml or []
+        if samples:
+            self.probe_seen += len(samples)
+            last = samples[-1]
+            self.probe_current = max(last.reserved_current, last.requested_current)
+        meta = read_json(Path(f"{self.out}.meta")) or {}
+        if self.source == "probe" and nvml and self._take_over(nvml, meta):
+            self.source = "nvml"
+            r = self.runner
+            ticks = None
+            if r.opts.duration:
+                ticks = max(1, round(r.opts.duration / r.opts.sample_interval))
+            self.forecaster = r.make_forecaster(r.slice.capacity, 0, ticks)  # context in
+            self.since = 0
+            self._announce(
+                f"{self.nvml_what}, a sample every {r.opts.sample_interval:g} s (the timer is "
+                "the iteration clock)"
+            )
+        if self.source == "nvml":
+            samples = nvml
         if not samples:
             return None
         for s in samples:
             writer.write(s)
             self.observe(s)
-        meta = read_json(Path(f"{self.out}.meta")) or {}
         who = (meta.get("pid"), meta.get("device"), meta.get("source"))
-        if self.forecaster is None or who != self.who:
+        if self.source == "probe" and (self.forecaster is None or who != self.who):
             # a new process, CUDA came up, or another iteration source took over
             self.who = who
             self.since = int(meta.get("since") or 0)
             self.context = int(meta.get("context_bytes", self.runner.opts.context))
             r = self.runner
             self.forecaster = r.make_forecaster(r.slice.capacity, self.context, r.opts.iterations)
+            device = meta.get("device") or "cpu"
+            what = (
+                "the PyTorch CUDA allocator (torch.cuda.memory_stats)"
+                if device == "cuda"
+                else "PyTorch live tensors (CPU)"
+            )
+            self._announce(f"{what}, a sample per iteration ({meta.get('source') or '-'})")
         current = [s for s in samples if s.iteration >= self.since]
         for s in merge_samples(current, MAX_UPDATES):
             decision = self.forecaster.update(s)
@@ -904,21 +1087,52 @@ class _Watch:
                 self.runner._say(f"warning: {reason}; {problem}; the job goes on")
         return None
 
+    def form(self, returncode: int, info: dict) -> oom.OomForm | None:
+        """How the child ran out of memory, if it did: the probe's exit record (the
+        exception itself), the allocator's OOM counter, the kernel's OOM killer (a SIGKILL
+        while its counter grew), or the last lines the job wrote to stderr."""
+        kind = info.get("kind") or ("torch" if "OutOfMemoryError" in str(info) else None)
+        if isinstance(kind, str) and kind in oom.FORMS:
+            return oom.OomForm(kind, oom.FORMS[kind][1])
+        if returncode == -signal.SIGKILL and self.kills >= 0 and oom.oom_kills() > self.kills:
+            return oom.HOST
+        found = oom.classify_tail(self.tee.tail.bytes())
+        if found is not None:
+            return found
+        if self.ooms > 0:
+            return oom.OomForm("torch", oom.FORMS["torch"][1])
+        return None
+
     def ended(self, returncode: int) -> Outcome:
         """The Outcome of a child that exited by itself."""
         code = returncode if returncode >= 0 else 128 - returncode
+        if code == 0 or self.runner.stopping:
+            return Outcome(exit_code=code)
         info = read_json(Path(f"{self.out}.exit")) or {}
-        oom = "OutOfMemoryError" in str(info.get("exception", "")) or self.ooms > 0
-        if code == 0 or not oom or self.runner.stopping:
+        form = self.form(returncode, info)
+        if form is None:
+            return Outcome(exit_code=code)
+        where = info.get("iteration", self.last_iteration)
+        on = f"{self.runner.slice.profile or 'the slice'} ({human(self.runner.slice.capacity)})"
+        if not form.gpu:
+            self.runner._say(
+                f"the job was killed by {form.what} at iteration {where}; a larger GPU slice "
+                "does not help: ask for more host memory (--mem)"
+            )
             return Outcome(exit_code=code)
         context = int(info.get("context_bytes", self.context))
         observed = max(self.peak, int(info.get("requested_bytes", 0)))
+        if form.kind == "nvml-assert" and 0 < observed + context < self.runner.slice.capacity / 2:
+            self.runner._say(
+                f"the CUDA caching allocator's NVML assert at iteration {where} with {on} "
+                f"less than half full ({human(observed + context)}): not an out-of-memory, "
+                "so no restart; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False avoids it"
+            )
+            return Outcome(exit_code=code)
         need = max(int(observed * OOM_FACTOR) + context, self.last_need or 0)
-        where = info.get("iteration", self.last_iteration)
         reason = (
-            f"out of memory at iteration {where} on {self.runner.slice.profile or 'the slice'} "
-            f"({human(self.runner.slice.capacity)}): observed peak {human(observed)}, "
-            f"needs {human(need)}"
+            f"out of memory at iteration {where} on {on} ({form.what}): observed peak "
+            f"{human(observed)}, needs {human(need)}"
         )
         return Outcome(exit_code=code, need=need, reason=reason, oom=True)
 

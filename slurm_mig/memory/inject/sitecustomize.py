@@ -94,7 +94,26 @@ class _TorchImportHook:
         return spec
 
 
+class _JaxNote:
+    """Says once, when the job imports jax, that mig-run turned JAX's preallocation off
+    (JAX takes 75 % of the device up front otherwise: the slice would look full at once)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "jax" and self in sys.meta_path:
+            sys.meta_path.remove(self)
+            print(
+                "mig-run: JAX: XLA_PYTHON_CLIENT_PREALLOCATE=false, set by mig-run so that JAX "
+                "allocates as it goes instead of 75 % of the slice at once; set "
+                "XLA_PYTHON_CLIENT_PREALLOCATE yourself to choose",
+                file=sys.stderr,
+                flush=True,
+            )
+        return None
+
+
 def _install() -> None:
+    if os.environ.pop("SLURM_MIG_XLA_PREALLOCATE_SET", None) and not _spawned_child():
+        sys.meta_path.insert(0, _JaxNote())
     if not os.environ.get("SLURM_MIG_PROBE_OUT") or _spawned_child():
         return
     if "torch" in sys.modules:
