@@ -18,6 +18,7 @@ from . import (
     check_config,
     demo,
     forecast,
+    gres_conf,
     keygen,
     plan,
     planner,
@@ -31,7 +32,7 @@ __all__ = ["build_parser", "main"]
 log = logging.getLogger("slurm_mig")
 
 # in the order `slurm-mig --help` lists them
-COMMANDS = (plan, validate, demo, bench, check_config, keygen, forecast, planner)
+COMMANDS = (plan, validate, demo, bench, check_config, keygen, gres_conf, forecast, planner)
 
 
 def build_parser() -> argparse.ArgumentParser:
