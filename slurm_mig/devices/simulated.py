@@ -37,8 +37,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import geometry
-from . import migcaps
 from ..geometry import GeometryError, Placement
+from . import migcaps
 from .base import (
     DeviceError,
     DeviceUnavailable,
