@@ -69,6 +69,7 @@ class Config:
     latency_scale: float
     reuse_wait: float
     lock_timeout: float = 60.0
+    gres: str = "on"  # "on": jobs get their instance's GRES record (see slurm/gres.py)
     source: Path | None = None
 
     def gpu_models(self, node: str) -> tuple[str, ...]:
@@ -125,6 +126,7 @@ _NON_NEGATIVE = _at_least(0, strict=False)
 SCHEMA: dict[str, dict[str, _Field]] = {
     "slurm": {
         "partition": _Field("partition", "str", "mig", '"mig"'),
+        "gres": _Field("gres", "choice", "on", '"on"', choices=("on", "off")),
     },
     "paths": {
         "state_dir": _Field("state_dir", "path", "/var/lib/slurm-mig", '"/var/lib/slurm-mig"'),

@@ -298,7 +298,11 @@ def cluster(tmp_path):
         pytest.skip(reason)
     from e2e.cluster import LocalSlurm
 
-    c = LocalSlurm(nodes=("gpu01", "gpu02"), job_submit_lua=ROOT / "contrib" / "job_submit.lua")
+    c = LocalSlurm(
+        nodes=("gpu01", "gpu02"),
+        job_submit_lua=ROOT / "contrib" / "job_submit.lua",
+        gres={"gpu01": ["A100-40GB"], "gpu02": ["A100-40GB"]},
+    )
     c.start()
     try:
         yield c

@@ -19,7 +19,16 @@ import pytest
 
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import Placement
-from slurm_mig.slurm.assignment import Assignment, generate_key, load_key, sign
+from slurm_mig.slurm import comment as comments
+from slurm_mig.slurm import gres
+from slurm_mig.slurm.assignment import (
+    Assignment,
+    AssignmentError,
+    generate_key,
+    load_key,
+    open_token,
+    sign,
+)
 from slurm_mig.slurm.hooks import epilog_main, prolog_main, task_prolog_main
 from slurm_mig.slurm.nodestate import NodeState
 
@@ -79,10 +88,25 @@ class Site:
         }
         if comment is not None:
             env["SLURM_JOB_COMMENT"] = comment
+            gpus = self.job_gpus(comment)
+            if gpus is not None:
+                env["SLURM_JOB_GPUS"] = gpus
         if restart is not None:
             env["SLURM_JOB_RESTART_COUNT"] = str(restart)
         env.update(extra)
         return env
+
+    def job_gpus(self, comment: str) -> str | None:
+        """SLURM_JOB_GPUS as Slurm sets it for a job the planner released with this
+        comment's token (its TresPerNode = the assignment's GRES record); None when the
+        comment carries no genuine token."""
+        token = comments.parse(comment).token
+        try:
+            a = open_token(token or "", self.key)
+            models = ("A100-40GB", "A100-40GB")
+            return str(gres.index_of(models, gres.record_for(models, a.gpu, a.placement)))
+        except (AssignmentError, IndexError, ValueError):
+            return None
 
     def task_env(self, env: dict[str, str]) -> dict[str, str]:
         """What the TaskProlog sees: no comment, SLURM_RESTART_COUNT instead."""

@@ -47,6 +47,8 @@ class LiveCluster:
     latency_scale: float = 1.0
     planner: Mapping[str, object] = field(default_factory=dict)  # [planner] overrides
     slurm: SlurmInstall | None = None  # which Slurm release (None: the host's)
+    # more LocalSlurm fields (task_plugin, cgroup_conf, ... for a device-isolation test)
+    slurm_options: Mapping[str, object] = field(default_factory=dict)
     cluster: LocalSlurm | None = field(default=None, init=False)
     daemon: subprocess.Popen | None = field(default=None, init=False)
 
@@ -103,6 +105,8 @@ class LiveCluster:
             job_submit_lua=ROOT / "contrib" / "job_submit.lua",
             root=self.root / "slurm",
             slurm=self.slurm,
+            gres={n: [self.model] * self.gpus for n in self.nodes},
+            **self.slurm_options,
         )
         self.cluster.start()
         return self

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config, ConfigError, load_config
 from ..devices.base import DeviceError, Instance, InstanceNotFound, MigBackend
+from ..devices.migcaps import gi_id_for
 from ..geometry import GeometryError, Placement, get_model
 from . import comment as comments
 from .assignment import (
@@ -173,12 +174,18 @@ def _not_ours(job: JobEnv, config: Config) -> Outcome:
 
 
 def check_assignment(
-    job: JobEnv, key: bytes, models: tuple[str, ...], token_ttl: float, now: float
+    job: JobEnv,
+    key: bytes,
+    models: tuple[str, ...],
+    token_ttl: float,
+    now: float,
+    gres: bool = False,
 ) -> Assignment | Refusal:
     """The job's assignment if its token is genuine, current and possible on this node;
     else a refusal: requeue when the planner can fix it (missing, stale, superseded,
     other node), fail when the job cannot run as it is (forged, malformed, another job's,
-    impossible, bad hint). The token's MAC is checked before its payload is read."""
+    impossible, bad hint). The token's MAC is checked before its payload is read.
+    ``gres``: the job's GRES (SLURM_JOB_GPUS) must be the assignment's record."""
     if job.problem:
         return Refusal(job.job_id, "fail", job.problem)
     token = comments.parse(job.comment).token
@@ -201,29 +208,42 @@ def check_assignment(
         )
     except AssignmentError as exc:
         return Refusal(job.job_id, "requeue" if a.job_id == job.job_id else "fail", str(exc))
-    stale = check_current(a, job)
-    if stale:
-        return Refusal(job.job_id, "requeue", stale)
     problem = impossible(a, models)
     if problem:
         return Refusal(job.job_id, "fail", problem)
+    stale = check_current(a, job, models if gres else None)
+    if stale:
+        return Refusal(job.job_id, "requeue", stale)
     _, hint_problem = _hints(job.comment)
     if hint_problem:
         return Refusal(job.job_id, "fail", hint_problem)
     return a
 
 
-def check_current(a: Assignment, job: JobEnv) -> str | None:
-    """Why the genuine token's assignment ``a`` is not the planner's current plan for
-    this run of the job (a replayed token of an earlier plan), or None.
+def check_current(a: Assignment, job: JobEnv, models: tuple[str, ...] | None) -> str | None:
+    """Why the genuine, possible token's assignment ``a`` is not the planner's current
+    plan for this run of the job (a replayed token of an earlier plan), or None.
 
-    The Prolog cannot read the AdminComment; the planner's current record reaches it
-    through the job's GRES: once the planner sets each job's TresPerNode to its
-    instance's gres.conf record, compare ``job.gpus`` (SLURM_JOB_GPUS) with the record
-    ``a`` names here. Until then: ``a`` must name a well-formed plan id (job, run, node
-    and expiry are checked by `check_binding`)."""
+    The Prolog cannot read the AdminComment; the planner's current plan reaches it as
+    the job's GRES: the planner sets the job's TresPerNode to its instance's gres.conf
+    record before it releases the job, and the job's owner cannot change it. So with
+    ``models`` (the node's GPUs; None: GRES off) SLURM_JOB_GPUS must be the index of
+    the record of ``a``'s GPU and placement."""
     if not valid_plan_id(a.plan):
         return f"the assignment names no valid plan id ({a.plan[:30]!r}); the planner re-plans it"
+    if models is None:
+        return None
+    from .gres import index_of, record_for
+
+    record = record_for(models, a.gpu, a.placement)
+    want = index_of(models, record)
+    if job.gpus != str(want):
+        got = f"SLURM_JOB_GPUS={job.gpus}" if job.gpus else "no GRES"
+        return (
+            f"the job has {got}, not the GRES record {record.type} (index {want}) of its "
+            "assignment: a token of another plan, or a job released without the planner "
+            "(is gres.conf from 'slurm-mig gres-conf'?); the planner plans it again"
+        )
     return None
 
 
@@ -316,11 +336,13 @@ def _prolog_locked(
             state.remove_job(job.job_id)
             state.put_kept(_kept(rec, for_job=job.job_id, until=now))
             out.say(f"run {rec.restart} of this job left {_describe(rec)}; reclaiming it")
-        verdict = check_assignment(job, key, models, config.token_ttl, now)
+        verdict = check_assignment(
+            job, key, models, config.token_ttl, now, gres=config.gres == "on"
+        )
         if isinstance(verdict, Refusal):
             _refuse(state, verdict, job, out)
             return
-        placed = _place(verdict, job, state, backend, clock, out)
+        placed = _place(verdict, job, state, backend, clock, out, gres=config.gres == "on")
     except DeviceError as exc:
         if exc.node_fault:
             out.fault(str(exc))
@@ -358,18 +380,26 @@ def _place(
     backend: MigBackend,
     clock: Clock,
     out: Outcome,
+    gres: bool = False,
 ) -> JobRecord | Refusal:
     """Adopt a kept instance identical to the assignment, or clear the placement of kept
-    and orphan instances and create it; refuse (requeue) when a live job is in the way."""
+    and orphan instances and create it; refuse (requeue) when a live job is in the way.
+    ``gres``: the instance must have the GPU-instance id of the job's GRES record (its
+    capability nodes are the ones the device cgroup opens), else it is destroyed and
+    the job requeued."""
     start = clock()
     live = {r.uuid: r for r in state.jobs() if r.job_id != job.job_id}
     kept = {k.uuid: k for k in state.kept()}
     instances = backend.instances(a.gpu)
+    want_gi = gi_id_for(get_model(a.model), a.placement) if gres else None
     adopt = next(
         (
             i
             for i in instances
-            if i.uuid in kept and i.profile == a.profile and i.placement == a.placement
+            if i.uuid in kept
+            and i.profile == a.profile
+            and i.placement == a.placement
+            and want_gi in (None, i.gi_id)  # else cleared below like any instance in the way
         ),
         None,
     )
@@ -406,6 +436,15 @@ def _place(
             uuid=adopt.uuid, created=k.created or start, ready=ready, reused=True, **common
         )
     inst = backend.create(a.gpu, a.profile, a.placement, job_id=job.job_id)
+    if want_gi is not None and inst.gi_id != want_gi:
+        _destroy(backend, inst.gpu, inst.uuid, job.job_id)
+        return Refusal(
+            job.job_id,
+            "requeue",
+            f"the driver gave {_describe(inst)} GPU-instance id {inst.gi_id}, but the job's "
+            f"GRES record opens the capability nodes of id {want_gi}; destroyed it (report "
+            "this GPU's numbering to the slurm-mig developers)",
+        )
     ready = clock()
     out.say(f"created {_describe(inst)} in {ready - start:.2f} s; {_plan(a)}")
     return JobRecord(uuid=inst.uuid, created=ready, ready=ready, reused=False, **common)
