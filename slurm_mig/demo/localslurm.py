@@ -502,7 +502,8 @@ class LocalSlurm:
         if name is not None:
             cmd.append(f"--job-name={name}")
         if user is not None:  # numeric: 26.05 refuses --uid=<name>
-            cmd.append(f"--uid={pwd.getpwnam(user).pw_uid}")
+            uid = user if user.isdigit() else pwd.getpwnam(user).pw_uid
+            cmd.append(f"--uid={uid}")
         cmd.extend(args)
         cmd.append(f"--wrap={wrap}")
         return self.run(*cmd, check=False)
