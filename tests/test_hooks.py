@@ -760,3 +760,36 @@ def test_no_instance_is_kept_for_a_job_that_already_finished(site, capsys):
     rc, _, err = run(epilog_main, env1, capsys, t=T0 + 9.0)
     assert rc == 0 and "destroyed 3g.20gb at 4:4 on gpu 1" in err[0]
     assert site.state.kept() == [] and site.backend().instances() == []
+
+
+def test_a_kept_instance_no_hook_comes_for_is_reclaimed_when_its_wait_ends(site, capsys):
+    """Under slurmd the Epilog that keeps an instance starts a detached reclaim: when the
+    wait is over it is destroyed, also when its job went to another node and no hook
+    runs here again (the gap the planner-restart e2e test hit)."""
+    site.config.write_text(
+        site.config.read_text().replace("reuse_wait = 300.0", "reuse_wait = 0.5")
+    )
+    env1 = site.env("41", site.comment("41", keep_for="42"))
+    assert run(prolog_main, env1, capsys)[0] == 0
+    p = _exe(EPILOG, {**env1, "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"})
+    assert p.returncode == 0, p.stderr
+    assert "kept 3g.20gb at 4:4 on gpu 1" in p.stderr
+    assert len(site.state.kept()) == 1
+    deadline = time.monotonic() + 20
+    while site.backend().instances() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert site.backend().instances() == [] and site.state.kept() == []
+    log = (site.tmp / "hooks.log").read_text()
+    assert "slurm-mig reclaim job -: reclaimed 3g.20gb at 4:4 on gpu 1" in log
+
+
+def test_an_epilog_outside_slurmd_starts_no_reclaim(site, capsys):
+    site.config.write_text(
+        site.config.read_text().replace("reuse_wait = 300.0", "reuse_wait = 0.1")
+    )
+    env1 = site.env("41", site.comment("41", keep_for="42"))
+    run(prolog_main, env1, capsys)
+    p = _exe(EPILOG, env1)  # no SLURM_SCRIPT_CONTEXT: run by hand or by a test
+    assert p.returncode == 0 and "kept 3g.20gb" in p.stderr
+    time.sleep(2.5)  # a reclaim would have run 1.1 s after the Epilog
+    assert len(site.backend().instances()) == 1 and len(site.state.kept()) == 1

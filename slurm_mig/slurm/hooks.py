@@ -133,6 +133,7 @@ class Outcome:
     log: list[tuple[int, str]] = field(default_factory=list)  # (syslog priority, text)
     drain: str | None = None  # drain the node with this reason
     requeue: bool = False  # TaskProlog: scontrol requeuehold the job
+    reclaim_after: float | None = None  # Epilog kept an instance: reclaim it this late
 
     def say(self, text: str, level: int = INFO) -> None:
         self.log.append((level, text))
@@ -617,6 +618,7 @@ def _release(
     if rec.keep_for and rec.keep_for not in _moved_on(state):
         until = end + config.reuse_wait
         state.put_kept(_kept(rec, for_job=rec.keep_for, until=until))
+        out.reclaim_after = config.reuse_wait  # also when no later hook comes to the node
         out.say(
             f"kept {_describe(rec)} for job {rec.keep_for} (up to {config.reuse_wait:.0f} s) {ran}"
         )
@@ -782,11 +784,61 @@ def _run(
             out.warn(f"could not requeue the job: {failed}")
     if hook == "epilog" and config is not None and config.notify:
         _notify(config, job.job_id, out)
+    if out.reclaim_after is not None and env.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmd":
+        _spawn_reclaim(env, job.node, out.reclaim_after, out)  # under slurmd only
     emit(hook, job.job_id, job.node, out.log, config)
     if out.stdout:
         sys.stdout.write("".join(f"{line}\n" for line in out.stdout))
         sys.stdout.flush()
     return out.exit_code
+
+
+def _spawn_reclaim(env: Mapping[str, str], node: str, delay: float, out: Outcome) -> None:
+    """Start `reclaim_main` detached: once the kept instance's wait has run out it is
+    destroyed even when its job went to another node and no hook comes here again."""
+    import subprocess
+
+    tree = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH", "")) if p)
+    code = "import sys; from slurm_mig.slurm.hooks import reclaim_main; sys.exit(reclaim_main())"
+    try:
+        subprocess.Popen(
+            [sys.executable, "-c", code, node, f"{delay + 1.0:.1f}"],
+            env={**env, "PYTHONPATH": path},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        out.warn(f"cannot start the reclaim of the kept instance (the next hook does it): {exc}")
+
+
+def reclaim_main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """``NODE SECONDS``: sleep, then destroy the node's kept instances whose wait is over
+    (under the node lock, as a hook would); log like the hooks. Exit 0 unless misused."""
+    args = sys.argv[1:] if argv is None else argv
+    env = os.environ if env is None else env
+    if len(args) != 2 or not _digits(args[1].replace(".", "", 1), 12):
+        print("usage: reclaim NODE SECONDS", file=sys.stderr)
+        return 2
+    node, delay = args[0], float(args[1])
+    time.sleep(delay)
+    out, config = Outcome(), None
+    try:
+        config = load_config(env.get("SLURM_MIG_CONFIG") or None)
+        from ..devices.open import open_backend
+
+        backend = open_backend(config, node)
+        state = NodeState(config.run_dir_for(node), warn=out.warn)
+        with state.lock(config.lock_timeout):
+            fault = _reclaim_expired(state, backend, time.time(), "reclaim", out)
+        if fault is not None:
+            out.warn(f"cannot reclaim an expired kept instance (the next hook retries): {fault}")
+    except (ConfigError, DeviceError, NodeStateError, LockBusyError) as exc:
+        out.warn(f"kept instances not reclaimed (the next hook does it): {exc}")
+    emit("reclaim", "-", node, out.log, config)
+    return 0
 
 
 def _notify(config: Config, job_id: str, out: Outcome) -> None:
