@@ -130,6 +130,8 @@ def test_each_job_opens_its_own_instance_only(isolated):
         lc.cluster.sbatch(wrap, partition="mig", comment=f"mig:key=iso{i},time=20", user=USER)
         for i in range(3)
     ]
+    # a job of another partition on the node, without GRES: none of the listed devices
+    plain = lc.cluster.sbatch(f"{python} {probe} {dev}", partition="debug", user=USER)
     lc.start_planner()
     done = lc.wait_done(jobs, 120)
     assert {done[j].state for j in jobs} == {"COMPLETED"}, lc.cluster.logs()
@@ -157,6 +159,10 @@ def test_each_job_opens_its_own_instance_only(isolated):
                 f"{step}: open {', '.join(sorted(Path(m).name for m in mine))}; "
                 f"EPERM on the other {len(every) - len(mine)}"
             )
+    assert lc.cluster.wait_job(plain, ["COMPLETED"]) == "COMPLETED"
+    other = probes(lc, plain)["batch"]
+    assert set(other["open"]) == every and set(other["open"].values()) == {"EPERM"}
+    table.append(f"job {plain} (partition debug, no GRES) batch: EPERM on all {len(every)}")
     print("\n".join(table))
     assert lc.live_instances() == []
 
