@@ -34,7 +34,7 @@ USER = "65534"  # nobody: root's jobs are refused in the MIG partition
 MODEL = "A100-40GB"
 PROBE = """\
 import errno, json, os, sys
-dev = sys.argv[1]
+dev, step = sys.argv[1], sys.argv[2]
 paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(dev) for f in fs)
 seen = {}
 for p in paths:
@@ -43,8 +43,7 @@ for p in paths:
         seen[p] = "opened"
     except OSError as exc:
         seen[p] = errno.errorcode.get(exc.errno, str(exc.errno))
-step = "srun" if os.environ.get("SLURM_STEP_ID", "batch") not in ("batch", "4294967294") else "batch"
-print("PROBE " + json.dumps({"step": step, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+print("PROBE " + json.dumps({"step": step, "stepid": os.environ.get("SLURM_STEP_ID"), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
                              "uid": os.getuid(), "open": seen}), flush=True)
 """
 
@@ -119,7 +118,7 @@ def test_each_job_opens_its_own_instance_only(isolated):
     os.chmod(probe, 0o644)
     # the system's: the job's user (nobody) may not reach this checkout's interpreter
     python, dev = "/usr/bin/python3", lc.cluster.dev_dir("iso1")
-    wrap = f"{python} {probe} {dev}; srun -n1 {python} {probe} {dev}; sleep 3"
+    wrap = f"{python} {probe} {dev} batch; srun -n1 {python} {probe} {dev} srun; sleep 3"
     # root's jobs and a job's own GRES are refused at sbatch
     refused = lc.cluster.try_sbatch(wrap, partition="mig", comment="mig:time=20")
     assert refused.returncode != 0 and "jobs of root" in refused.stderr
@@ -131,7 +130,7 @@ def test_each_job_opens_its_own_instance_only(isolated):
         for i in range(3)
     ]
     # a job of another partition on the node, without GRES: none of the listed devices
-    plain = lc.cluster.sbatch(f"{python} {probe} {dev}", partition="debug", user=USER)
+    plain = lc.cluster.sbatch(f"{python} {probe} {dev} batch", partition="debug", user=USER)
     lc.start_planner()
     done = lc.wait_done(jobs, 120)
     assert {done[j].state for j in jobs} == {"COMPLETED"}, lc.cluster.logs()
@@ -146,6 +145,7 @@ def test_each_job_opens_its_own_instance_only(isolated):
         mine = own_devices(lc, "iso1", a.gpu, gi)
         got = probes(lc, j)
         assert set(got) == {"batch", "srun"}, lc.cluster.job_output(j)
+        assert got["srun"]["stepid"] == "0" != got["batch"]["stepid"]  # a step of its own
         for step, p in got.items():
             assert p["uid"] == int(USER)
             assert p["cuda"] in creates, p  # the instance the Prolog made for it
