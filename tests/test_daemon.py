@@ -35,6 +35,7 @@ from slurm_mig.slurm.daemon import (
 
 ROOT = Path(__file__).resolve().parents[1]
 A100 = get_model("A100-40GB")
+NOBODY = "65534"  # job_submit.lua refuses root's jobs in the MIG partition
 
 
 def write_config(tmp: Path, nodes: dict[str, list[str]], **planner) -> Path:
@@ -356,7 +357,10 @@ def test_planner_once_plans_and_releases_the_first_wave(cluster, tmp_path):
     client = SlurmClient(env=cluster.env)
     ids = [
         cluster.sbatch(
-            "sleep 2", partition="mig", comment=f"mig:key=k{i % 2},time={40 + 20 * i},mem=15G"
+            "sleep 2",
+            partition="mig",
+            comment=f"mig:key=k{i % 2},time={40 + 20 * i},mem=15G",
+            user=NOBODY,
         )
         for i in range(6)
     ]
@@ -421,7 +425,7 @@ def test_daemon_process_cycles_and_stops_on_sigterm(cluster, tmp_path):
     cfg = write_config(tmp_path, {"gpu01": ["A100-40GB"], "gpu02": ["A100-40GB"]})
     client = SlurmClient(env=cluster.env)
     for i in range(4):
-        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={30 + i}")
+        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={30 + i}", user=NOBODY)
     env = dict(cluster.env, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [sys.executable, "-m", "slurm_mig", "planner", "--config", str(cfg)],
@@ -453,7 +457,7 @@ def test_planner_restarted_mid_cycle_rebuilds_from_slurm(cluster, tmp_path):
     key = load_key(tmp_path / "key")
     client = SlurmClient(env=cluster.env)
     for i in range(8):
-        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={60 + 15 * i}")
+        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={60 + 15 * i}", user=NOBODY)
     from slurm_mig.config import load_config
 
     config = load_config(cfg)
@@ -483,7 +487,10 @@ def test_planner_plans_and_releases_while_the_store_is_corrupt(cluster, tmp_path
     state.mkdir()
     (state / "profiles.sqlite").write_bytes(b"not a database " * 100)
     client = SlurmClient(env=cluster.env)
-    ids = [cluster.sbatch("sleep 1", partition="mig", comment="mig:time=30") for _ in range(2)]
+    ids = [
+        cluster.sbatch("sleep 1", partition="mig", comment="mig:time=30", user=NOBODY)
+        for _ in range(2)
+    ]
     with caplog.at_level(logging.ERROR, logger="slurm_mig.planner"):
         assert run_planner(cfg, once=True, client=client) == 0
     status = json.loads((state / STATUS_FILE).read_text())
