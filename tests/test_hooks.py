@@ -793,3 +793,53 @@ def test_an_epilog_outside_slurmd_starts_no_reclaim(site, capsys):
     assert p.returncode == 0 and "kept 3g.20gb" in p.stderr
     time.sleep(2.5)  # a reclaim would have run 1.1 s after the Epilog
     assert len(site.backend().instances()) == 1 and len(site.state.kept()) == 1
+
+
+@pytest.mark.parametrize(
+    ("gpus", "said"),
+    [
+        ("16", "the job has SLURM_JOB_GPUS=16, not the GRES record m1g2 (index 16)"),
+        ("2", "the job has SLURM_JOB_GPUS=2, not the GRES record m1g2 (index 16)"),
+        ("", "the job has no GRES, not the GRES record m1g2 (index 16)"),
+    ],
+)
+def test_prolog_checks_the_jobs_gres_against_its_assignment(site, capsys, gpus, said):
+    """The planner's current plan reaches the Prolog as the job's GRES record: a token
+    of another plan (or a job released by hand) does not match it and is requeued."""
+    comment = site.comment("42")  # 3g.20gb at 4:4 on gpu 1: record m1g2, index 14 + 2
+    env = site.env("42", comment, SLURM_JOB_GPUS=gpus)
+    rc, out, err = run(prolog_main, env, capsys)
+    if gpus == "16":
+        assert rc == 0 and len(site.backend().instances()) == 1
+        return
+    assert rc == 0 and site.backend().instances() == []
+    assert any(f"refused (action requeue): {said}" in line for line in err), err
+    assert site.scontrol_calls() == []  # no drain
+
+
+def test_gres_check_off_accepts_a_job_without_gres(site, capsys):
+    site.config.write_text(
+        site.config.read_text().replace('partition = "mig"', 'partition = "mig"\ngres = "off"')
+    )
+    env = site.env("42", site.comment("42"), SLURM_JOB_GPUS="")
+    assert run(prolog_main, env, capsys)[0] == 0
+    assert len(site.backend().instances()) == 1
+
+
+def test_an_instance_with_another_gpu_instance_id_is_destroyed_and_the_job_requeued(site, capsys):
+    """A driver that numbers GPU instances otherwise than the gres.conf records: the
+    job's device cgroup would open another instance's capability nodes."""
+    site.sim_dir.mkdir(parents=True, exist_ok=True)
+    (site.sim_dir / "gi-numbering").write_text("creation\n")
+    rc, out, err = run(prolog_main, site.env("42", site.comment("42")), capsys)
+    assert rc == 0 and site.backend().instances() == []
+    assert any(
+        "refused (action requeue): the driver gave 3g.20gb at 4:4 on gpu 1" in line
+        and "GPU-instance id 1" in line
+        and "capability nodes of id 2" in line
+        for line in err
+    ), err
+    assert [op for op, _ in site.ops()] == ["create", "destroy"]
+    assert site.scontrol_calls() == []  # the node is not drained
+    rc, out, _ = run(task_prolog_main, site.task_env(site.env("42", site.comment("42"))), capsys)
+    assert rc == 1 and "print slurm-mig: job 42 is requeued and held for the planner" in out

@@ -5,8 +5,12 @@ the normal path): the Prolog (root) checks the job's signed assignment token, cr
 adopts its instance under the node lock and writes a record, and a copy only the job's
 user can read; the TaskProlog (that user) turns the copy into
 ``export CUDA_VISIBLE_DEVICES=<MIG uuid>``; the Epilog (root) destroys the instance or
-keeps it for the next job. The only Slurm calls: draining the
-node on a device fault, and ``scontrol requeuehold`` from the TaskProlog.
+keeps it for the next job. With ``[slurm] gres = "on"`` the Prolog also checks
+the job's GRES record (SLURM_JOB_GPUS, set by the planner, see ``gres``) against the
+token and the created instance's GPU-instance id against that record. An Epilog that
+keeps an instance starts a detached `reclaim_main` that destroys it once its wait is
+over, should no later hook come to the node. The only Slurm calls: draining the node on
+a device fault, and ``scontrol requeuehold`` from the TaskProlog.
 
 `prolog`, `task_prolog` and `epilog` decide and return an `Outcome` (exit status, lines
 to print, log lines, a drain reason, a requeue request); the ``*_main`` functions read the
