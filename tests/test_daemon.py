@@ -498,3 +498,46 @@ def test_planner_plans_and_releases_while_the_store_is_corrupt(cluster, tmp_path
     assert status["seconds"] < 5
     assert any("cannot read the runtime store" in r.getMessage() for r in caplog.records)
     assert stat.S_IMODE(state.stat().st_mode) == 0o750  # the status file is root's
+
+
+class _NoGresSlurm:
+    """scontrol as on a node without the MIG gres.conf: a TresPerNode update fails."""
+
+    def __init__(self) -> None:
+        self.released: list[str] = []
+        self.updates: list[dict] = []
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        from slurm_mig.slurm.client import SlurmError
+
+        self.updates.append(fields)
+        if "TresPerNode" in fields:
+            raise SlurmError(
+                f"'scontrol update JobId={job_id}' failed: Invalid generic resource (gres) "
+                f"specification for job {job_id}"
+            )
+
+    def release(self, job_id: str) -> None:
+        self.released.append(job_id)
+
+
+def test_release_sets_the_gres_record_and_a_node_without_it_is_named_with_the_fix():
+    from dataclasses import replace as _replace
+
+    from slurm_mig.geometry import Placement
+    from slurm_mig.slurm.assignment import Assignment
+    from slurm_mig.slurm.cycle import Release
+
+    a = Assignment("7", 0, "gpu01", 1, "A100-40GB", "1g.5gb", Placement(3, 1), 0, 0, 60.0, 0.0)
+    action = Release("7", a, "mig:time=60")
+    slurm = _NoGresSlurm()
+    report = apply_actions([action], slurm, key=b"k" * 32, gres=True, clock=lambda: 1000.0)
+    assert slurm.updates[0]["TresPerNode"] == "gres:gpu:m1g10:1"  # 1g at memory slice 3
+    assert slurm.released == [] and report.released == []
+    [(job, text)] = report.failed
+    assert job == "7" and "Invalid generic resource" in text
+    assert "node gpu01 needs the gres.conf records of 'slurm-mig gres-conf'" in text
+    # gres off: no TresPerNode, released
+    slurm = _NoGresSlurm()
+    report = apply_actions([_replace(action)], slurm, key=b"k" * 32, clock=lambda: 1000.0)
+    assert "TresPerNode" not in slurm.updates[0] and slurm.released == ["7"]

@@ -282,6 +282,8 @@ def apply_actions(
 def _apply_one(
     action: Action, client: Client, key: bytes, clock: Callable[[], float], gres: bool = False
 ) -> None:
+    from .client import SlurmError
+
     if isinstance(action, Hold):
         client.hold(action.job_id)
         if action.clear_dependency:  # "0": Slurm's word for none (an empty value is ignored)
@@ -301,7 +303,17 @@ def _apply_one(
             fields_["TresPerNode"] = tres_per_node(record)
         if action.after:  # released ahead: Slurm starts it once those jobs have left
             fields_["Dependency"] = "afterany:" + ":".join(action.after)
-        client.update_job(action.job_id, **fields_)
+        try:
+            client.update_job(action.job_id, **fields_)
+        except SlurmError as exc:
+            if gres and "gres" in str(exc).lower():
+                raise SlurmError(
+                    f"{exc}; node {a.node} needs the gres.conf records of "
+                    "'slurm-mig gres-conf' (README: Site set-up), or set [slurm] gres = \"off\"",
+                    exc.command,
+                    exc.stderr,
+                ) from None
+            raise
         client.release(action.job_id)
     elif isinstance(action, Requeue):
         client.requeue(action.job_id, hold=True)
