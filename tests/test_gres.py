@@ -71,7 +71,7 @@ def _config(tmp_path: Path) -> Path:
     cfg = tmp_path / "config.toml"
     cfg.write_text(
         '[nodes]\n"n1" = ["A100-40GB", "A100-40GB"]\n[device]\nbackend = "simulated"\n'
-        f'simulated_dir = "{tmp_path}/sim/%n"\n'
+        f'simulated_dir = "{tmp_path}/sim/%n"\nlatency_scale = 0.0\n'
     )
     return cfg
 
@@ -105,3 +105,32 @@ def test_make_nodes_creates_root_only_read_nodes(tmp_path, capsys):
     # again: nothing to do
     assert main([*argv, "--make-nodes", "--caps-major", "240"]) == 0
     assert "0 device node(s)" in capsys.readouterr().err
+
+
+def test_check_ids_on_idle_simulated_gpus(tmp_path, capsys):
+    cfg = _config(tmp_path)
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--check-ids"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "GPU 0 (A100-40GB): 18 placements, ids as the records name",
+        "GPU 1 (A100-40GB): 18 placements, ids as the records name",
+    ]
+
+
+def test_check_ids_reports_a_driver_numbering_by_creation_and_a_busy_gpu(tmp_path, capsys):
+    from slurm_mig.devices.simulated import SimulatedBackend
+
+    cfg = _config(tmp_path)
+    sim = SimulatedBackend(tmp_path / "sim" / "n1", models=["A100-40GB", "A100-40GB"])
+    (sim.state_dir / "gi-numbering").write_text("creation\n")
+    sim.create(1, "7g.40gb", Placement(0, 8))
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--check-ids"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2
+    assert err[0].startswith("slurm-mig: GPU 0 (A100-40GB): the driver numbers GPU instances")
+    assert "1g.5gb at 0:1 got id 1, its record names 7" in err[0]
+    assert err[1] == (
+        "slurm-mig: GPU 1: 1 MIG instance(s) exist; check the ids on an idle GPU "
+        "(at boot, before slurmd starts)"
+    )
+    assert [i.gpu for i in sim.instances()] == [1]  # what it made, it destroyed

@@ -39,6 +39,12 @@ def add_parser(sub) -> None:
     p.add_argument("--node-gres", action="store_true", help="print the slurm.conf Gres= term")
     p.add_argument("--make-nodes", action="store_true", help="create the capability device nodes")
     p.add_argument(
+        "--check-ids",
+        action="store_true",
+        help="on idle GPUs, create every instance placement once and check that the "
+        "driver gives it the GPU-instance id its gres.conf record names (exit 1 if not)",
+    )
+    p.add_argument(
         "--caps-major",
         metavar="N",
         type=int,
@@ -65,6 +71,15 @@ def run(args: argparse.Namespace) -> int:
     if args.node_gres:
         print(gres.node_gres(models))
         return 0
+    if args.check_ids:
+        from ..devices.open import open_backend
+
+        problems, lines = check_ids(open_backend(config, node), models)
+        for line in lines:
+            print(line)
+        for line in problems:
+            print(f"{PROG}: {line}", file=sys.stderr)
+        return 1 if problems else 0
     if args.minors:
         text = Path(args.minors).read_text(errors="replace")
     else:
@@ -80,6 +95,48 @@ def run(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(gres.gres_conf(node, models, table, args.dev.rstrip("/") or "/"))
     return 0
+
+
+def check_ids(backend, models) -> tuple[list[str], list[str]]:
+    """Create every profile placement once on each idle GPU (then destroy it) and compare
+    the GPU-instance id the driver gives with `migcaps.gi_id_for`: (problems, report
+    lines). A GPU with live instances is a problem (its ids cannot be checked)."""
+    from ..devices.migcaps import gi_id_for
+    from ..geometry import get_model
+
+    problems, lines = [], []
+    for gpu, name in enumerate(models):
+        model = get_model(name)
+        live = backend.instances(gpu)
+        if live:
+            problems.append(
+                f"GPU {gpu}: {len(live)} MIG instance(s) exist; check the ids on an idle GPU "
+                "(at boot, before slurmd starts)"
+            )
+            continue
+        wrong, n = [], 0
+        for profile in model.profiles:
+            for placement in profile.placements:
+                inst = backend.create(gpu, profile.name, placement, job_id="gres-conf")
+                try:
+                    want = gi_id_for(model, placement)
+                    n += 1
+                    if inst.gi_id != want:
+                        wrong.append(
+                            f"{profile.name} at {placement.start}:{placement.size} got id "
+                            f"{inst.gi_id}, its record names {want}"
+                        )
+                finally:
+                    backend.destroy(gpu, inst.uuid, job_id="gres-conf")
+        if wrong:
+            problems.append(
+                f"GPU {gpu} ({model.name}): the driver numbers GPU instances otherwise than "
+                f"the gres.conf records ({'; '.join(wrong[:3])}{'; ...' if len(wrong) > 3 else ''}): "
+                'do not use gres = "on" on this node'
+            )
+        else:
+            lines.append(f"GPU {gpu} ({model.name}): {n} placements, ids as the records name")
+    return problems, lines
 
 
 def caps_major(proc_devices: str = "/proc/devices") -> int:
