@@ -46,6 +46,7 @@ class LiveCluster:
     model: str = "A100-40GB"
     latency_scale: float = 1.0
     planner: Mapping[str, object] = field(default_factory=dict)  # [planner] overrides
+    reuse_wait: float = 30.0  # [hooks]
     slurm: SlurmInstall | None = None  # which Slurm release (None: the host's)
     # the demo's and most tests' jobs run as root: job_submit.lua's ALLOW_ROOT_JOBS set
     # in the cluster's copy (a site keeps it false: root can leave its device cgroup)
@@ -165,7 +166,7 @@ class LiveCluster:
             f"latency_scale = {self.latency_scale}",
             "",
             "[hooks]",
-            "reuse_wait = 30.0",
+            f"reuse_wait = {self.reuse_wait}",
         ]
         self.config_path.write_text("\n".join(lines) + "\n")
         os.chmod(self.config_path, 0o644)

@@ -806,8 +806,10 @@ def _spawn_reclaim(env: Mapping[str, str], node: str, delay: float, out: Outcome
     path = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH", "")) if p)
     code = "import sys; from slurm_mig.slurm.hooks import reclaim_main; sys.exit(reclaim_main())"
     try:
+        # Slurm starts hooks without PATH: Python may not know its own path then
+        python = sys.executable or os.readlink("/proc/self/exe")
         subprocess.Popen(
-            [sys.executable, "-c", code, node, f"{delay + 1.0:.1f}"],
+            [python, "-c", code, node, f"{delay + 1.0:.1f}"],
             env={**env, "PYTHONPATH": path},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
