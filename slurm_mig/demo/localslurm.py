@@ -14,7 +14,8 @@ Cgroups are off (task/none, proctrack/linuxproc; ``CgroupPlugin=disabled`` from 
 whose slurmd needs a cgroup hierarchy otherwise); ``task_plugin``, ``proctrack_type``
 and ``cgroup_conf`` turn them on for a test about device isolation (cgroup v1 names
 each node's hierarchy slurm_<node>: such clusters running at once need distinct node
-names).
+names). ``gres`` gives nodes a MIG gres.conf (slurm_mig.slurm.gres) over fake device
+nodes made with mknod under ``<root>/dev/<node>``; LiveCluster always does.
 
 24.11 and 26.05 behave as listed below too (the same tests pass), except: a
 ``job_modify`` refusal's message reaches the user (22.05: only slurmctld's log), and
