@@ -11,6 +11,12 @@ For jobs submitted to the MIG partition:
     1024, and the planner needs the rest for its token and its notes;
   * a malformed `mig:` hint in --comment is rejected at submission with the same
     message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr);
+  * a job that asks for GRES or TRES of its own (--gres, --gpus, --gpus-per-node,
+    --gpus-per-task, --gpus-per-socket, --tres-per-task ...) is rejected: the planner
+    gives each job its MIG instance's GRES record, which is what lets Slurm's device
+    cgroup open that instance only;
+  * a job that would run as root is rejected (ALLOW_ROOT_JOBS): root can leave its
+    device cgroup and open every instance;
   * the job is held (priority 0) so that the slurm-mig planner decides where and when
     it runs. Slurm records this as a *user* hold (JobHeldUser); the planner turns it
     into an admin hold.
@@ -29,6 +35,8 @@ local MIG_PARTITION = "mig"
 -- uids whose comment updates are the planner's (it writes the token): root, and the
 -- planner's user if it runs as another Slurm operator
 local PLANNER_UIDS = { [0] = true }
+-- root's jobs may run in the MIG partition (a test cluster's choice; never on a site)
+local ALLOW_ROOT_JOBS = false
 -- = slurm_mig.slurm.hints.MAX_USER_COMMENT
 local MAX_COMMENT = 512
 
@@ -272,6 +280,22 @@ local function mig_partition(partitions)
 	return others and "mixed" or "yes"
 end
 
+-- The GRES/TRES options of a job description (set by --gres, --gpus*, --tres-per-task).
+local TRES_FIELDS = { "tres_per_job", "tres_per_node", "tres_per_socket", "tres_per_task" }
+
+-- nil when the job asks for no GRES or TRES of its own, else the message.
+local function check_tres(job_desc)
+	for _, name in ipairs(TRES_FIELDS) do
+		local value = job_desc[name]
+		if value ~= nil and value ~= "" and value:find("gres", 1, true) then
+			return "slurm-mig: the " .. MIG_PARTITION .. " partition gives each job its MIG slice " ..
+				"itself; remove --gres/--gpus (" .. value .. ") and say what the job needs in a " ..
+				"mig: hint, e.g. --comment=mig:mem=12G"
+		end
+	end
+	return nil
+end
+
 local function requested_partition(job_desc, part_list)
 	if job_desc.partition ~= nil then
 		return job_desc.partition
@@ -295,7 +319,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 			partition .. "); submit to " .. MIG_PARTITION .. " alone")
 		return slurm.ERROR
 	end
+	if (job_desc.user_id == 0 or submit_uid == 0 and job_desc.user_id == nil) and not ALLOW_ROOT_JOBS then
+		slurm.log_user("%s", "slurm-mig: jobs of root cannot run in the " .. MIG_PARTITION ..
+			" partition (root can leave the device cgroup that keeps each job on its slice); " ..
+			"submit as another user")
+		return slurm.ERROR
+	end
 	local clean, problem = user_comment(job_desc.comment)
+	problem = problem or check_tres(job_desc)
 	if problem then
 		slurm.log_user("%s", problem)
 		return slurm.ERROR
@@ -324,6 +355,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 		return slurm.SUCCESS
 	end
 	local clean, problem = user_comment(comment)
+	problem = problem or check_tres(job_desc)
 	if problem then
 		slurm.log_user("%s", problem)
 		return slurm.ERROR

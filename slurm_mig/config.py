@@ -73,6 +73,7 @@ class Config:
     web: bool = False
     public_file: Path | None = None
     metrics_file: Path | None = None
+    gres: str = "on"  # "on": jobs get their instance's GRES record (see slurm/gres.py)
     source: Path | None = None
 
     def gpu_models(self, node: str) -> tuple[str, ...]:
@@ -136,6 +137,7 @@ _NON_NEGATIVE = _at_least(0, strict=False)
 SCHEMA: dict[str, dict[str, _Field]] = {
     "slurm": {
         "partition": _Field("partition", "str", "mig", '"mig"'),
+        "gres": _Field("gres", "choice", "on", '"on"', choices=("on", "off")),
     },
     "paths": {
         "state_dir": _Field("state_dir", "path", "/var/lib/slurm-mig", '"/var/lib/slurm-mig"'),

@@ -943,3 +943,32 @@ def test_no_double_booking_over_random_events_and_restarts(steps, window, ahead)
             break
     left = {j: s.state for j, s in w.jobs.items() if s.state not in ("COMPLETED", "FAILED")}
     assert not left, f"jobs never ran: {left}"
+
+
+@pytest.mark.parametrize("change", ["begin", "owner hold"])
+def test_a_job_released_ahead_that_its_owner_delays_loses_the_planners_dependency(change):
+    """Held again with its plan dropped (begin time) or kept (the owner's hold), a job
+    released ahead must not keep waiting on the planner's afterany for jobs that no
+    longer gate it (seen on Slurm 22.05: it waited for them, unplanned)."""
+    w = held_world(12, nodes={"gpu01": ("A100-40GB",)})
+    first, _ = w.cycle(release_ahead=3600.0)
+    for jid in w.startable():
+        assert w.start(jid)
+    jid = next(j for j in first.released if w.jobs[j].dependency)
+    w.now += 5
+    if change == "begin":  # scontrol update JobId=.. StartTime=now+1hour
+        w.jobs[jid].eligible_time = w.now + 3600
+    else:  # scontrol hold JobId (by its owner)
+        w.jobs[jid].held, w.jobs[jid].reason = True, "JobHeldUser"
+    result, _ = w.cycle(release_ahead=3600.0)
+    [hold] = [a for a in of_type(result, Hold) if a.job_id == jid]
+    assert hold.clear_dependency and w.jobs[jid].dependency == ""
+    if change == "begin":
+        assert result.deferred[jid].startswith("waits for its begin time")
+        w.jobs[jid].eligible_time = w.now  # back to now: planned again at once
+        w.now += 1
+        again, _ = w.cycle(release_ahead=3600.0)
+        assert jid in again.planned and jid not in again.deferred
+    else:
+        assert jid in result.planned and jid not in result.deferred
+    w.check_safe()

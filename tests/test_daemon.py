@@ -35,6 +35,7 @@ from slurm_mig.slurm.daemon import (
 
 ROOT = Path(__file__).resolve().parents[1]
 A100 = get_model("A100-40GB")
+NOBODY = "65534"  # job_submit.lua refuses root's jobs in the MIG partition
 
 
 def write_config(tmp: Path, nodes: dict[str, list[str]], **planner) -> Path:
@@ -340,7 +341,11 @@ def cluster(tmp_path):
         pytest.skip(reason)
     from e2e.cluster import LocalSlurm
 
-    c = LocalSlurm(nodes=("gpu01", "gpu02"), job_submit_lua=ROOT / "contrib" / "job_submit.lua")
+    c = LocalSlurm(
+        nodes=("gpu01", "gpu02"),
+        job_submit_lua=ROOT / "contrib" / "job_submit.lua",
+        gres={"gpu01": ["A100-40GB"], "gpu02": ["A100-40GB"]},
+    )
     c.start()
     try:
         yield c
@@ -394,7 +399,10 @@ def test_planner_once_plans_and_releases_the_first_wave(cluster, tmp_path):
     client = SlurmClient(env=cluster.env)
     ids = [
         cluster.sbatch(
-            "sleep 2", partition="mig", comment=f"mig:key=k{i % 2},time={40 + 20 * i},mem=15G"
+            "sleep 2",
+            partition="mig",
+            comment=f"mig:key=k{i % 2},time={40 + 20 * i},mem=15G",
+            user=NOBODY,
         )
         for i in range(6)
     ]
@@ -459,7 +467,7 @@ def test_daemon_process_cycles_and_stops_on_sigterm(cluster, tmp_path):
     cfg = write_config(tmp_path, {"gpu01": ["A100-40GB"], "gpu02": ["A100-40GB"]})
     client = SlurmClient(env=cluster.env)
     for i in range(4):
-        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={30 + i}")
+        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={30 + i}", user=NOBODY)
     env = dict(cluster.env, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [sys.executable, "-m", "slurm_mig", "planner", "--config", str(cfg)],
@@ -491,7 +499,7 @@ def test_planner_restarted_mid_cycle_rebuilds_from_slurm(cluster, tmp_path):
     key = load_key(tmp_path / "key")
     client = SlurmClient(env=cluster.env)
     for i in range(8):
-        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={60 + 15 * i}")
+        cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={60 + 15 * i}", user=NOBODY)
     from slurm_mig.config import load_config
 
     config = load_config(cfg)
@@ -521,7 +529,10 @@ def test_planner_plans_and_releases_while_the_store_is_corrupt(cluster, tmp_path
     state.mkdir()
     (state / "profiles.sqlite").write_bytes(b"not a database " * 100)
     client = SlurmClient(env=cluster.env)
-    ids = [cluster.sbatch("sleep 1", partition="mig", comment="mig:time=30") for _ in range(2)]
+    ids = [
+        cluster.sbatch("sleep 1", partition="mig", comment="mig:time=30", user=NOBODY)
+        for _ in range(2)
+    ]
     with caplog.at_level(logging.ERROR, logger="slurm_mig.planner"):
         assert run_planner(cfg, once=True, client=client) == 0
     status = json.loads((state / STATUS_FILE).read_text())
@@ -529,3 +540,46 @@ def test_planner_plans_and_releases_while_the_store_is_corrupt(cluster, tmp_path
     assert status["seconds"] < 5
     assert any("cannot read the runtime store" in r.getMessage() for r in caplog.records)
     assert stat.S_IMODE(state.stat().st_mode) == 0o750  # the status file is root's
+
+
+class _NoGresSlurm:
+    """scontrol as on a node without the MIG gres.conf: a TresPerNode update fails."""
+
+    def __init__(self) -> None:
+        self.released: list[str] = []
+        self.updates: list[dict] = []
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        from slurm_mig.slurm.client import SlurmError
+
+        self.updates.append(fields)
+        if "TresPerNode" in fields:
+            raise SlurmError(
+                f"'scontrol update JobId={job_id}' failed: Invalid generic resource (gres) "
+                f"specification for job {job_id}"
+            )
+
+    def release(self, job_id: str) -> None:
+        self.released.append(job_id)
+
+
+def test_release_sets_the_gres_record_and_a_node_without_it_is_named_with_the_fix():
+    from dataclasses import replace as _replace
+
+    from slurm_mig.geometry import Placement
+    from slurm_mig.slurm.assignment import Assignment
+    from slurm_mig.slurm.cycle import Release
+
+    a = Assignment("7", 0, "gpu01", 1, "A100-40GB", "1g.5gb", Placement(3, 1), 0, 0, 60.0, 0.0)
+    action = Release("7", a, "mig:time=60")
+    slurm = _NoGresSlurm()
+    report = apply_actions([action], slurm, key=b"k" * 32, gres=True, clock=lambda: 1000.0)
+    assert slurm.updates[0]["TresPerNode"] == "gres:gpu:m1g10:1"  # 1g at memory slice 3
+    assert slurm.released == [] and report.released == []
+    [(job, text)] = report.failed
+    assert job == "7" and "Invalid generic resource" in text
+    assert "node gpu01 needs the gres.conf records of 'slurm-mig gres-conf'" in text
+    # gres off: no TresPerNode, released
+    slurm = _NoGresSlurm()
+    report = apply_actions([_replace(action)], slurm, key=b"k" * 32, clock=lambda: 1000.0)
+    assert "TresPerNode" not in slurm.updates[0] and slurm.released == ["7"]

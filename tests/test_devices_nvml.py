@@ -336,3 +336,15 @@ def test_fake_signatures_match_pynvml():
         real = getattr(pynvml, n)
         want = list(inspect.signature(real).parameters)
         assert list(inspect.signature(getattr(fake, n)).parameters) == want, n
+
+
+def test_gres_conf_check_ids_through_nvml(nvml):
+    """gres-conf --check-ids drives real create/destroy calls; this fake numbers GPU
+    instances by creation order (the smallest free id), so the check must refuse it."""
+    from slurm_mig.cli.gres_conf import check_ids
+
+    problems, lines = check_ids(nvml, ["A100-40GB", "H100-80GB"])
+    assert lines == [] and len(problems) == 2
+    assert problems[0].startswith("GPU 0 (A100-40GB): the driver numbers GPU instances")
+    assert "1g.5gb at 0:1 got id 1, its record names 7" in problems[0]
+    assert nvml.instances(0) == [] and nvml.instances(1) == []  # all destroyed again

@@ -160,16 +160,35 @@ def test_destroy_twice_and_unknown_uuids_are_not_found(a100):
     assert [r["op"] for r in _audit(a100)] == ["create", "destroy"]
 
 
-def test_gi_ids_as_nvml_hands_them_out(a100):
+def test_gi_ids_follow_the_placement_as_nvidia_numbers_them(a100):
+    """Heap numbering of the memory-slice tree: whole GPU 0, halves 1-2, quarters 3-6,
+    eighths 7-13 (A100 listings: 1g at 0..6 -> 7..13, 2g at 0/2/4 -> 3/4/5)."""
     full = a100.create(0, "7g.40gb", Placement(0, 8))
     assert (full.gi_id, full.ci_id) == (0, 0)
     a100.destroy(0, full.uuid)
     a = a100.create(0, "3g.20gb", Placement(4, 4))
     b = a100.create(0, "2g.10gb", Placement(0, 2))
     c = a100.create(0, "1g.5gb", Placement(2, 1))
-    assert (a.gi_id, b.gi_id, c.gi_id) == (1, 2, 3)
+    assert (a.gi_id, b.gi_id, c.gi_id) == (2, 3, 9)
     a100.destroy(0, b.uuid)
-    assert a100.create(0, "1g.5gb", Placement(0, 1)).gi_id == 2
+    assert a100.create(0, "1g.5gb", Placement(0, 1)).gi_id == 7
+    assert a100.create(0, "1g.5gb", Placement(1, 1)).gi_id == 8
+
+
+def test_gi_numbering_by_creation_order_when_asked(a100):
+    (a100.state_dir / "gi-numbering").write_text("creation\n")
+    a = a100.create(0, "3g.20gb", Placement(4, 4))
+    b = a100.create(0, "1g.5gb", Placement(0, 1))
+    assert (a.gi_id, b.gi_id) == (1, 2)
+
+
+def test_mig_minors_table_is_nvidias_layout(a100):
+    from slurm_mig.devices.migcaps import parse_minors
+
+    table = parse_minors(a100.mig_minors())
+    assert table[(0, 0, None)] == 3 and table[(0, 0, 0)] == 4 and table[(0, 0, 7)] == 11
+    assert table[(0, 1, None)] == 12 and table[(1, 0, None)] == 3 + 135
+    assert len(table) == 2 * 15 * 9  # the fixture's two GPUs
 
 
 # -- persistence, uuids ------------------------------------------------------------------

@@ -19,7 +19,16 @@ import pytest
 
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import Placement
-from slurm_mig.slurm.assignment import Assignment, generate_key, load_key, sign
+from slurm_mig.slurm import comment as comments
+from slurm_mig.slurm import gres
+from slurm_mig.slurm.assignment import (
+    Assignment,
+    AssignmentError,
+    generate_key,
+    load_key,
+    open_token,
+    sign,
+)
 from slurm_mig.slurm.hooks import epilog_main, prolog_main, task_prolog_main
 from slurm_mig.slurm.nodestate import NodeState
 
@@ -79,10 +88,25 @@ class Site:
         }
         if comment is not None:
             env["SLURM_JOB_COMMENT"] = comment
+            gpus = self.job_gpus(comment)
+            if gpus is not None:
+                env["SLURM_JOB_GPUS"] = gpus
         if restart is not None:
             env["SLURM_JOB_RESTART_COUNT"] = str(restart)
         env.update(extra)
         return env
+
+    def job_gpus(self, comment: str) -> str | None:
+        """SLURM_JOB_GPUS as Slurm sets it for a job the planner released with this
+        comment's token (its TresPerNode = the assignment's GRES record); None when the
+        comment carries no genuine token."""
+        token = comments.parse(comment).token
+        try:
+            a = open_token(token or "", self.key)
+            models = ("A100-40GB", "A100-40GB")
+            return str(gres.index_of(models, gres.record_for(models, a.gpu, a.placement)))
+        except (AssignmentError, IndexError, ValueError):
+            return None
 
     def task_env(self, env: dict[str, str]) -> dict[str, str]:
         """What the TaskProlog sees: no comment, SLURM_RESTART_COUNT instead."""
@@ -736,3 +760,86 @@ def test_no_instance_is_kept_for_a_job_that_already_finished(site, capsys):
     rc, _, err = run(epilog_main, env1, capsys, t=T0 + 9.0)
     assert rc == 0 and "destroyed 3g.20gb at 4:4 on gpu 1" in err[0]
     assert site.state.kept() == [] and site.backend().instances() == []
+
+
+def test_a_kept_instance_no_hook_comes_for_is_reclaimed_when_its_wait_ends(site, capsys):
+    """Under slurmd the Epilog that keeps an instance starts a detached reclaim: when the
+    wait is over it is destroyed, also when its job went to another node and no hook
+    runs here again (the gap the planner-restart e2e test hit)."""
+    site.config.write_text(
+        site.config.read_text().replace("reuse_wait = 300.0", "reuse_wait = 0.5")
+    )
+    env1 = site.env("41", site.comment("41", keep_for="42"))
+    assert run(prolog_main, env1, capsys)[0] == 0
+    p = _exe(EPILOG, {**env1, "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"})
+    assert p.returncode == 0, p.stderr
+    assert "kept 3g.20gb at 4:4 on gpu 1" in p.stderr
+    assert len(site.state.kept()) == 1
+    deadline = time.monotonic() + 20
+    while site.backend().instances() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert site.backend().instances() == [] and site.state.kept() == []
+    log = (site.tmp / "hooks.log").read_text()
+    assert "slurm-mig reclaim job -: reclaimed 3g.20gb at 4:4 on gpu 1" in log
+
+
+def test_an_epilog_outside_slurmd_starts_no_reclaim(site, capsys):
+    site.config.write_text(
+        site.config.read_text().replace("reuse_wait = 300.0", "reuse_wait = 0.1")
+    )
+    env1 = site.env("41", site.comment("41", keep_for="42"))
+    run(prolog_main, env1, capsys)
+    p = _exe(EPILOG, env1)  # no SLURM_SCRIPT_CONTEXT: run by hand or by a test
+    assert p.returncode == 0 and "kept 3g.20gb" in p.stderr
+    time.sleep(2.5)  # a reclaim would have run 1.1 s after the Epilog
+    assert len(site.backend().instances()) == 1 and len(site.state.kept()) == 1
+
+
+@pytest.mark.parametrize(
+    ("gpus", "said"),
+    [
+        ("16", "the job has SLURM_JOB_GPUS=16, not the GRES record m1g2 (index 16)"),
+        ("2", "the job has SLURM_JOB_GPUS=2, not the GRES record m1g2 (index 16)"),
+        ("", "the job has no GRES, not the GRES record m1g2 (index 16)"),
+    ],
+)
+def test_prolog_checks_the_jobs_gres_against_its_assignment(site, capsys, gpus, said):
+    """The planner's current plan reaches the Prolog as the job's GRES record: a token
+    of another plan (or a job released by hand) does not match it and is requeued."""
+    comment = site.comment("42")  # 3g.20gb at 4:4 on gpu 1: record m1g2, index 14 + 2
+    env = site.env("42", comment, SLURM_JOB_GPUS=gpus)
+    rc, out, err = run(prolog_main, env, capsys)
+    if gpus == "16":
+        assert rc == 0 and len(site.backend().instances()) == 1
+        return
+    assert rc == 0 and site.backend().instances() == []
+    assert any(f"refused (action requeue): {said}" in line for line in err), err
+    assert site.scontrol_calls() == []  # no drain
+
+
+def test_gres_check_off_accepts_a_job_without_gres(site, capsys):
+    site.config.write_text(
+        site.config.read_text().replace('partition = "mig"', 'partition = "mig"\ngres = "off"')
+    )
+    env = site.env("42", site.comment("42"), SLURM_JOB_GPUS="")
+    assert run(prolog_main, env, capsys)[0] == 0
+    assert len(site.backend().instances()) == 1
+
+
+def test_an_instance_with_another_gpu_instance_id_is_destroyed_and_the_job_requeued(site, capsys):
+    """A driver that numbers GPU instances otherwise than the gres.conf records: the
+    job's device cgroup would open another instance's capability nodes."""
+    site.sim_dir.mkdir(parents=True, exist_ok=True)
+    (site.sim_dir / "gi-numbering").write_text("creation\n")
+    rc, out, err = run(prolog_main, site.env("42", site.comment("42")), capsys)
+    assert rc == 0 and site.backend().instances() == []
+    assert any(
+        "refused (action requeue): the driver gave 3g.20gb at 4:4 on gpu 1" in line
+        and "GPU-instance id 1" in line
+        and "capability nodes of id 2" in line
+        for line in err
+    ), err
+    assert [op for op, _ in site.ops()] == ["create", "destroy"]
+    assert site.scontrol_calls() == []  # the node is not drained
+    rc, out, _ = run(task_prolog_main, site.task_env(site.env("42", site.comment("42"))), capsys)
+    assert rc == 1 and "print slurm-mig: job 42 is requeued and held for the planner" in out

@@ -46,7 +46,13 @@ class LiveCluster:
     model: str = "A100-40GB"
     latency_scale: float = 1.0
     planner: Mapping[str, object] = field(default_factory=dict)  # [planner] overrides
+    reuse_wait: float = 30.0  # [hooks]
     slurm: SlurmInstall | None = None  # which Slurm release (None: the host's)
+    # the demo's and most tests' jobs run as root: job_submit.lua's ALLOW_ROOT_JOBS set
+    # in the cluster's copy (a site keeps it false: root can leave its device cgroup)
+    allow_root_jobs: bool = True
+    # more LocalSlurm fields (task_plugin, cgroup_conf, ... for a device-isolation test)
+    slurm_options: Mapping[str, object] = field(default_factory=dict)
     cluster: LocalSlurm | None = field(default=None, init=False)
     daemon: subprocess.Popen | None = field(default=None, init=False)
 
@@ -107,12 +113,25 @@ class LiveCluster:
             epilog=ROOT / "epilog" / "slurm-mig-epilog",
             task_prolog=ROOT / "prolog" / "slurm-mig-taskprolog",
             hook_env=hooks,
-            job_submit_lua=ROOT / "contrib" / "job_submit.lua",
+            job_submit_lua=self._job_submit_lua(),
             root=self.root / "slurm",
             slurm=self.slurm,
+            gres={n: [self.model] * self.gpus for n in self.nodes},
+            **self.slurm_options,
         )
         self.cluster.start()
         return self
+
+    def _job_submit_lua(self) -> Path:
+        lua = ROOT / "contrib" / "job_submit.lua"
+        if not self.allow_root_jobs:
+            return lua
+        text = lua.read_text()
+        line = "local ALLOW_ROOT_JOBS = false"
+        assert line in text, f"{lua} has no line {line!r}"
+        copy = self.root / "etc" / "job_submit.lua"
+        copy.write_text(text.replace(line, "local ALLOW_ROOT_JOBS = true"))
+        return copy
 
     def stop(self) -> None:
         self.stop_planner()
@@ -157,7 +176,7 @@ class LiveCluster:
             f"latency_scale = {self.latency_scale}",
             "",
             "[hooks]",
-            "reuse_wait = 30.0",
+            f"reuse_wait = {self.reuse_wait}",
         ]
         self.config_path.write_text("\n".join(lines) + "\n")
         os.chmod(self.config_path, 0o644)

@@ -14,7 +14,8 @@ Cgroups are off (task/none, proctrack/linuxproc; ``CgroupPlugin=disabled`` from 
 whose slurmd needs a cgroup hierarchy otherwise); ``task_plugin``, ``proctrack_type``
 and ``cgroup_conf`` turn them on for a test about device isolation (cgroup v1 names
 each node's hierarchy slurm_<node>: such clusters running at once need distinct node
-names).
+names). ``gres`` gives nodes a MIG gres.conf (slurm_mig.slurm.gres) over fake device
+nodes made with mknod under ``<root>/dev/<node>``; LiveCluster always does.
 
 24.11 and 26.05 behave as listed below too (the same tests pass), except: a
 ``job_modify`` refusal's message reaches the user (22.05: only slurmctld's log), and
@@ -86,6 +87,8 @@ SBIN_PATHS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 # Client programs a root's cluster puts on PATH as wrappers (daemons are started directly).
 CLIENT_PROGRAMS = ("sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "sprio")
 _counter = itertools.count(1)
+FAKE_GPU_MAJOR = 195  # NVIDIA's
+FAKE_CAPS_MAJOR = 240  # "local/experimental use" (devices.txt); no driver here
 # Harmless lines every start logs (no PMIx, no saved state, munge's notes).
 _LOG_NOISE = re.compile(
     r"pmix|MPI: Cannot create context|state file|Trying backup state|Unauthorized credential"
@@ -168,6 +171,9 @@ class LocalSlurm:
     # cgroup.conf lines; None: none written, except CgroupPlugin=disabled on 24.05+,
     # whose slurmd otherwise needs a cgroup hierarchy of its own
     cgroup_conf: Sequence[str] | None = None
+    # node -> GPU models: gres.conf from slurm_mig.slurm.gres (one gpu record per
+    # possible MIG instance) over fake device nodes under `dev_dir` (see `gres_conf`)
+    gres: Mapping[str, Sequence[str]] = field(default_factory=dict)
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False, repr=False)
     _own_root: bool = field(default=False, init=False, repr=False)
 
@@ -215,6 +221,10 @@ class LocalSlurm:
     def bin_dir(self) -> Path:
         """Wrappers that run a root's client programs (on `env`'s PATH)."""
         return self.root / "bin"
+
+    def dev_dir(self, node: str) -> Path:
+        """Where node ``node``'s fake MIG device nodes are (its gres.conf names them)."""
+        return self.root / "dev" / node
 
     def _argv(self, argv: Sequence[str], user: str | None = None) -> list[str]:
         return self.install.argv(argv, user)
@@ -353,6 +363,9 @@ class LocalSlurm:
             shutil.copyfile(self.job_submit_lua, etc / "job_submit.lua")
             lines.append("JobSubmitPlugins=lua")
         lines.extend(self.extra_conf)
+        node_gres = self._write_gres(etc)
+        if node_gres:
+            lines.append("GresTypes=gpu")
         cgroup = self.cgroup_conf
         if cgroup is None and self.install.version >= (24, 5):
             cgroup = ["CgroupPlugin=disabled"]
@@ -361,7 +374,7 @@ class LocalSlurm:
         for node in self.nodes:
             lines.append(
                 f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname=127.0.0.1 Port={free_port()} "
-                f"CPUs={self.cpus} RealMemory=64000 State=UNKNOWN"
+                f"CPUs={self.cpus} RealMemory=64000 {node_gres.get(node, '')} State=UNKNOWN"
             )
         names = ",".join(self.nodes)
         for part in dict.fromkeys([self.partition, "debug"]):
@@ -370,6 +383,28 @@ class LocalSlurm:
                 f"PartitionName={part} Nodes={names} Default={default} MaxTime=INFINITE State=UP"
             )
         self.conf.write_text("\n".join(lines) + "\n")
+
+    def _write_gres(self, etc: Path) -> dict[str, str]:
+        """gres.conf for the nodes of `gres` over fake device nodes made with mknod
+        (GPU major 195 as NVIDIA's, capabilities major `FAKE_CAPS_MAJOR`: no driver
+        answers, so an open the device cgroup allows fails with ENXIO, one it denies with
+        EPERM); each node's ``Gres=`` term."""
+        from ..cli.gres_conf import make_gpu_nodes, make_nodes
+        from ..devices.migcaps import parse_minors, render_minors
+        from ..slurm import gres
+
+        terms, conf = {}, []
+        for node, models in self.gres.items():
+            dev = self.dev_dir(node)
+            table = parse_minors(render_minors(len(models)))
+            make_nodes(gres.cap_nodes(models, table), str(dev), FAKE_CAPS_MAJOR)
+            make_gpu_nodes(len(models), str(dev), FAKE_GPU_MAJOR)
+            conf.append(gres.gres_conf(node, models, table, str(dev)))
+            terms[node] = gres.node_gres(models)
+        if conf:
+            (etc / "gres.conf").write_text("".join(conf))
+            os.chmod(self.root / "dev", 0o755)
+        return terms
 
     def _spawn(
         self, name: str, argv: list[str | None], extra_env: Mapping[str, str] | None = None

@@ -112,3 +112,16 @@ class MigBackend(ABC):
     @abstractmethod
     def health(self) -> list[str]:
         """Problems an admin should know of (MIG mode off, driver errors); [] if none."""
+
+    def mig_minors(self) -> str:
+        """The driver's MIG capability minor table (``migcaps.MIG_MINORS``)."""
+        from .migcaps import MAX_TABLE_BYTES, MIG_MINORS
+
+        try:
+            with open(MIG_MINORS, encoding="ascii", errors="replace") as f:
+                return f.read(MAX_TABLE_BYTES + 1)
+        except OSError as exc:
+            raise DeviceUnavailable(
+                f"cannot read {MIG_MINORS}: {exc.strerror}",
+                hint="load the NVIDIA driver (nvidia.ko with MIG support) on this node",
+            ) from None

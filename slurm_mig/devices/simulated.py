@@ -12,6 +12,10 @@ real hardware. Files under ``state_dir``:
 - ``audit.jsonl``: one JSON line per successful create/destroy: ``op, gpu, profile,
   placement {start, size}, uuid, job_id, start, end, pid`` (``start``: the GPU lock was
   taken and the operation began; ``end``: its instance exists or is gone).
+- ``gi-numbering`` (optional): ``creation`` makes GPU-instance ids the smallest free
+  one (a driver that does not number by placement; the Prolog must notice).
+- GPU-instance ids otherwise follow the placement and the capability minors are
+  NVIDIA's (``migcaps``; `mig_minors` gives the table).
 - ``fault.json`` (optional, simulator feature for tests and demos of failure handling):
   ``{"op": "create"|"destroy"|"any", "error": "<DeviceError subclass name>",
   "message": "...", "hint": "...", "gpu": N, "times": K}``. While it exists the named
@@ -34,6 +38,7 @@ from pathlib import Path
 
 from .. import geometry
 from ..geometry import GeometryError, Placement
+from . import migcaps
 from .base import (
     DeviceError,
     DeviceUnavailable,
@@ -324,9 +329,7 @@ class SimulatedBackend(MigBackend):
                 g = self._gpu(state, gpu)
                 self._check_fault("create", gpu)
                 prof = self._validate(state, g, profile, placement)
-                live_ids = {r["gi_id"] for r in state["instances"] if r["gpu"] == gpu}
-                full = prof.compute_slices == geometry.get_model(g["model"]).compute_slices
-                gi_id = _free_gi_id(live_ids, full)
+                gi_id = self._gi_id(state, g, placement)
             model = geometry.get_model(g["model"])
             self._sleep_for(model.create_time(prof.compute_slices))
             with self._locked():
@@ -394,6 +397,12 @@ class SimulatedBackend(MigBackend):
             problems.append(f"fault injection active ({self.fault_path}): {what}")
         return problems
 
+    def mig_minors(self) -> str:
+        """NVIDIA's capability minor table for this node's GPUs (``migcaps``)."""
+        with self._locked(exclusive=False):
+            n = len(self._read()["gpus"])
+        return migcaps.render_minors(n)
+
     def set_mig_mode(self, gpu: int, enabled: bool) -> None:
         """Turn MIG mode on or off (tests, demos); off needs a GPU without instances."""
         with self._locked(exclusive=False):
@@ -411,6 +420,22 @@ class SimulatedBackend(MigBackend):
             self._write(state)
 
     # -- helpers --------------------------------------------------------------------
+
+    def _gi_id(self, state: dict, g: dict, placement: Placement) -> int:
+        """The GPU-instance id by placement (``migcaps``), or with ``gi-numbering``
+        reading ``creation``, the smallest free id from 1 (0: whole GPU), as a driver
+        that numbers by creation order would."""
+        model = geometry.get_model(g["model"])
+        try:
+            numbering = (self.state_dir / "gi-numbering").read_text().strip()
+        except OSError:
+            numbering = "placement"
+        if numbering != "creation":
+            return migcaps.gi_id_for(model, placement)
+        if placement.size == model.memory_slices:
+            return 0
+        live = {r["gi_id"] for r in state["instances"] if r["gpu"] == g["index"]}
+        return next(i for i in range(1, migcaps.GI_PER_GPU + 1) if i not in live)
 
     def _sleep_for(self, seconds: float) -> None:
         if self.latency_scale > 0:
@@ -475,17 +500,6 @@ class SimulatedBackend(MigBackend):
             "end": end,
             "pid": os.getpid(),
         }
-
-
-def _free_gi_id(live: set[int], full: bool) -> int:
-    """GPU instance id as NVML hands them out: 0 for the whole-GPU profile, else the
-    smallest free id from 1 (NVML's ids are not tied to placements)."""
-    if full:
-        return 0
-    i = 1
-    while i in live:
-        i += 1
-    return i
 
 
 def _describe(recs: list[dict]) -> str:

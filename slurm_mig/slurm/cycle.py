@@ -527,7 +527,9 @@ def classify(snap: Snapshot) -> Classified:
             out.events.append((now, f"job {job.job_id} lost its predecessor", None, None))
             current, ours = None, True  # planned again, from its slices' new state
         elif squat is not None and current is not None and valid(current):
-            out.holds.append(Hold(job.job_id, f"released, but {squat}"))
+            # its plan is dropped: so is the planner's afterany (if it was released ahead)
+            ours = bool(job.dependency) and _planners_dependency(job.dependency, current, by_id)
+            out.holds.append(Hold(job.job_id, f"released, but {squat}", clear_dependency=ours))
             out.events.append((now, f"job {job.job_id} cannot start", current.node, current.gpu))
             current = None
         elif not job.held:
@@ -554,8 +556,14 @@ def classify(snap: Snapshot) -> Classified:
                 out.holds.append(Hold(job.job_id, "not planned yet"))
         elif job.owner_can_release:
             # job_submit.lua's hold, a requeuehold or a deleted reservation: the owner
-            # could release it himself
-            out.holds.append(Hold(job.job_id, "an admin hold in place of the user's"))
+            # could release it himself. A job released ahead that its owner held again
+            # still has the planner's afterany: cleared, and the job planned again.
+            ours = bool(job.dependency) and _planners_dependency(
+                job.dependency, a, by_id, own=job.job_id
+            )
+            out.holds.append(
+                Hold(job.job_id, "an admin hold in place of the user's", clear_dependency=ours)
+            )
         problem = _problem(est) or _comment_problem(job.comment)
         if problem is not None:
             out.noted += 1
@@ -623,9 +631,16 @@ def _squatting(job: JobLike, a: Assignment, jobs: Mapping[str, JobLike], now: fl
     return None
 
 
-def _planners_dependency(dep: str, a: Assignment, jobs: Mapping[str, JobLike]) -> bool:
+def _planners_dependency(
+    dep: str, a: Assignment | None, jobs: Mapping[str, JobLike], own: str | None = None
+) -> bool:
     """Whether ``dep`` is what the planner sets on a job released ahead: ``afterany`` on
-    jobs planned on the same GPU (Slurm shows ``afterany:41(unfulfilled),...``)."""
+    jobs planned on the same GPU (Slurm shows ``afterany:41(unfulfilled),...``).
+    ``own``: the job's id, whose AdminComment (any run of it) gives ``a`` when None."""
+    if a is None and own is not None and own in jobs:
+        a = parse_admin_comment(jobs[own].admin_comment)
+    if a is None:
+        return False
     for item in dep.split(","):
         m = _PLANNER_DEP.fullmatch(item)
         if m is None:

@@ -240,9 +240,11 @@ def apply_actions(
     store: Any = None,
     clock: Callable[[], float] = time.time,
     stop: threading.Event | None = None,
+    gres: bool = False,
 ) -> ApplyReport:
     """Apply ``actions`` in order; a failure is logged and skips only that job's later
-    actions. Stops between actions once ``stop`` is set."""
+    actions. Stops between actions once ``stop`` is set. ``gres``: a released job gets
+    its instance's GRES record (``slurm.gres``) in the update that writes its token."""
     from .client import SlurmError
 
     report = ApplyReport()
@@ -270,7 +272,7 @@ def apply_actions(
                     report.learned += 1
                     log.info("%s", action.describe())
                 continue
-            _apply_one(action, client, key, clock)
+            _apply_one(action, client, key, clock, gres)
             report.applied += 1
             if isinstance(action, Release):
                 report.released.append(action.job_id)
@@ -291,7 +293,11 @@ def apply_actions(
     return report
 
 
-def _apply_one(action: Action, client: Client, key: bytes, clock: Callable[[], float]) -> None:
+def _apply_one(
+    action: Action, client: Client, key: bytes, clock: Callable[[], float], gres: bool = False
+) -> None:
+    from .client import SlurmError
+
     if isinstance(action, Hold):
         client.hold(action.job_id)
         if action.clear_dependency:  # "0": Slurm's word for none (an empty value is ignored)
@@ -299,13 +305,29 @@ def _apply_one(action: Action, client: Client, key: bytes, clock: Callable[[], f
     elif isinstance(action, UpdateJob | Note):
         client.update_job(action.job_id, **dict(action.fields))
     elif isinstance(action, Release):
-        token = sign(replace(action.assignment, issued=clock()), key)
-        text = comments.parse(action.comment).with_token(token).render()
+        a = action.assignment
+        token = sign(replace(a, issued=clock()), key)
+        fields_ = {"Comment": comments.parse(action.comment).with_token(token).render()}
+        if gres:  # Slurm's device cgroup then lets the job open this instance only
+            from ..devices.migcaps import gi_id_for
+            from ..geometry import get_model
+            from .gres import Record, tres_per_node
+
+            record = Record(a.gpu, gi_id_for(get_model(a.model), a.placement))
+            fields_["TresPerNode"] = tres_per_node(record)
         if action.after:  # released ahead: Slurm starts it once those jobs have left
-            after = "afterany:" + ":".join(action.after)
-            client.update_job(action.job_id, Comment=text, Dependency=after)
-        else:
-            client.update_job(action.job_id, Comment=text)
+            fields_["Dependency"] = "afterany:" + ":".join(action.after)
+        try:
+            client.update_job(action.job_id, **fields_)
+        except SlurmError as exc:
+            if gres and "gres" in str(exc).lower():
+                raise SlurmError(
+                    f"{exc}; node {a.node} needs the gres.conf records of "
+                    "'slurm-mig gres-conf' (README: Site set-up), or set [slurm] gres = \"off\"",
+                    exc.command,
+                    exc.stderr,
+                ) from None
+            raise
         client.release(action.job_id)
     elif isinstance(action, Requeue):
         client.requeue(action.job_id, hold=True)
@@ -438,6 +460,7 @@ class PlannerDaemon:
                 store=self.store,
                 clock=self.clock,
                 stop=self.stop,
+                gres=self.config.gres == "on",
             )
             self.previous_nodes = result.nodes
         report = self._report(started, result, applied, None)

@@ -5,8 +5,12 @@ the normal path): the Prolog (root) checks the job's signed assignment token, cr
 adopts its instance under the node lock and writes a record, and a copy only the job's
 user can read; the TaskProlog (that user) turns the copy into
 ``export CUDA_VISIBLE_DEVICES=<MIG uuid>``; the Epilog (root) destroys the instance or
-keeps it for the next job. The only Slurm calls: draining the
-node on a device fault, and ``scontrol requeuehold`` from the TaskProlog.
+keeps it for the next job. With ``[slurm] gres = "on"`` the Prolog also checks
+the job's GRES record (SLURM_JOB_GPUS, set by the planner, see ``gres``) against the
+token and the created instance's GPU-instance id against that record. An Epilog that
+keeps an instance starts a detached `reclaim_main` that destroys it once its wait is
+over, should no later hook come to the node. The only Slurm calls: draining the node on
+a device fault, and ``scontrol requeuehold`` from the TaskProlog.
 
 `prolog`, `task_prolog` and `epilog` decide and return an `Outcome` (exit status, lines
 to print, log lines, a drain reason, a requeue request); the ``*_main`` functions read the
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config, ConfigError, load_config
 from ..devices.base import DeviceError, Instance, InstanceNotFound, MigBackend
+from ..devices.migcaps import gi_id_for
 from ..geometry import GeometryError, Placement, get_model
 from . import comment as comments
 from .assignment import (
@@ -137,6 +142,8 @@ class Outcome:
     events: list[tuple[str, str, float]] = field(default_factory=list)
     finished: dict | None = None  # Epilog: the run's runtime record, for accounting
 
+    reclaim_after: float | None = None  # Epilog kept an instance: reclaim it this late
+
     def event(self, name: str, label: str, seconds: float = 0.0) -> None:
         self.events.append((name, label, seconds))
 
@@ -181,12 +188,18 @@ def _not_ours(job: JobEnv, config: Config) -> Outcome:
 
 
 def check_assignment(
-    job: JobEnv, key: bytes, models: tuple[str, ...], token_ttl: float, now: float
+    job: JobEnv,
+    key: bytes,
+    models: tuple[str, ...],
+    token_ttl: float,
+    now: float,
+    gres: bool = False,
 ) -> Assignment | Refusal:
     """The job's assignment if its token is genuine, current and possible on this node;
     else a refusal: requeue when the planner can fix it (missing, stale, superseded,
     other node), fail when the job cannot run as it is (forged, malformed, another job's,
-    impossible, bad hint). The token's MAC is checked before its payload is read."""
+    impossible, bad hint). The token's MAC is checked before its payload is read.
+    ``gres``: the job's GRES (SLURM_JOB_GPUS) must be the assignment's record."""
     if job.problem:
         return Refusal(job.job_id, "fail", job.problem)
     token = comments.parse(job.comment).token
@@ -209,29 +222,42 @@ def check_assignment(
         )
     except AssignmentError as exc:
         return Refusal(job.job_id, "requeue" if a.job_id == job.job_id else "fail", str(exc))
-    stale = check_current(a, job)
-    if stale:
-        return Refusal(job.job_id, "requeue", stale)
     problem = impossible(a, models)
     if problem:
         return Refusal(job.job_id, "fail", problem)
+    stale = check_current(a, job, models if gres else None)
+    if stale:
+        return Refusal(job.job_id, "requeue", stale)
     _, hint_problem = _hints(job.comment)
     if hint_problem:
         return Refusal(job.job_id, "fail", hint_problem)
     return a
 
 
-def check_current(a: Assignment, job: JobEnv) -> str | None:
-    """Why the genuine token's assignment ``a`` is not the planner's current plan for
-    this run of the job (a replayed token of an earlier plan), or None.
+def check_current(a: Assignment, job: JobEnv, models: tuple[str, ...] | None) -> str | None:
+    """Why the genuine, possible token's assignment ``a`` is not the planner's current
+    plan for this run of the job (a replayed token of an earlier plan), or None.
 
-    The Prolog cannot read the AdminComment; the planner's current record reaches it
-    through the job's GRES: once the planner sets each job's TresPerNode to its
-    instance's gres.conf record, compare ``job.gpus`` (SLURM_JOB_GPUS) with the record
-    ``a`` names here. Until then: ``a`` must name a well-formed plan id (job, run, node
-    and expiry are checked by `check_binding`)."""
+    The Prolog cannot read the AdminComment; the planner's current plan reaches it as
+    the job's GRES: the planner sets the job's TresPerNode to its instance's gres.conf
+    record before it releases the job, and the job's owner cannot change it. So with
+    ``models`` (the node's GPUs; None: GRES off) SLURM_JOB_GPUS must be the index of
+    the record of ``a``'s GPU and placement."""
     if not valid_plan_id(a.plan):
         return f"the assignment names no valid plan id ({a.plan[:30]!r}); the planner re-plans it"
+    if models is None:
+        return None
+    from .gres import index_of, record_for
+
+    record = record_for(models, a.gpu, a.placement)
+    want = index_of(models, record)
+    if job.gpus != str(want):
+        got = f"SLURM_JOB_GPUS={job.gpus}" if job.gpus else "no GRES"
+        return (
+            f"the job has {got}, not the GRES record {record.type} (index {want}) of its "
+            "assignment: a token of another plan, or a job released without the planner "
+            "(is gres.conf from 'slurm-mig gres-conf'?); the planner plans it again"
+        )
     return None
 
 
@@ -324,11 +350,13 @@ def _prolog_locked(
             state.remove_job(job.job_id)
             state.put_kept(_kept(rec, for_job=job.job_id, until=now))
             out.say(f"run {rec.restart} of this job left {_describe(rec)}; reclaiming it")
-        verdict = check_assignment(job, key, models, config.token_ttl, now)
+        verdict = check_assignment(
+            job, key, models, config.token_ttl, now, gres=config.gres == "on"
+        )
         if isinstance(verdict, Refusal):
             _refuse(state, verdict, job, out)
             return
-        placed = _place(verdict, job, state, backend, clock, out)
+        placed = _place(verdict, job, state, backend, clock, out, gres=config.gres == "on")
     except DeviceError as exc:
         if exc.node_fault:
             out.fault(str(exc))
@@ -371,18 +399,26 @@ def _place(
     backend: MigBackend,
     clock: Clock,
     out: Outcome,
+    gres: bool = False,
 ) -> JobRecord | Refusal:
     """Adopt a kept instance identical to the assignment, or clear the placement of kept
-    and orphan instances and create it; refuse (requeue) when a live job is in the way."""
+    and orphan instances and create it; refuse (requeue) when a live job is in the way.
+    ``gres``: the instance must have the GPU-instance id of the job's GRES record (its
+    capability nodes are the ones the device cgroup opens), else it is destroyed and
+    the job requeued."""
     start = clock()
     live = {r.uuid: r for r in state.jobs() if r.job_id != job.job_id}
     kept = {k.uuid: k for k in state.kept()}
     instances = backend.instances(a.gpu)
+    want_gi = gi_id_for(get_model(a.model), a.placement) if gres else None
     adopt = next(
         (
             i
             for i in instances
-            if i.uuid in kept and i.profile == a.profile and i.placement == a.placement
+            if i.uuid in kept
+            and i.profile == a.profile
+            and i.placement == a.placement
+            and want_gi in (None, i.gi_id)  # else cleared below like any instance in the way
         ),
         None,
     )
@@ -422,6 +458,15 @@ def _place(
     began = time.monotonic()
     inst = backend.create(a.gpu, a.profile, a.placement, job_id=job.job_id)
     out.event("create", a.profile, time.monotonic() - began)
+    if want_gi is not None and inst.gi_id != want_gi:
+        _destroy(backend, inst.gpu, inst.uuid, job.job_id)
+        return Refusal(
+            job.job_id,
+            "requeue",
+            f"the driver gave {_describe(inst)} GPU-instance id {inst.gi_id}, but the job's "
+            f"GRES record opens the capability nodes of id {want_gi}; destroyed it (report "
+            "this GPU's numbering to the slurm-mig developers)",
+        )
     ready = clock()
     out.say(f"created {_describe(inst)} in {ready - start:.2f} s; {_plan(a)}")
     return JobRecord(uuid=inst.uuid, created=ready, ready=ready, reused=False, **common)
@@ -604,6 +649,7 @@ def _release(
     if rec.keep_for and rec.keep_for not in _moved_on(state):
         until = end + config.reuse_wait
         state.put_kept(_kept(rec, for_job=rec.keep_for, until=until))
+        out.reclaim_after = config.reuse_wait  # also when no later hook comes to the node
         out.say(
             f"kept {_describe(rec)} for job {rec.keep_for} (up to {config.reuse_wait:.0f} s) {ran}"
         )
@@ -787,11 +833,63 @@ def _run(
             _notify(config, job.job_id, "ended", out)
         elif hook == "prolog" and out.started and out.drain is None:
             _notify(config, job.job_id, "started", out)
+    if out.reclaim_after is not None and env.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmd":
+        _spawn_reclaim(env, job.node, out.reclaim_after, out)  # under slurmd only
     emit(hook, job.job_id, job.node, out.log, config)
     if out.stdout:
         sys.stdout.write("".join(f"{line}\n" for line in out.stdout))
         sys.stdout.flush()
     return out.exit_code
+
+
+def _spawn_reclaim(env: Mapping[str, str], node: str, delay: float, out: Outcome) -> None:
+    """Start `reclaim_main` detached: once the kept instance's wait has run out it is
+    destroyed even when its job went to another node and no hook comes here again."""
+    import subprocess
+
+    tree = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH", "")) if p)
+    code = "import sys; from slurm_mig.slurm.hooks import reclaim_main; sys.exit(reclaim_main())"
+    try:
+        # Slurm starts hooks without PATH: Python may not know its own path then
+        python = sys.executable or os.readlink("/proc/self/exe")
+        subprocess.Popen(
+            [python, "-c", code, node, f"{delay + 1.0:.1f}"],
+            env={**env, "PYTHONPATH": path},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        out.warn(f"cannot start the reclaim of the kept instance (the next hook does it): {exc}")
+
+
+def reclaim_main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """``NODE SECONDS``: sleep, then destroy the node's kept instances whose wait is over
+    (under the node lock, as a hook would); log like the hooks. Exit 0 unless misused."""
+    args = sys.argv[1:] if argv is None else argv
+    env = os.environ if env is None else env
+    if len(args) != 2 or not _digits(args[1].replace(".", "", 1), 12):
+        print("usage: reclaim NODE SECONDS", file=sys.stderr)
+        return 2
+    node, delay = args[0], float(args[1])
+    time.sleep(delay)
+    out, config = Outcome(), None
+    try:
+        config = load_config(env.get("SLURM_MIG_CONFIG") or None)
+        from ..devices.open import open_backend
+
+        backend = open_backend(config, node)
+        state = NodeState(config.run_dir_for(node), warn=out.warn)
+        with state.lock(config.lock_timeout):
+            fault = _reclaim_expired(state, backend, time.time(), "reclaim", out)
+        if fault is not None:
+            out.warn(f"cannot reclaim an expired kept instance (the next hook retries): {fault}")
+    except (ConfigError, DeviceError, NodeStateError, LockBusyError) as exc:
+        out.warn(f"kept instances not reclaimed (the next hook does it): {exc}")
+    emit("reclaim", "-", node, out.log, config)
+    return 0
 
 
 def _notify(config: Config, job_id: str, event: str, out: Outcome) -> None:

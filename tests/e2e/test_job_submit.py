@@ -26,7 +26,8 @@ USER_UID = "65534"  # sbatch --uid takes a number (26.05 refuses a name)
 
 @pytest.fixture(scope="module")
 def cluster(slurm_shared) -> LocalSlurm:
-    return slurm_shared(nodes=("n1",), job_submit_lua=LUA)
+    # a MIG node's gres.conf: Slurm itself then accepts --gres=gpu and the Lua must refuse it
+    return slurm_shared(nodes=("n1",), job_submit_lua=LUA, gres={"n1": ["A100-40GB"]})
 
 
 def python_verdict(comment: str) -> str | None:
@@ -45,7 +46,7 @@ def python_verdict(comment: str) -> str | None:
 
 def lua_verdict(cluster: LocalSlurm, comment: str) -> str | None:
     """None when sbatch accepted a MIG job with this comment, else the Lua's message."""
-    res = cluster.try_sbatch("true", partition="mig", comment=comment)
+    res = cluster.try_sbatch("true", partition="mig", comment=comment, user=USER_UID)
     if res.returncode == 0:
         return None
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("sbatch: error: slurm-mig:")]
@@ -89,7 +90,7 @@ def test_malformed_hint_is_refused_at_sbatch_with_pythons_message(
 
 @pytest.mark.parametrize("comment", [c for c, _ in GOOD if c])
 def test_good_hint_is_accepted_and_the_job_held(cluster: LocalSlurm, comment: str) -> None:
-    res = cluster.try_sbatch("true", partition="mig", comment=comment)
+    res = cluster.try_sbatch("true", partition="mig", comment=comment, user=USER_UID)
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""  # nothing said to the user on success
     fields = show(cluster, res.stdout.strip())
@@ -112,12 +113,12 @@ def test_lua_and_python_agree_on_near_miss_comments(cluster: LocalSlurm) -> None
 
 def test_planner_tokens_are_stripped_at_submit(cluster: LocalSlurm) -> None:
     job = cluster.sbatch(
-        "true", partition="mig", comment="run 7 mig:mem=1G migplan=v1.forged.x end"
+        "true", partition="mig", comment="run 7 mig:mem=1G migplan=v1.forged.x end", user=USER_UID
     )
     assert show(cluster, job)["Comment"] == "run"  # scontrol -o splits at spaces
     out = cluster.run("squeue", "-h", "-j", job, "-O", "Comment:200").stdout.strip()
     assert out == "run 7 mig:mem=1G end"
-    only = cluster.sbatch("true", partition="mig", comment="migplan=v1.a.b")
+    only = cluster.sbatch("true", partition="mig", comment="migplan=v1.a.b", user=USER_UID)
     out = cluster.run("squeue", "-h", "-j", only, "-O", "Comment:200").stdout.strip()
     assert out == "(null)"  # emptied
 
@@ -142,7 +143,7 @@ def test_mig_with_other_partitions_is_refused(cluster: LocalSlurm) -> None:
 
 
 def test_held_job_runs_once_released_by_root(cluster: LocalSlurm) -> None:
-    job = cluster.sbatch("echo released", partition="mig", comment="mig:time=1m")
+    job = cluster.sbatch("echo released", partition="mig", comment="mig:time=1m", user=USER_UID)
     assert show(cluster, job)["JobState"] == "PENDING"
     cluster.run("scontrol", "release", job)
     assert cluster.wait_job(job, ["COMPLETED"]) == "COMPLETED"
@@ -150,7 +151,7 @@ def test_held_job_runs_once_released_by_root(cluster: LocalSlurm) -> None:
 
 
 def test_modify_refuses_a_malformed_hint_on_a_mig_job(cluster: LocalSlurm) -> None:
-    job = cluster.sbatch("true", partition="mig", comment="mig:mem=1G")
+    job = cluster.sbatch("true", partition="mig", comment="mig:mem=1G", user=USER_UID)
     res = cluster.run("scontrol", "update", f"JobId={job}", "Comment=mig:mem=12X", check=False)
     assert res.returncode != 0
     assert show(cluster, job)["Comment"] == "mig:mem=1G"
@@ -196,10 +197,10 @@ def test_lua_hold_is_a_user_hold_that_root_can_make_an_admin_hold(cluster: Local
 
 def test_mig_as_the_default_partition_is_checked_too(slurm_shared) -> None:
     cluster = slurm_shared(nodes=("d1",), job_submit_lua=LUA, default_partition="mig")
-    res = cluster.try_sbatch("true", comment="mig:mem=12X")
+    res = cluster.try_sbatch("true", comment="mig:mem=12X", user=USER_UID)
     assert res.returncode != 0
     assert f"sbatch: error: {python_verdict('mig:mem=12X')}" in res.stderr
-    job = cluster.sbatch("true", comment="mig:mem=12G")
+    job = cluster.sbatch("true", comment="mig:mem=12G", user=USER_UID)
     assert (show(cluster, job)["Partition"], show(cluster, job)["Priority"]) == ("mig", "0")
 
 
@@ -211,11 +212,11 @@ def test_over_long_comment_is_refused_at_sbatch_with_the_limit(cluster: LocalSlu
     assert "more than 512 in the mig partition" in python_verdict(long)
     assert lua_verdict(cluster, "y" * 913) == comment_problem("y" * 913)
     fits = "z" * MAX_USER_COMMENT
-    job = cluster.sbatch("true", partition="mig", comment=fits)
+    job = cluster.sbatch("true", partition="mig", comment=fits, user=USER_UID)
     assert comment_of(cluster, job) == fits
     # tokens a user writes are removed before the comment is measured
     padded = "w" * 500 + " migplan=" + "t" * 300
-    job = cluster.sbatch("true", partition="mig", comment=padded)
+    job = cluster.sbatch("true", partition="mig", comment=padded, user=USER_UID)
     assert comment_of(cluster, job) == "w" * 500
     # other partitions keep Slurm's own limit
     other = cluster.sbatch("true", "--hold", partition="debug", comment="v" * 900)
@@ -257,8 +258,10 @@ def test_modify_refuses_an_over_long_comment_from_the_user(cluster: LocalSlurm) 
     )
     assert res.returncode != 0
     assert comment_of(cluster, job) == "short"
-    log = (cluster.root / "log" / "slurmctld.log").read_text()
-    assert comment_problem(long) in log
+    if cluster.install.version >= (23, 2):  # from 23.02 the user reads why
+        assert comment_problem(long) in res.stderr
+    else:  # 22.05: the admin reads why in slurmctld's log
+        assert comment_problem(long) in (cluster.root / "log" / "slurmctld.log").read_text()
     # the planner (root) writes past the user's limit: token and note
     note = f"short migplan={token(job, '3g.20gb', (4, 4), 1.0)} [slurm-mig: " + "n" * 180 + "]"
     cluster.run("scontrol", "update", f"JobId={job}", f"Comment={note}")
@@ -298,3 +301,41 @@ def test_comments_python_writes_pass_the_lua_unchanged(cluster: LocalSlurm) -> N
             assert res.returncode == 0, (new, res.stderr)
             assert comment_of(cluster, job) == without_tokens(new)  # a user's token goes
     assert len(written) > len(sources)
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["--gres=gpu:1", "--gpus=1", "--gpus-per-node=1", "--gres=gpu:m0g2:1"],
+)
+def test_a_mig_job_asking_for_gres_is_refused(cluster: LocalSlurm, option: str) -> None:
+    """The planner gives each job its instance's GRES record; a user's own --gres or
+    --gpus would open other devices (or ask for another job's instance)."""
+    res = cluster.try_sbatch("true", option, partition="mig", comment="mig:mem=1G", user=USER_UID)
+    assert res.returncode != 0
+    assert "sbatch: error: slurm-mig: the mig partition gives each job its MIG slice" in (
+        res.stderr
+    )
+    assert "remove --gres/--gpus" in res.stderr
+    # the same option outside the MIG partition is Slurm's business
+    other = cluster.try_sbatch("true", option, partition="debug", user=USER_UID)
+    assert "slurm-mig" not in other.stderr
+
+
+def test_a_user_cannot_add_gres_to_a_mig_job_later(cluster: LocalSlurm) -> None:
+    job = cluster.sbatch("true", partition="mig", comment="mig:mem=1G", user=USER_UID)
+    res = cluster.run(
+        "scontrol", "update", f"JobId={job}", "TresPerNode=gres:gpu:1", user=USER, check=False
+    )
+    assert res.returncode != 0
+    shown = cluster.run("scontrol", "show", "job", "-o", job).stdout
+    assert "TresPerNode=" not in shown and "gres" not in shown.lower()
+    cluster.run("scancel", job)
+
+
+def test_root_jobs_are_refused_in_the_mig_partition(cluster: LocalSlurm) -> None:
+    res = cluster.try_sbatch("true", partition="mig", comment="mig:mem=1G")
+    assert res.returncode != 0
+    assert "sbatch: error: slurm-mig: jobs of root cannot run in the mig partition" in res.stderr
+    res = cluster.try_sbatch("true", partition="mig", user="0")
+    assert res.returncode != 0 and "jobs of root" in res.stderr
+    assert cluster.sbatch("true", partition="debug")  # root elsewhere: untouched
