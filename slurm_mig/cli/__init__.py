@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from . import (
     bench,
+    bound,
     check_config,
     demo,
     forecast,
@@ -31,7 +32,17 @@ __all__ = ["build_parser", "main"]
 log = logging.getLogger("slurm_mig")
 
 # in the order `slurm-mig --help` lists them
-COMMANDS = (plan, validate, demo, bench, check_config, keygen, forecast, planner)
+COMMANDS = (
+    plan,
+    validate,
+    demo,
+    bench,
+    check_config,
+    keygen,
+    forecast,
+    planner,
+    bound,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
