@@ -23,6 +23,7 @@ from . import (
     plan,
     planner,
     simulate,
+    train_controller,
     validate,
 )
 from .common import INPUT_ERRORS, PROG, Formatter, version, wrap
@@ -42,6 +43,7 @@ COMMANDS = (
     forecast,
     planner,
     bound,
+    train_controller,
 )
 
 

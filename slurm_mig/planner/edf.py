@@ -80,7 +80,11 @@ def throughput_class(job: Job, model: GpuModel) -> int:
 
 
 def marginal_energy(
-    running: Sequence[tuple[float, int]], now: float, size: int, seconds: float, curve: Sequence[float]
+    running: Sequence[tuple[float, int]],
+    now: float,
+    size: int,
+    seconds: float,
+    curve: Sequence[float],
 ) -> float:
     """Joules a GPU draws over ``seconds`` from ``now`` on top of its running jobs
     (``(end, compute slices)`` each) when a job of ``size`` slices runs there too."""
@@ -122,14 +126,17 @@ def assign_jobs(
     a: float = DEFAULT_A,
     default_slack: float = DEFAULT_SLACK,
     shift: float = 0.0,
+    gpus: Sequence[Gpu] | None = None,
 ) -> list[Op]:
     """Operations that start waiting jobs on free slots of ``layouts`` (one per GPU)
     under ``rule`` (``edf``, ``met`` or ``cedf``); deadlines are planned ``shift``
-    seconds early."""
+    seconds early. ``gpus``: the snapshot's GPUs as earlier operations of this decision
+    left them (default: as the snapshot has them)."""
     if rule not in RULES:
         raise ValueError(f"rule {rule!r} must be one of {', '.join(RULES)}")
     model, now = snap.model, snap.now
-    states = [_state(g, lay, now) for g, lay in zip(snap.gpus, layouts)]
+    views = snap.gpus if gpus is None else gpus
+    states = [_state(g, lay, now) for g, lay in zip(views, layouts)]
     if not any(st.free for st in states):
         return []
     jobs = list(snap.pending.values())
@@ -238,7 +245,9 @@ class DeadlinePolicy:
         if not (0.0 <= a < INF):
             raise UnknownPolicy(f"policy {name!r}: a {a} must be a number >= 0 (seconds per J)")
         if not (1.0 <= default_slack <= 1000.0):
-            raise UnknownPolicy(f"policy {name!r}: default_slack {default_slack} must be in [1, 1000]")
+            raise UnknownPolicy(
+                f"policy {name!r}: default_slack {default_slack} must be in [1, 1000]"
+            )
         self.name = name
         self.spec = configs
         self.a = a
