@@ -6,7 +6,8 @@ JobSubmitPlugins=lua in slurm.conf and run `scontrol reconfigure`.
 
 For jobs submitted to the MIG partition:
   * a malformed `mig:` hint in --comment is rejected at submission with the same
-    message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr);
+    message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr), and so
+    is a `deadline=` date in the past;
   * a `migplan=` word in the comment (the planner's token) is removed: only the
     planner writes tokens;
   * the job is held (priority 0) so that the slurm-mig planner decides where and when
@@ -23,11 +24,12 @@ Keep the grammar and the messages identical to slurm_mig/slurm/hints.py; the tes
 local MIG_PARTITION = "mig"
 
 local PREFIX = "mig:"
-local KEYS = "key, mem, iters, time, pcie, alpha, restartable"
+local KEYS = "key, mem, iters, time, pcie, alpha, restartable, deadline"
 local MAX_SIZE = 2 ^ 50 -- bytes (1 PiB)
 local MAX_DURATION = 366 * 86400 -- seconds
 local SIZE_FIX = "write bytes or a size like 12G or 512MiB"
 local TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
+local DEADLINE_FIX = "write a time after submission like 2h or 1:30:00, or a UTC date like 2027-01-31T18:00"
 local SIZE_UNITS = {
 	[""] = 0, b = 0,
 	k = 1, kb = 1, kib = 1,
@@ -110,6 +112,64 @@ local function check_duration(text)
 	return nil
 end
 
+-- Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+local function days_from_civil(y, m, d)
+	if m <= 2 then
+		y = y - 1
+	end
+	local era = math.floor(y / 400)
+	local yoe = y - era * 400
+	local mp = (m + 9) % 12
+	local doy = math.floor((153 * mp + 2) / 5) + d - 1
+	local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+	return era * 146097 + doe - 719468
+end
+
+local function days_in_month(y, m)
+	local days = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 }
+	if m == 2 and (y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0)) then
+		return 29
+	end
+	return days[m]
+end
+
+-- A duration after submission (the time grammar) or a UTC date not in the past.
+local function check_deadline(text)
+	if not text:find("-", 1, true) then
+		if text:match("^%d+[smhd]?$") or text:match("^%d+%.%d+[smhd]?$")
+			or text:match("^%d+:%d%d?:%d%d?$") or text:match("^%d%d?:%d%d?$") then
+			return check_duration(text)
+		end
+		return q(text) .. " is not a deadline; " .. DEADLINE_FIX
+	end
+	local y, mo, d, h, mi, rest = text:match("^(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d)(.*)$")
+	local sec = "0"
+	if y and rest ~= "" and rest ~= "Z" then
+		sec = rest:match("^:(%d%d)Z?$")
+		if not sec then
+			y = nil
+		end
+	end
+	if not y then
+		return q(text) .. " is not a deadline; " .. DEADLINE_FIX
+	end
+	y, mo, d, h, mi, sec = tonumber(y), tonumber(mo), tonumber(d), tonumber(h), tonumber(mi), tonumber(sec)
+	if y < 2000 or y > 2199 then
+		return q(text) .. ": the year must be 2000 to 2199; " .. DEADLINE_FIX
+	end
+	if mo < 1 or mo > 12 or d < 1 or d > days_in_month(y, mo) then
+		return q(text) .. " is not a date of the calendar; " .. DEADLINE_FIX
+	end
+	if h >= 24 or mi >= 60 or sec >= 60 then
+		return q(text) .. ": hours must be below 24, minutes and seconds below 60; " .. DEADLINE_FIX
+	end
+	local at = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec
+	if at <= os.time() then
+		return q(text) .. " is in the past (UTC); " .. DEADLINE_FIX
+	end
+	return nil
+end
+
 local CHECKS = {
 	key = function(v)
 		if #v > 64 or not v:match("^[%w_%.%-]+$") then
@@ -139,6 +199,7 @@ local CHECKS = {
 			return q(v) .. " is not yes or no; write restartable=yes or restartable=no"
 		end
 	end,
+	deadline = check_deadline,
 }
 
 local function fail(shown, problem)

@@ -161,6 +161,7 @@ class Job:
     exit_code: int | None  # exit status, 128 + signal when killed; None until ended
     reason_detail: str = ""  # state_description, e.g. "launch failed requeued held"
     dependency: str = ""  # e.g. "afterany:41(unfulfilled)"; "" when none
+    deadline: float | None = None  # sbatch --deadline (epoch seconds); None when unset
 
     @property
     def finished(self) -> bool:
@@ -277,6 +278,7 @@ def job_from_json(data: Mapping[str, Any]) -> Job:
         exit_code=_exit_code(data.get("exit_code")) if ended else None,
         reason_detail=_text(data.get("state_description")),
         dependency=_text(data.get("dependency")),
+        deadline=_time(data.get("deadline")),
     )
 
 
@@ -378,6 +380,7 @@ def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
                 "end_time": j.end_time,
                 "restart_cnt": j.requeue_count,
                 "exit_code": {"return_code": j.exit_code, "signal": j.exit_code_signal},
+                "deadline": getattr(j, "deadline", None),
             }
         )
     return records

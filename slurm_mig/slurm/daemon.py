@@ -332,6 +332,23 @@ class CycleReport:
         }
 
 
+def _log_repartitions(cycle: int, result: Any) -> None:
+    """One log line per GPU whose configuration a policy changed (SMART-MIG's
+    controller: ``stats["repartitions"]`` of (gpu, from, to) configuration numbers);
+    the hooks realise it as jobs start on the new configuration's slots."""
+    for snap, got in zip(result.snapshots, result.decisions):
+        stats = got.stats or {}
+        moves = stats.get("repartitions", ())
+        for gpu, before, after in moves:
+            g = snap.gpus[gpu]
+            log.info(
+                "cycle %d: repartition %s gpu %d (%s): configuration %d -> %d",
+                cycle, g.node, g.local, snap.model.name, before, after,
+            )  # fmt: skip
+        if stats.get("controller") and not moves:
+            log.info("cycle %d: repartition: the controller kept every configuration", cycle)
+
+
 class PlannerDaemon:
     """Runs cycles: snapshot, plan, apply (or print, in a dry run), status file."""
 
@@ -381,6 +398,7 @@ class PlannerDaemon:
             report = self._report(started, None, None, text)
             self._write_status(report)
             return report
+        _log_repartitions(self.cycles, result)
         if self.dry_run:
             for action in result.actions:
                 print(action.describe(), file=self.out)
