@@ -159,8 +159,7 @@ def infer_config(gpu: Gpu, configs: Iterable[Config], default: Config) -> Config
     best = None
     for c in configs:
         score = max(
-            (sum(1 for s in p if s in busy), sum(1 for s in p if s in idle))
-            for p in c.realisations
+            (sum(1 for s in p if s in busy), sum(1 for s in p if s in idle)) for p in c.realisations
         )
         key = (score, c == default, -c.number)
         if best is None or key > best[0]:

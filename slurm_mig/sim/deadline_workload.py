@@ -112,10 +112,13 @@ def deadline_jobs(
     seed: int = 0,
     daily: bool = True,
     linear: bool = False,
+    deadline_from_zero: bool = False,
 ) -> list[SimJob]:
     """SMART-MIG's jobs (module doc): ``daily`` arrivals follow Fig. 5's pattern, else a
     fixed rate; ``jobs`` stops after that many, else after ``days``; ``linear`` gives
-    every job the linear curve (the paper's "linear throughput jobs" of Fig. 11)."""
+    every job the linear curve (the paper's "linear throughput jobs" of Fig. 11);
+    ``deadline_from_zero`` reads the paper's ``d_j ~ U(1, 1.5) p_j7`` literally, from the
+    start of the queue rather than from the job's release."""
     if not (0 < rate_multiplier <= 10_000 and math.isfinite(rate_multiplier)):
         raise WorkloadError(f"--rate-multiplier {rate_multiplier} must be in (0, 10000]")
     if not (0 < days <= 366):
@@ -142,10 +145,14 @@ def deadline_jobs(
             x = s * 7 / top
             lo = max((k for k in curve if k <= x), default=1)
             hi = min((k for k in curve if k >= x), default=7)
-            rel = curve[lo] if hi == lo else curve[lo] + (curve[hi] - curve[lo]) * (x - lo) / (hi - lo)
+            rel = (
+                curve[lo]
+                if hi == lo
+                else curve[lo] + (curve[hi] - curve[lo]) * (x - lo) / (hi - lo)
+            )
             times[s] = base * top / s if linear else base / rel
         times[top] = base
-        d = r + rng.uniform(*SLACK) * base
+        d = (0.0 if deadline_from_zero else r) + rng.uniform(*SLACK) * base
         out.append(SimJob(f"j{i}", r, times, kind=kind, deadline=d))
     if not out:
         raise WorkloadError(
