@@ -131,7 +131,7 @@ def fig11(runs: int, budget: float) -> None:
                     gaps.append(b.gap)
             kind = "linear" if linear else "mixed "
             t, lb = _mean(ts), _mean(lbs)
-            above = f"{100 * (t / lb - 1):+.0f} % above" if lb > 0 else "bound 0: no ratio"
+            above = f"{100 * (t / lb - 1):+.0f} % above" if lb > 1e-6 else "bound 0: no ratio"
             gap = f"{100 * _mean(gaps):.0f} %" if gaps else "-"
             print(
                 f"  {kind} EDF {t:8.1f} s, bound {lb:8.1f} s: {above} (eps {_mean(eps):.0f} s); "

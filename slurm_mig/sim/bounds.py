@@ -271,5 +271,12 @@ def tardiness_bound(
         gap = (float(res.fun) - float(dual)) / float(res.fun)
     # the bound is over all jobs, those without a deadline adding 0
     return TardinessBound(
-        max(0.0, total) / n, eps, tau + 1, optimal, gap, took, float(time_budget), str(res.message)
+        (total if total > 1e-6 else 0.0) / n,
+        eps,
+        tau + 1,
+        optimal,
+        gap,
+        took,
+        float(time_budget),
+        str(res.message),
     )
