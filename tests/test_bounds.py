@@ -164,3 +164,9 @@ def test_bound_cli_rejects_a_bad_budget(tmp_path, capsys):
     assert main(["bound", str(path), "--gpus", "1", "--time-budget", "0"]) == 2
     err = capsys.readouterr().err
     assert "--time-budget" in err and "Traceback" not in err
+
+
+def test_an_oversized_mip_is_refused_with_the_way_out():
+    jobs = deadline_jobs(A100, rate_multiplier=20.0, jobs=3000, seed=1, daily=False)
+    with pytest.raises(ValueError, match="--no-tardiness"):
+        tardiness_bound(jobs, 8, A100, max_slots=200)

@@ -32,6 +32,8 @@ from ..geometry import GpuModel
 from ..power import power_curve
 from .api import SimJob
 
+MAX_SLOT_VARS = 400_000  # jobs x slots: beyond it HiGHS needs GBs and hours
+
 __all__ = [
     "EnergyBound",
     "TardinessBound",
@@ -158,9 +160,11 @@ def tardiness_bound(
     if not (eps > 0 and math.isfinite(eps)):
         raise ValueError(f"eps {eps} must be a positive number of seconds")
     tau = int(horizon // eps) + 1  # slots 0..tau
-    if tau * m > 2_000_000:
+    if tau * m > MAX_SLOT_VARS:
         raise ValueError(
-            f"the MIP would have {tau * m} slot variables per kind; raise eps or give fewer jobs"
+            f"the tardiness MIP would have {tau * m} slot variables per kind (at most "
+            f"{MAX_SLOT_VARS}); give fewer jobs (--jobs), fewer slots (--max-slots) or a "
+            "larger --eps, or skip it with --no-tardiness"
         )
     # Per job j and slot t >= its release slot: z (work done by the end of slot t, the
     # running sum of the paper's x, which keeps the matrix O(n tau)) and y (done).
