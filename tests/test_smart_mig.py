@@ -280,3 +280,26 @@ def test_train_controller_cli_writes_a_loadable_seeded_checkpoint(tmp_path, caps
     assert rows[0].startswith("iteration,") and len(rows) == 3
     h = a.matrix(np.full(STATE_SIZE, 0.2))
     np.testing.assert_allclose(h.sum(axis=1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["edf", "met", "cedf", "smart-mig"])
+def test_a_job_asking_for_a_size_no_configuration_has_still_runs(policy):
+    # one GPU in configuration 1 (7g only); j0 asks for a 1g: it runs on a 1g outside
+    # the configuration once the GPU is free instead of waiting forever
+    jobs = [
+        Job("j0", 0.0, {s: 1.0 for s in (1, 2, 3, 4, 7)}, size=1),
+        Job("j1", 0.0, {3: 1.0, 4: 1.0, 7: 1.0}),
+    ]
+    pol = get_policy(policy, configs="1")
+    r = simulate(jobs, pol, 1, 1, A100, 0, check=True)
+    assert r.jobs == 2 and all(f > 0 for f in r.finish)
+
+
+def test_smart_mig_on_a_model_without_the_12_configurations_runs_as_cedf():
+    a30 = get_model("A30-24GB")
+    jobs = [
+        Job(f"j{i}", float(i), {1: 40.0, 2: 22.0, 4: 12.0}, deadline=i + 30.0) for i in range(6)
+    ]
+    r = simulate(jobs, get_policy("smart-mig"), 1, 2, a30, 0, check=True)
+    c = simulate(jobs, get_policy("cedf"), 1, 2, a30, 0, check=True)
+    assert r.finish == c.finish

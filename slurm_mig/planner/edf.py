@@ -13,6 +13,8 @@ go onto free slots of it:
   4: 1g already gives 80 %) then deadline, GPUs by mean slot size (largest first),
   slots chosen as Alg. 1.
 
+A job that asked for a size no configuration has runs on a free slot of that size
+outside the configuration (on the least busy GPU), so that it never waits forever.
 A job that gives no deadline is planned as due ``default_slack`` times its fastest
 time after it arrived (it adds no tardiness to any report). Jobs are never stopped: a
 slot held by a running job is not free. Non-preemptive, as on Slurm.
@@ -24,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..geometry import GpuModel, Slot
+from ..geometry import GpuModel, MaskTables, Slot, mask_tables, slot_mask
 from ..power import power_curve
 from .baseline import busy_instance, start_ops
 from .decisions import Decisions, Op
@@ -146,6 +148,7 @@ def assign_jobs(
     else:
         jobs.sort(key=lambda j: (due[j.id], j.arrival, j.id))
     curve = power_curve(model) if rule == "met" else ()
+    tables = mask_tables(model)
     by_size = sorted(states, key=lambda st: (-st.layout.config.mean_size, st.gpu.index))
     ops: list[Op] = []
     for job in jobs:
@@ -163,6 +166,8 @@ def assign_jobs(
                 else sorted(states, key=lambda st: (-st.busy, st.gpu.index))
             )
             pick = _packed(order, job, sizes, now, due[job.id])
+        if pick is None and not any(x.size in sizes for st in states for x in st.layout.slots):
+            pick = _outside(states, job, sizes, tables)
         if pick is None:
             continue
         st, slot = pick
@@ -170,12 +175,27 @@ def assign_jobs(
         seconds = job.time(slot.size)
         ops[-1] = replace(ops[-1], end=now + seconds)
         st.gpu = st.gpu.placed(busy_instance(slot, job))
-        st.free.remove(slot)
+        taken = slot_mask(slot)
+        st.free = [x for x in st.free if not slot_mask(x) & taken]
         st.busy += slot.size
         st.running.append((now + seconds, slot.size))
         if not any(s.free for s in states):
             break
     return ops
+
+
+def _outside(
+    states: Sequence[_GpuState], job: Job, sizes: set[int], tables: MaskTables
+) -> tuple[_GpuState, Slot] | None:
+    """A slot for a job no configuration has a size for (it asked for a size the static
+    configurations lack): the fastest of its sizes free of running jobs on the least
+    busy GPU; the configuration yields to it rather than leave the job waiting forever."""
+    for st in sorted(states, key=lambda st: (st.busy, st.gpu.index)):
+        for size in sorted(sizes, key=lambda z: (job.time(z), z)):
+            slot = tables.first_free(size, st.gpu.busy_mask)
+            if slot is not None:
+                return st, slot
+    return None
 
 
 def _slowest_first(st: _GpuState, job: Job, sizes: set[int]) -> list[Slot]:

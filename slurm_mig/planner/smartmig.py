@@ -235,6 +235,18 @@ class SmartMigPolicy:
             raise UnknownPolicy(f"policy {self.name!r}: {exc}") from None
         return cfgs, start
 
+    def _static(self, snap: ClusterSnapshot) -> Decisions:
+        """A model without the 12 configurations the controller knows (e.g. the A30's
+        4): CEDF on static configurations, so that a mixed cluster keeps running."""
+        ops = assign_jobs(
+            snap,
+            _static_layouts(self.spec, snap),
+            "cedf",
+            default_slack=self.default_slack,
+            shift=self.penalty_s,
+        )
+        return Decisions(tuple(ops), stats={"controller": False, "static": snap.model.name})
+
     def draw(self, snap: ClusterSnapshot, current: Sequence[Config], rng: random.Random) -> Draw:
         """Eq. 5 and top-k: each GPU's next configuration."""
         state = features(snap, current, penalty_s=self.penalty_s, default_slack=self.default_slack)
@@ -258,6 +270,8 @@ class SmartMigPolicy:
         return Draw(state, tuple(c.number for c in current), tuple(after), support, probs)
 
     def decide(self, snap: ClusterSnapshot) -> Decisions:
+        if len(configs_for(snap.model)) != N_CONFIGS:
+            return self._static(snap)
         cfgs, start = self._configs(snap.model)
         current = [infer_config(g, cfgs, start[i % len(start)]) for i, g in enumerate(snap.gpus)]
         rng = random.Random(f"smart-mig:{snap.seed}:{snap.now!r}")
@@ -293,6 +307,14 @@ class SmartMigPolicy:
         )
         stats = {"repartitions": tuple(moved), "controller": draw is not None}
         return Decisions(tuple(ops), stats=stats)
+
+
+def _static_layouts(spec, snap: ClusterSnapshot) -> list[Layout]:
+    try:
+        cfgs = parse_configs(spec, snap.model)
+    except ValueError:  # numbers of the A100's list: this model's own configurations
+        cfgs = parse_configs(None, snap.model)
+    return [realise(cfgs[i % len(cfgs)], g) for i, g in enumerate(snap.gpus)]
 
 
 @lru_cache(maxsize=4096)
