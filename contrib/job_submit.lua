@@ -10,7 +10,8 @@ For jobs submitted to the MIG partition:
   * a comment longer than MAX_COMMENT bytes (after that) is rejected: Slurm keeps
     1024, and the planner needs the rest for its token and its notes;
   * a malformed `mig:` hint in --comment is rejected at submission with the same
-    message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr);
+    message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr), and so
+    is a `deadline=` date in the past;
   * a job that asks for GRES or TRES of its own (--gres, --gpus, --gpus-per-node,
     --gpus-per-task, --gpus-per-socket, --tres-per-task ...) is rejected: the planner
     gives each job its MIG instance's GRES record, which is what lets Slurm's device
@@ -41,7 +42,7 @@ local ALLOW_ROOT_JOBS = false
 local MAX_COMMENT = 512
 
 local PREFIX = "mig:"
-local KEYS = "key, mem, iters, time, pcie, alpha, restartable"
+local KEYS = "key, mem, iters, time, pcie, alpha, restartable, deadline"
 local MAX_SIZE = 2 ^ 50 -- bytes (1 PiB)
 local MAX_DURATION = 366 * 86400 -- seconds
 local MAX_ITERS = 1000000000
@@ -50,6 +51,7 @@ local MAX_ALPHA = 100
 local MAX_WORD = 256 -- bytes of the mig: word
 local SIZE_FIX = "write bytes or a size like 12G or 512MiB"
 local TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
+local DEADLINE_FIX = "write a time after submission like 2h or 1:30:00, or a UTC date like 2027-01-31T18:00"
 local SIZE_UNITS = {
 	[""] = 0, b = 0,
 	k = 1, kb = 1, kib = 1,
@@ -132,6 +134,65 @@ local function check_duration(text)
 	return nil
 end
 
+-- Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+local function days_from_civil(y, m, d)
+	if m <= 2 then
+		y = y - 1
+	end
+	local era = math.floor(y / 400)
+	local yoe = y - era * 400
+	local mp = (m + 9) % 12
+	local doy = math.floor((153 * mp + 2) / 5) + d - 1
+	local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+	return era * 146097 + doe - 719468
+end
+
+local function days_in_month(y, m)
+	local days = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 }
+	if m == 2 and (y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0)) then
+		return 29
+	end
+	return days[m]
+end
+
+-- A duration after submission (the time grammar) or a UTC date, not in the past at
+-- submission (later, a deadline that has passed is the job's business, not an error).
+local function check_deadline(text, at_submit)
+	if not text:find("-", 1, true) then
+		if text:match("^%d+[smhd]?$") or text:match("^%d+%.%d+[smhd]?$")
+			or text:match("^%d+:%d%d?:%d%d?$") or text:match("^%d%d?:%d%d?$") then
+			return check_duration(text)
+		end
+		return q(text) .. " is not a deadline; " .. DEADLINE_FIX
+	end
+	local y, mo, d, h, mi, rest = text:match("^(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d)(.*)$")
+	local sec = "0"
+	if y and rest ~= "" and rest ~= "Z" then
+		sec = rest:match("^:(%d%d)Z?$")
+		if not sec then
+			y = nil
+		end
+	end
+	if not y then
+		return q(text) .. " is not a deadline; " .. DEADLINE_FIX
+	end
+	y, mo, d, h, mi, sec = tonumber(y), tonumber(mo), tonumber(d), tonumber(h), tonumber(mi), tonumber(sec)
+	if y < 2000 or y > 2199 then
+		return q(text) .. ": the year must be 2000 to 2199; " .. DEADLINE_FIX
+	end
+	if mo < 1 or mo > 12 or d < 1 or d > days_in_month(y, mo) then
+		return q(text) .. " is not a date of the calendar; " .. DEADLINE_FIX
+	end
+	if h >= 24 or mi >= 60 or sec >= 60 then
+		return q(text) .. ": hours must be below 24, minutes and seconds below 60; " .. DEADLINE_FIX
+	end
+	local at = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec
+	if at_submit and at <= os.time() then
+		return q(text) .. " is in the past (UTC); " .. DEADLINE_FIX
+	end
+	return nil
+end
+
 local CHECKS = {
 	key = function(v)
 		if #v > 64 or not v:match("^[%w_%.%-]+$") then
@@ -171,6 +232,7 @@ local CHECKS = {
 			return q(v) .. " is not yes or no; write restartable=yes or restartable=no"
 		end
 	end,
+	deadline = check_deadline,
 }
 
 local function fail(shown, problem)
@@ -178,7 +240,7 @@ local function fail(shown, problem)
 end
 
 -- nil when the comment's mig: hint is well formed (or absent), else the message.
-local function check_comment(comment)
+local function check_comment(comment, at_submit)
 	if comment == nil then
 		return nil
 	end
@@ -224,7 +286,7 @@ local function check_comment(comment)
 		if value == "" then
 			return fail(item, "no value; write " .. key .. "=value")
 		end
-		local problem = CHECKS[key](value)
+		local problem = CHECKS[key](value, at_submit)
 		if problem then
 			return fail(item, problem)
 		end
@@ -252,12 +314,12 @@ local function check_length(comment)
 end
 
 -- The user's comment without tokens, or the message why it is refused.
-local function user_comment(comment)
+local function user_comment(comment, at_submit)
 	if comment == nil then
 		return nil, nil
 	end
 	local clean = strip_tokens(comment)
-	local problem = check_length(clean) or check_comment(clean)
+	local problem = check_length(clean) or check_comment(clean, at_submit)
 	return clean, problem
 end
 
@@ -325,7 +387,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 			"submit as another user")
 		return slurm.ERROR
 	end
-	local clean, problem = user_comment(job_desc.comment)
+	local clean, problem = user_comment(job_desc.comment, true)
 	problem = problem or check_tres(job_desc)
 	if problem then
 		slurm.log_user("%s", problem)
@@ -347,14 +409,14 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 		comment = job_rec.comment -- a job moved into the MIG partition keeps its comment
 	end
 	if PLANNER_UIDS[modify_uid] then
-		local problem = check_comment(comment)
+		local problem = check_comment(comment, false)
 		if problem then
 			slurm.log_user("%s", problem)
 			return slurm.ERROR
 		end
 		return slurm.SUCCESS
 	end
-	local clean, problem = user_comment(comment)
+	local clean, problem = user_comment(comment, false)
 	problem = problem or check_tres(job_desc)
 	if problem then
 		slurm.log_user("%s", problem)

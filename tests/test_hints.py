@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import time
 
 import pytest
 from hypothesis import given
@@ -81,12 +82,22 @@ GOOD: list[tuple[str | None, Hints]] = [
         ),
     ),
     ("note\tmig:mem=1G\tmore", Hints(mem=GiB)),
+    ("mig:deadline=2h", Hints(deadline_in=7200.0)),
+    ("mig:deadline=1:30:00", Hints(deadline_in=5400.0)),
+    ("mig:deadline=90", Hints(deadline_in=90.0)),
+    ("mig:deadline=2099-01-31T18:00", Hints(deadline_at=4073565600.0)),
+    ("mig:deadline=2099-01-31T18:00:30Z", Hints(deadline_at=4073565630.0)),
+    ("mig:deadline=2196-02-29T00:00", Hints(deadline_at=7136985600.0)),
+    ("mig:key=x,deadline=15m,time=5m", Hints(key="x", deadline_in=900.0, time=300.0)),
 ]
 
 # comment -> (the setting the message must show, the fix it must give)
 SIZE_FIX = "write bytes or a size like 12G or 512MiB"
 TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
-KEYS_FIX = "use one of key, mem, iters, time, pcie, alpha, restartable"
+KEYS_FIX = "use one of key, mem, iters, time, pcie, alpha, restartable, deadline"
+DEADLINE_FIX = (
+    "write a time after submission like 2h or 1:30:00, or a UTC date like 2027-01-31T18:00"
+)
 BAD: list[tuple[str, str, str]] = [
     ("mig:", "'mig:'", "write mig:key=value"),
     ("mig:mem=12X", "'mem=12X'", "unknown unit 'X'; " + SIZE_FIX),
@@ -151,6 +162,28 @@ BAD: list[tuple[str, str, str]] = [
     ("mig:alpha=nan", "'alpha=nan'", "write e.g. alpha=0.9"),
     ("mig:restartable=Yes", "'restartable=Yes'", "write restartable=yes or restartable=no"),
     ("mig:restartable=1", "'restartable=1'", "write restartable=yes or restartable=no"),
+    (
+        "mig:deadline=2001-01-01T00:00",
+        "'deadline=2001-01-01T00:00'",
+        "in the past (UTC); " + DEADLINE_FIX,
+    ),
+    (
+        "mig:deadline=2027-02-30T00:00",
+        "'deadline=2027-02-30T00:00'",
+        "not a date of the calendar; " + DEADLINE_FIX,
+    ),
+    ("mig:deadline=2099-01-31T24:00", "'deadline=2099-01-31T24:00'", "hours must be below 24"),
+    (
+        "mig:deadline=2300-01-01T00:00",
+        "'deadline=2300-01-01T00:00'",
+        "the year must be 2000 to 2199",
+    ),
+    ("mig:deadline=2099-01-31", "'deadline=2099-01-31'", "not a deadline; " + DEADLINE_FIX),
+    ("mig:deadline=soon", "'deadline=soon'", "not a deadline; " + DEADLINE_FIX),
+    ("mig:deadline=-5", "'deadline=-5'", "not a deadline; " + DEADLINE_FIX),
+    ("mig:deadline=0", "'deadline=0'", "not above 0; " + TIME_FIX),
+    ("mig:deadline=367d", "'deadline=367d'", "more than 366 days; " + TIME_FIX),
+    ("mig:deadline=2h,deadline=3h", "'deadline=3h'", "'deadline' is given twice"),
 ]
 
 
@@ -158,14 +191,16 @@ def fuzz_comments(n: int, seed: int = 7) -> list[str]:
     """Near-miss comments built from the grammar's pieces, to compare Python and Lua
     beyond the hand-written cases."""
     rng = random.Random(seed)
-    keys = ["key", "mem", "iters", "time", "pcie", "alpha", "restartable", "Mem", "x", ""]
+    keys = ["key", "mem", "iters", "time", "pcie", "alpha", "restartable", "deadline", "Mem",
+            "x", ""]  # fmt: skip
     values = [
         "1", "0", "12G", "12g", "1.5T", "7KiB", "3kb", "1.", ".5", "1e3", "-1", "yes", "no",
         "Yes", "1:30:00", "61:00", "5:5", "1:5:7", "2h", "2H", "0.0", "a-b.c", "a b", "",
-        "9" * 30, "1:00:60", "10m", "0:00:01", "12TiB", "12tIb", "x=y",
+        "9" * 30, "1:00:60", "10m", "0:00:01", "12TiB", "12tIb", "x=y", "2099-01-31T18:00",
+        "2001-01-01T00:00", "2099-02-29T00:00", "2099-1-1T00:00", "2099-01-31T18:00:00Z",
     ]  # fmt: skip
     good = ["key=a.b", "mem=12G", "mem=3kb", "iters=5", "time=1:30:00", "time=2h", "pcie=0",
-            "alpha=0.5", "restartable=no"]  # fmt: skip
+            "alpha=0.5", "restartable=no", "deadline=2h", "deadline=2099-12-31T23:59"]  # fmt: skip
     out = []
     for _ in range(n):
         items = []
@@ -188,12 +223,13 @@ def fuzz_comments(n: int, seed: int = 7) -> list[str]:
 @pytest.mark.parametrize(("comment", "expected"), GOOD)
 def test_good_hints_parse(comment: str | None, expected: Hints) -> None:
     assert parse_hints(comment) == expected
+    assert parse_hints(comment, now=time.time()) == expected
 
 
 @pytest.mark.parametrize(("comment", "shown", "fix"), BAD)
 def test_bad_hints_name_the_setting_and_the_fix(comment: str, shown: str, fix: str) -> None:
     with pytest.raises(HintError) as err:
-        parse_hints(comment)
+        parse_hints(comment, now=time.time())  # at submission: a past deadline is refused
     message = str(err.value)
     assert message.startswith(f"slurm-mig: hint {shown}: "), message
     assert fix in message, message
@@ -207,6 +243,15 @@ def test_size_and_duration_alone_raise_without_the_hint_prefix() -> None:
     with pytest.raises(HintError, match=r"^'soon' is not a duration; write seconds"):
         parse_duration("soon")
     assert isinstance(HintError("x"), ValueError)
+
+
+def test_a_deadline_that_passed_after_submission_still_parses() -> None:
+    # the daemon reads hints of queued jobs long after sbatch: no error then
+    hints = parse_hints("mig:deadline=2001-01-01T00:00")
+    assert hints.deadline_at == 978307200.0
+    assert hints.deadline(5.0) == 978307200.0
+    assert parse_hints("mig:deadline=15m").deadline(1000.0) == 1900.0
+    assert parse_hints("mig:mem=1G").deadline(1000.0) is None
 
 
 def test_hint_word_finds_the_word_and_ignores_the_token() -> None:

@@ -171,3 +171,21 @@ def test_progress_writes_plain_lines_every_tenth_elsewhere():
         p(done, 100)
     lines = s.getvalue().splitlines()
     assert len(lines) == 11 and lines[-1].startswith("sim: 100/100 jobs")
+
+
+def test_smart_mig_workload_reports_tardiness_energy_and_et(capsys):
+    argv = ["simulate", "--gpus", "4", "--workload", "smart-mig-poisson", "--jobs", "120",
+            "--rate-multiplier", "40", "--policy", "edf,met,cedf,smart-mig", "--json"]  # fmt: skip
+    rc, out, err = run(capsys, *argv)
+    assert rc == 0, err
+    data = json.loads(out)
+    assert list(data["policies"]) == ["edf", "met", "cedf", "smart-mig"]
+    pols = data["policies"].values()
+    t = sum(s["tardiness_mean"] for s in pols) / 4
+    e = sum(s["energy_j"] for s in pols) / 4
+    assert data["et_a"] == pytest.approx(t / (2 * e))  # a = t / (2 e), Eq. 4
+    for s in pols:
+        assert s["jobs"] == 120 and s["energy_j"] > 0 and s["tardiness_mean"] >= 0
+        a = data["et_a"]
+        assert s["et"] == pytest.approx((a * s["energy_j"] + s["tardiness_mean"]) / (a + 1))
+    assert t > 0  # at 40x on 4 GPUs some jobs are late

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from . import (
     bench,
+    bound,
     check_config,
     demo,
     explain,
@@ -26,6 +27,7 @@ from . import (
     report,
     simulate,
     status,
+    train_controller,
     validate,
 )
 from .common import INPUT_ERRORS, PROG, Formatter, Parser, version, wrap
@@ -48,6 +50,8 @@ COMMANDS = (
     status,
     explain,
     report,
+    bound,
+    train_controller,
 )
 
 

@@ -23,6 +23,9 @@ workloads (--workload):
   miso-trace  MISO's 100-job trace with its measured per-slice speeds (1000 jobs)
   alibaba     Alibaba openb single-GPU pods, sized to the smallest covering profile
   philly      Philly runtimes with Poisson arrivals (1000 jobs)
+  smart-mig   SMART-MIG's training and inference jobs with deadlines, a day of Fig. 5's
+              arrival pattern x --rate-multiplier (default 20)
+  smart-mig-poisson  the same jobs at a fixed rate (base x multiplier), 1000 jobs
   FILE        CSV or JSON jobs; columns id, arrival, per-size times 1,2,3,4,7 (or
               runtime + size), optional size, memory_mib, pcie_demand, alpha,
               restartable, kind
@@ -38,7 +41,9 @@ policies (--policy, comma-separated; options as NAME:KEY=VALUE:KEY=VALUE):
 The table shows per policy: jobs, sum and mean job completion time (finish -
 arrival), mean wait (first start - arrival), makespan, energy from the A100 power
 curve by busy slices (SMART-MIG), mean utilisation of the compute slices,
-create/destroy operations and the simulation's own run time.
+create/destroy operations and the simulation's own run time. With --json also
+tardiness_mean (s, every job counted, 0 for jobs without a deadline) and et, SMART-MIG's
+Eq. 4 with a = t/(2e) over the policies compared (et_a).
 """
 
 
@@ -70,6 +75,8 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                     help="a preset (pcie-paper, miso-trace, alibaba, philly) or a job file")  # fmt: skip
     si.add_argument("--pcie-bound", metavar="F", type=_share,
                     help="pcie-paper: share of PCIe-bound jobs, 0..1 (default: 0.4)")  # fmt: skip
+    si.add_argument("--rate-multiplier", metavar="K", type=_multiplier,
+                    help="smart-mig presets: arrival rate as a multiple of the base rate (default: 20)")  # fmt: skip
     si.add_argument("--jobs", metavar="K", type=_positive_int,
                     help="number of jobs (presets) or the first K of a file")  # fmt: skip
     si.add_argument("--policy", metavar="P1,P2,...", default="baseline,far",
@@ -93,6 +100,16 @@ def _share(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text} must be a share within 0..1 (e.g. 0.6)")
+    return value
+
+
+def _multiplier(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value <= 10_000.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a multiplier in (0, 10000], e.g. 20")
     return value
 
 
@@ -156,7 +173,15 @@ def run(args: argparse.Namespace) -> int:
         )
     specs = parse_policies(args.policy)
     policies = [(label, get_policy(name, **opts)) for label, name, opts in specs]
-    jobs = build_workload(args.workload, model, args.gpus, args.jobs, args.seed, args.pcie_bound)
+    jobs = build_workload(
+        args.workload,
+        model,
+        args.gpus,
+        args.jobs,
+        args.seed,
+        args.pcie_bound,
+        getattr(args, "rate_multiplier", None),
+    )
     results = []
     for label, policy in policies:
         bar = Progress(f"{PROG} simulate {label}")
@@ -205,6 +230,12 @@ def _plot(results, args) -> None:
 def _header(args, jobs, model) -> str:
     bound = sum(1 for j in jobs if j.pcie_demand > 0)
     share = f", {100 * bound / len(jobs):.0f} % PCIe-bound" if bound else ""
+    if any(j.deadline is not None for j in jobs):
+        from ..sim.deadline_workload import job_curve, sublinearity_score
+
+        ss = sublinearity_score(job_curve(j) for j in jobs)
+        rate = getattr(args, "rate_multiplier", None)
+        share += f", deadlines, ss {ss:.2f}" + (f", rate x{rate:g}" if rate else "")
     nodes = f" on {args.nodes} nodes" if args.nodes > 1 else ""
     return (
         f"{args.workload}: {len(jobs)} jobs{share}; {args.gpus} x {model.name}{nodes}; "
@@ -213,6 +244,14 @@ def _header(args, jobs, model) -> str:
 
 
 def to_json(results, args, header: str, model_name: str) -> dict:
+    from ..sim.metrics import et_value, et_weight
+
+    a = et_weight(results)
+    policies = {}
+    for r in results:
+        s = r.summary()
+        s["et"] = et_value(s["energy_j"], s["tardiness_mean"], a)
+        policies[r.policy] = s
     return {
         "workload": args.workload,
         "gpu_model": model_name,
@@ -220,7 +259,8 @@ def to_json(results, args, header: str, model_name: str) -> dict:
         "nodes": args.nodes,
         "seed": args.seed,
         "description": header,
-        "policies": {r.policy: r.summary() for r in results},
+        "et_a": a,
+        "policies": policies,
     }
 
 

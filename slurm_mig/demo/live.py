@@ -247,14 +247,24 @@ class LiveCluster:
         raise TimeoutError(f"the planner did not plan the {n} jobs in {timeout:.0f} s")
 
     # --- jobs ----------------------------------------------------------------------------
-    def submit(self, kernel: str, scale: float, user: str | None = None) -> str:
+    def submit(
+        self,
+        kernel: str,
+        scale: float,
+        user: str | None = None,
+        hints: str = "",
+        args: Sequence[str] = (),
+    ) -> str:
+        """Submit a kernel of the profiled set (``hints``: more ``mig:`` settings, e.g.
+        ``deadline=10m``; ``args``: more sbatch options, e.g. ``--deadline=now+1hour``)."""
         assert self.cluster is not None
         wrap = (
             f"SLURM_MIG_T0=$(date +%s.%N) exec env PYTHONPATH={ROOT} {self.cluster.python} "
             f"-m slurm_mig.demo.job {kernel} {scale} {self.sim_root} {self.job_log}"
         )
+        comment = f"mig:key={kernel}" + (f",{hints}" if hints else "")
         return self.cluster.sbatch(
-            wrap, partition="mig", comment=f"mig:key={kernel}", name=kernel, user=user
+            wrap, *args, partition="mig", comment=comment, name=kernel, user=user
         )
 
     def jobs(self) -> dict[str, object]:

@@ -198,6 +198,34 @@ _ENTRIES = (
         "MIGM scheme B: in order (FIFO), the most reachable partition",
         _P + "partition_manager:make_policy",
     ),
+    PolicyInfo(
+        "edf",
+        "online",
+        "SMART-MIG EDF most packed: static configurations, earliest deadline first onto the "
+        "slowest slot of the most packed GPU that meets it",
+        _P + "edf:make_policy",
+    ),
+    PolicyInfo(
+        "met",
+        "online",
+        "SMART-MIG EDF marginal ET: static configurations, each job onto the slot with the "
+        "least tardiness + a x marginal energy",
+        _P + "edf:make_policy",
+    ),
+    PolicyInfo(
+        "cedf",
+        "online",
+        "SMART-MIG categorical EDF: jobs by throughput class then deadline onto GPUs by "
+        "mean slot size",
+        _P + "edf:make_policy",
+    ),
+    PolicyInfo(
+        "smart-mig",
+        "online",
+        "SMART-MIG: a mean-field RL controller repartitions GPUs among the 12 configurations "
+        "(top-k sampling), CEDF places the jobs",
+        _P + "smartmig:make_policy",
+    ),
 )
 _BY_NAME = {e.name: e for e in _ENTRIES}
 _FIXPART = re.compile(r"^fixpart-\d+(-\d+)*$")

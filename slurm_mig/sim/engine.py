@@ -606,6 +606,7 @@ class Engine:
             slices_total=self.model.compute_slices * len(self.gpu_state),
             util_t=self.util_t,
             util_busy=self.util_busy,
+            deadline=[j.deadline for j in self.jobs],
         )
 
 

@@ -28,6 +28,10 @@ Presets (``build_workload``):
               times; per-size times t(s) = r (7/s)^b with b ~ U(0.3, 1.0) per job
               (our assumption: sub-linear scaling); Poisson arrivals at 85 % load.
               Default 1000 jobs.
+  smart-mig   SMART-MIG's generator (``deadline_workload``): training and inference jobs
+              with deadlines, Fig. 5's daily arrival pattern x ``rate_multiplier``
+              (default 20); one day unless ``jobs``.
+  smart-mig-poisson  the same jobs at a fixed rate (base rate x multiplier); 1000 jobs.
 Trace presets read ``../shared/data`` at run time (never copied into the repo):
 ``$SLURM_MIG_SHARED_DATA``, else ``shared/data`` beside the checkout, else
 ``/work/shared/data``.
@@ -41,6 +45,7 @@ Job files (FILE = CSV or JSON), one job per row/object:
   memory_mib  GPU memory needed (default 0 = any)
   pcie_demand GB/s alone (default 0)     alpha   Eq. 2 sensitivity (default 1)
   restartable 1/0 or true/false (default false)   kind   a label for reports
+  deadline    seconds from the start by which it should end (default: none)
 JSON: a list of such objects (or {"jobs": [...]}), per-size times as
 ``"times": {"1": 310.0, ...}``.
 """
@@ -73,7 +78,7 @@ PCIE_BASE_S = (40.0, 60.0)
 # MISO's resnet (batch 256) throughput per size relative to 7g, A100-40GB.
 RESNET_SPEED = {7: 1.0, 4: 0.928, 3: 0.8516, 2: 0.5841, 1: 0.3235}
 
-PRESETS = ("pcie-paper", "miso-trace", "alibaba", "philly")
+PRESETS = ("pcie-paper", "miso-trace", "alibaba", "philly", "smart-mig", "smart-mig-poisson")
 
 
 # ---------------------------------------------------------------------------
@@ -350,6 +355,14 @@ def _job_from(item: Mapping, where: str, model: GpuModel) -> SimJob:
     alpha = _num(item.get("alpha") or 1, where, "alpha")
     if mem < 0 or demand < 0 or alpha <= 0:
         raise WorkloadError(f"{where}: memory_mib and pcie_demand must be >= 0, alpha > 0")
+    deadline = None
+    if item.get("deadline") not in (None, ""):
+        deadline = _num(item["deadline"], where, "deadline")
+        if deadline < arrival:
+            raise WorkloadError(
+                f"{where}: deadline {deadline} is before its arrival {arrival}; give seconds "
+                "from the start, at or after the arrival"
+            )
     rs = item.get("restartable", False)
     if isinstance(rs, str):
         if rs.strip().lower() not in _BOOL:
@@ -365,6 +378,7 @@ def _job_from(item: Mapping, where: str, model: GpuModel) -> SimJob:
         restartable=bool(rs),
         size=size,
         kind=str(item.get("kind") or ""),
+        deadline=deadline,
     )
 
 
@@ -430,7 +444,7 @@ def load_jobs(path: str | Path, model: GpuModel) -> list[SimJob]:
 def default_jobs(preset: str, gpus: int) -> int | None:
     if preset == "pcie-paper":
         return max(20, round(1400 * gpus / 60))
-    if preset == "alibaba":
+    if preset in ("alibaba", "smart-mig"):
         return None
     return 1000
 
@@ -442,11 +456,14 @@ def build_workload(
     jobs: int | None = None,
     seed: int = 0,
     pcie_bound: float | None = None,
+    rate_multiplier: float | None = None,
 ) -> list[SimJob]:
     """A preset by name or a job file; ``jobs`` caps or sets the number of jobs."""
     key = source.strip().lower()
     if pcie_bound is not None and key != "pcie-paper":
         raise WorkloadError("--pcie-bound applies to the pcie-paper preset only")
+    if rate_multiplier is not None and not key.startswith("smart-mig"):
+        raise WorkloadError("--rate-multiplier applies to the smart-mig presets only")
     if jobs is not None and jobs < 1:
         raise WorkloadError(f"--jobs {jobs} must be at least 1")
     n = jobs if jobs is not None else default_jobs(key, gpus)
@@ -459,6 +476,16 @@ def build_workload(
             return alibaba(n, model)
         if key == "philly":
             return philly(n, gpus, model, seed)
+        if key in ("smart-mig", "smart-mig-poisson"):
+            from .deadline_workload import deadline_jobs
+
+            return deadline_jobs(
+                model,
+                rate_multiplier=20.0 if rate_multiplier is None else rate_multiplier,
+                jobs=n,
+                seed=seed,
+                daily=key == "smart-mig",
+            )
     except GeometryError as exc:
         raise WorkloadError(str(exc)) from None
     out = load_jobs(source, model)

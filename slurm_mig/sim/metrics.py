@@ -35,6 +35,7 @@ class SimResult:
     slices_total: int
     util_t: array = field(default_factory=lambda: array("d"))
     util_busy: array = field(default_factory=lambda: array("d"))  # busy slices from util_t[i]
+    deadline: list[float | None] = field(default_factory=list)  # absolute; None: none given
 
     @property
     def jobs(self) -> int:
@@ -47,6 +48,19 @@ class SimResult:
     @property
     def wait(self) -> list[float]:
         return [s - a for s, a in zip(self.start, self.arrival)]
+
+    @property
+    def tardiness(self) -> list[float]:
+        """Per job, seconds it finished after its deadline (0: on time or none given)."""
+        if not self.deadline:
+            return [0.0] * len(self.finish)
+        return [0.0 if d is None else max(0.0, f - d) for f, d in zip(self.finish, self.deadline)]
+
+    @property
+    def tardiness_mean(self) -> float:
+        """SMART-MIG's average tardiness: the sum over every job / the number of jobs."""
+        n = len(self.finish)
+        return math.fsum(self.tardiness) / n if n else 0.0
 
     @property
     def makespan(self) -> float:
@@ -81,6 +95,7 @@ class SimResult:
             "wait_mean": math.fsum(self.wait) / n if n else 0.0,
             "makespan": self.makespan,
             "energy_j": self.energy_j,
+            "tardiness_mean": self.tardiness_mean,
             "jct_p50": _quantile(ordered, 0.5),
             "jct_p95": _quantile(ordered, 0.95),
             "exec_mean": math.fsum(self.exec_s) / n if n else 0.0,
@@ -109,6 +124,21 @@ class SimResult:
                 "exec_mean": math.fsum(self.exec_s[i] for i in idx) / m,
             }
         return out
+
+
+def et_weight(results: list[SimResult]) -> float:
+    """SMART-MIG's ``a = t / (2 e)`` over a set of runs (mean tardiness over mean
+    energy), the weight that makes them comparable by ET (Eq. 4); 0 when no job was late."""
+    if not results:
+        return 0.0
+    e = math.fsum(r.energy_j for r in results) / len(results)
+    t = math.fsum(r.tardiness_mean for r in results) / len(results)
+    return t / (2.0 * e) if e > 0 else 0.0
+
+
+def et_value(energy_j: float, tardiness_mean: float, a: float) -> float:
+    """Eq. 4 for one run: (a e + t) / (a + 1)."""
+    return (a * energy_j + tardiness_mean) / (a + 1.0)
 
 
 def _quantile(ordered: list[float], q: float) -> float:

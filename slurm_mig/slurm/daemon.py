@@ -390,6 +390,23 @@ FOLLOW_UPS = 4  # quick cycles after a notification while a job is still COMPLET
 FOLLOW_UP = 0.25  # seconds between them
 
 
+def _log_repartitions(cycle: int, result: Any) -> None:
+    """One log line per GPU whose configuration a policy changed (SMART-MIG's
+    controller: ``stats["repartitions"]`` of (gpu, from, to) configuration numbers);
+    the hooks realise it as jobs start on the new configuration's slots."""
+    for snap, got in zip(result.snapshots, result.decisions):
+        stats = got.stats or {}
+        moves = stats.get("repartitions", ())
+        for gpu, before, after in moves:
+            g = snap.gpus[gpu]
+            log.info(
+                "cycle %d: repartition %s gpu %d (%s): configuration %d -> %d",
+                cycle, g.node, g.local, snap.model.name, before, after,
+            )  # fmt: skip
+        if stats.get("controller") and not moves:
+            log.info("cycle %d: repartition: the controller kept every configuration", cycle)
+
+
 class PlannerDaemon:
     """Runs cycles: snapshot, plan, apply (or print, in a dry run), status file."""
 
@@ -447,6 +464,7 @@ class PlannerDaemon:
             self.metrics.observe(report)
             self._write_status(report)
             return report
+        _log_repartitions(self.cycles, result)
         if self.dry_run:
             for action in result.actions:
                 print(action.describe(), file=self.out)

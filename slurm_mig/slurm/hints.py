@@ -12,7 +12,12 @@ Grammar: one whitespace-separated word ``mig:k=v,k=v,...`` among free text (the 
   (``90s``, ``15m``, ``1.5h``), or ``M:SS`` / ``H:MM:SS``; above 0, at most 366 days;
 - ``pcie``: PCIe bandwidth the job needs in GB/s, a decimal number from 0 to 1000;
 - ``alpha``: a decimal number above 0, at most 100;
-- ``restartable``: ``yes`` or ``no``.
+- ``restartable``: ``yes`` or ``no``;
+- ``deadline``: when the job should have ended: a duration after submission (the
+  ``time`` grammar, e.g. ``2h`` or ``1:30:00``) or a UTC date and time
+  ``YYYY-MM-DDTHH:MM[:SS]`` (optionally ending in ``Z``; years 2000-2199). At
+  submission (``now`` given) a date must not be in the past. Slurm's own ``--deadline``
+  takes precedence over it.
 
 The whole word is at most 256 bytes. The input is untrusted: anything else is a
 `HintError` (and nothing else: numbers of any length are read as floats first, so no
@@ -23,6 +28,7 @@ grammar with the same messages; ``tests/test_hints.py`` holds the cases both mus
 
 from __future__ import annotations
 
+import calendar
 import math
 import re
 from dataclasses import dataclass
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 from .comment import MAX_COMMENT, MAX_USER_COMMENT
 
 PREFIX = "mig:"
-KEYS = ("key", "mem", "iters", "time", "pcie", "alpha", "restartable")
+KEYS = ("key", "mem", "iters", "time", "pcie", "alpha", "restartable", "deadline")
 
 MAX_SIZE = 2**50  # bytes (1 PiB): beyond it a size is a typo, and no longer exact
 MAX_DURATION = 366 * 86400.0  # seconds
@@ -40,6 +46,10 @@ MAX_ALPHA = 100.0
 MAX_WORD_BYTES = 256
 SIZE_FIX = "write bytes or a size like 12G or 512MiB"
 TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
+DEADLINE_FIX = (
+    "write a time after submission like 2h or 1:30:00, or a UTC date like 2027-01-31T18:00"
+)
+_DATE_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2})(?::([0-9]{2}))?Z?")
 _KIND_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _DECIMAL_RE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 _SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)")
@@ -66,6 +76,14 @@ class Hints:
     pcie: float | None = None  # GB/s
     alpha: float | None = None
     restartable: bool | None = None
+    deadline_in: float | None = None  # seconds after submission
+    deadline_at: float | None = None  # epoch seconds (UTC)
+
+    def deadline(self, submit_time: float) -> float | None:
+        """The absolute deadline (epoch seconds) the hint gives a job submitted then."""
+        if self.deadline_at is not None:
+            return self.deadline_at
+        return None if self.deadline_in is None else submit_time + self.deadline_in
 
 
 def parse_size(text: str) -> int:
@@ -147,6 +165,24 @@ def _parse_restartable(text: str) -> bool:
     return text == "yes"
 
 
+def parse_deadline_date(text: str) -> float:
+    """Epoch seconds of a UTC ``YYYY-MM-DDTHH:MM[:SS][Z]``; HintError (problem; fix)."""
+    m = _DATE_RE.fullmatch(text)
+    if not m:
+        raise HintError(f"'{text}' is not a deadline; {DEADLINE_FIX}")
+    y, mo, d, h, mi = (int(x) for x in m.groups()[:5])
+    sec = int(m.group(6) or 0)
+    if not 2000 <= y <= 2199:
+        raise HintError(f"'{text}': the year must be 2000 to 2199; {DEADLINE_FIX}")
+    if not (1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1]):
+        raise HintError(f"'{text}' is not a date of the calendar; {DEADLINE_FIX}")
+    if h >= 24 or mi >= 60 or sec >= 60:
+        raise HintError(
+            f"'{text}': hours must be below 24, minutes and seconds below 60; {DEADLINE_FIX}"
+        )
+    return float(calendar.timegm((y, mo, d, h, mi, sec, 0, 0, 0)))
+
+
 _PARSERS = {
     "key": _parse_kind,
     "mem": parse_size,
@@ -155,6 +191,7 @@ _PARSERS = {
     "pcie": _parse_pcie,
     "alpha": _parse_alpha,
     "restartable": _parse_restartable,
+    "deadline": str,  # `_deadline` reads it
 }
 
 
@@ -185,8 +222,20 @@ def hint_word(comment: str | None) -> str | None:
     return words[0] if words else None
 
 
-def parse_hints(comment: str | None) -> Hints:
-    """The hints in a job comment; ``Hints()`` (all None) when it has no ``mig:`` word."""
+def _deadline(text: str, now: float | None) -> dict[str, float]:
+    if "-" in text:
+        at = parse_deadline_date(text)
+        if now is not None and at <= now:
+            raise HintError(f"'{text}' is in the past (UTC); {DEADLINE_FIX}")
+        return {"deadline_at": at}
+    if not (_TIME_RE.fullmatch(text) or _CLOCK_RE.fullmatch(text)):
+        raise HintError(f"'{text}' is not a deadline; {DEADLINE_FIX}")
+    return {"deadline_in": parse_duration(text)}
+
+
+def parse_hints(comment: str | None, now: float | None = None) -> Hints:
+    """The hints in a job comment; ``Hints()`` (all None) when it has no ``mig:`` word.
+    ``now`` (epoch seconds; at submission): a deadline date must be after it."""
     word = hint_word(comment)
     if word is None:
         return Hints()
@@ -199,6 +248,7 @@ def parse_hints(comment: str | None) -> Hints:
     if not body:
         raise _fail(word, "no settings; write mig:key=value,... e.g. mig:mem=12G,time=2h")
     values: dict[str, object] = {}
+    seen_deadline = False
     for item in body.split(","):
         if not item:
             raise _fail(
@@ -210,12 +260,16 @@ def parse_hints(comment: str | None) -> Hints:
             raise _fail(item, f"no '='; write {item}=value")
         if key not in _PARSERS:
             raise _fail(item, f"unknown key '{key}'; use one of {', '.join(KEYS)}")
-        if key in values:
+        if key in values or (key == "deadline" and seen_deadline):
             raise _fail(item, f"'{key}' is given twice; give each key once")
         if not value:
             raise _fail(item, f"no value; write {key}=value")
         try:
-            values[key] = _PARSERS[key](value)
+            if key == "deadline":
+                values.update(_deadline(value, now))
+                seen_deadline = True
+            else:
+                values[key] = _PARSERS[key](value)
         except HintError as exc:
             raise _fail(item, str(exc)) from None
         except (ValueError, ArithmeticError) as exc:  # a bug: still the user's one line

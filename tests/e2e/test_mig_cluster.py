@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -119,6 +120,49 @@ def test_batch_runs_as_planned_on_two_simulated_a100s(live, policy):
     out.write_text(json.dumps(report, indent=2))
     print(report)
     assert realized <= 1.15 * plan["makespan"] + allowance, report
+
+
+@pytest.mark.parametrize("policy", ["edf", "met", "cedf", "smart-mig"])
+def test_deadline_policies_run_jobs_with_deadlines(live, policy):
+    """SMART-MIG's online policies on real Slurm: jobs carry deadlines from sbatch
+    --deadline (read back from squeue), a duration hint or a UTC date hint; every job
+    completes on the slice it was released onto, no instances overlap or remain, and
+    the daemon logs the controller's repartition decisions."""
+    lc = live(nodes=("node1",), gpus=2, planner={"algorithm": policy})
+    lc.learn(RODINIA, SCALE)
+    later = time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() + 3 * 3600))
+    kinds = [
+        ((), ""),
+        (("--deadline=now+2hours", "--time=30"), ""),
+        ((), "deadline=10m"),
+        ((), f"deadline={later}"),
+    ]
+    kernels = [t.id for t in RODINIA] + [t.id for t in RODINIA[:4]]
+    ids, how = [], {}
+    for i, k in enumerate(kernels):
+        args, hint = kinds[i % len(kinds)]
+        jid = lc.submit(k, SCALE, hints=hint, args=args)
+        ids.append(jid)
+        how[jid] = i % len(kinds)
+    before = lc.jobs()
+    for jid in ids:  # squeue reports sbatch's deadline; hints stay in the comment
+        assert (before[jid].deadline is not None) == (how[jid] == 1), (jid, before[jid])
+    lc.start_planner()
+    jobs = lc.wait_done(ids, 300)
+    assert {jobs[j].state for j in ids} == {"COMPLETED"}, lc.cluster.logs()
+    assert lc.status().get("policy") == policy
+    records = {r["job"]: r for r in lc.records()}
+    assert sorted(records) == sorted(ids, key=str)
+    planned = lc.assignments(ids)
+    for j in ids:
+        r, a = records[j], planned[j]
+        assert (r["profile"], r["gpu"]) == (a.profile, a.gpu), (j, r, a)
+        assert r["uuid"].startswith("MIG-") and r["alive_at_end"]
+    assert overlapping_lifetimes(lc.audit()) == []
+    assert lc.live_instances() == []
+    log = lc.daemon_log.read_text()
+    if policy == "smart-mig":
+        assert re.search(r"cycle \d+: repartition", log), log[-2000:]
 
 
 def test_malformed_hint_is_rejected_at_submit_with_its_message(live):
