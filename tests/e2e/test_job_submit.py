@@ -340,3 +340,17 @@ def test_root_jobs_are_refused_in_the_mig_partition(cluster: LocalSlurm) -> None
     res = cluster.try_sbatch("true", partition="mig", user="0")
     assert res.returncode != 0 and "jobs of root" in res.stderr
     assert cluster.sbatch("true", partition="debug")  # root elsewhere: untouched
+
+
+def test_a_passed_deadline_date_is_refused_at_sbatch_but_not_at_a_later_update(
+    cluster: LocalSlurm,
+) -> None:
+    # mig-run writes mem= into the hint of a running job whose deadline may have passed
+    past = "mig:key=x,deadline=2001-01-01T00:00"
+    assert "is in the past" in (lua_verdict(cluster, past) or "")
+    job = cluster.sbatch("true", "--hold", partition="mig", comment="mig:key=x", user=USER_UID)
+    res = cluster.run(
+        "scontrol", "update", f"JobId={job}", f"Comment={past},mem=2G", user=USER, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    assert comment_of(cluster, job) == f"{past},mem=2G"
