@@ -14,6 +14,26 @@ import stat
 from pathlib import Path
 
 
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` at once (a temporary file beside it, renamed), with
+    ``mode`` whatever the umask; a reader sees the old file or the new, never a part.
+    OSError on failure, the temporary file removed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(fd, mode)
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+
+
 class UnsafePathError(OSError):
     """A path that must be root's is not: the message names it, its owner and the fix."""
 

@@ -17,10 +17,10 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import suppress
 from pathlib import Path
 
 from ..geometry import GeometryError, get_model
+from ..safefs import write_atomic
 
 PREFIX = "slurm_mig_node_"
 COUNTERS_FILE = "metrics-counters.json"
@@ -182,17 +182,9 @@ def update(
         os.ftruncate(fd, 0)
         os.write(fd, data)
         text = render(node, models, instances, counters, now)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(out, "w", encoding="utf-8") as f:
-                os.fchmod(out, 0o644)  # node_exporter reads it as its own user
-                f.write(text)
-            os.replace(tmp, target)
+            write_atomic(target, text, 0o644)  # node_exporter reads it as its own user
         except OSError as exc:
-            with suppress(OSError):
-                tmp.unlink(missing_ok=True)
             return f"metrics not written to {target}: {exc.strerror or exc}"
         return None
     except OSError as exc:

@@ -13,10 +13,10 @@ through a temporary file and a rename; its directory is made 0755.
 from __future__ import annotations
 
 import json
-import os
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
+
+from ..safefs import write_atomic
 
 FIELDS = (
     "state",
@@ -59,18 +59,9 @@ def summary(report: Any) -> dict[str, Any]:
 
 def write_public(path: Path, report: Any) -> str | None:
     """Write the summary of ``report`` to ``path``; None, or why it could not be."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        if not path.parent.is_dir():
-            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(fd, 0o644)
-            json.dump(summary(report), f, separators=(",", ":"))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(summary(report), separators=(",", ":")), 0o644)
     except OSError as exc:
-        with suppress(OSError):
-            tmp.unlink(missing_ok=True)
         return f"cannot write the public summary {path}: {exc.strerror or exc}"
     return None
 
