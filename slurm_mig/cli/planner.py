@@ -15,16 +15,20 @@ def add_parser(sub) -> None:
     pn = sub.add_parser(
         "planner",
         formatter_class=Formatter,
-        help="run the planner daemon: hold, plan (FAR) and release MIG partition jobs",
+        help="run the planner daemon: hold, plan ([planner] algorithm) and release MIG "
+        "partition jobs",
         description=wrap(
             "Every [planner] cycle seconds: read the MIG partition's jobs (squeue) and "
-            "nodes (sinfo), hold new jobs, plan held ones in batches with FAR onto the "
-            "GPUs of the usable nodes, write each job's assignment (AdminComment, "
-            "ReqNodeList) and release a job once its slices are free, with a signed "
-            "token in its Comment. Logs one line per action. All its state is in Slurm: "
-            "it can be stopped (SIGTERM) and restarted at any time. SIGHUP plans at once. "
-            "After each cycle it writes <state_dir>/planner-status.json. Run it as root "
-            "on the slurmctld host (contrib/slurm-mig-planner.service)."
+            "nodes (sinfo), hold new jobs, plan held ones with the [planner] algorithm "
+            "(any name of 'slurm-mig plan --help'; FAR in batches by default) onto the "
+            "GPUs of the usable nodes as they are, write each job's assignment "
+            "(AdminComment, ReqNodeList, its instance's GRES) and release a job when its "
+            "slices are free or, with afterany, shortly before, with a signed token in "
+            "its Comment. Logs one line per action. All its state is in Slurm: it can be "
+            "stopped (SIGTERM) and restarted at any time. SIGHUP or a hook's notification "
+            "([planner] notify) plans at once. After each cycle it writes "
+            "<state_dir>/planner-status.json and serves /metrics ([planner] metrics). Run "
+            "it as root on the slurmctld host (contrib/slurm-mig-planner.service)."
         ),
     )
     pn.add_argument(
