@@ -19,8 +19,10 @@ For jobs submitted to the MIG partition:
   * a job that would run as root is rejected (ALLOW_ROOT_JOBS): root can leave its
     device cgroup and open every instance;
   * the job is held (priority 0) so that the slurm-mig planner decides where and when
-    it runs. Slurm records this as a *user* hold (JobHeldUser); the planner turns it
-    into an admin hold.
+    it runs. Slurm records this as a *user* hold (JobHeldUser); slurm_job_modify
+    refuses a release (`scontrol release`, which sets the priority) of a MIG job by
+    anyone but the planner, so the owner cannot lift it and the planner need not
+    turn it into an admin hold (which would cost one Slurm write per job).
 Jobs in other partitions pass untouched. slurm_job_modify does the same to an update
 of a MIG job's comment (`scontrol update JobId=.. Comment=..`, or a job moved into the
 partition) by anyone but the planner (PLANNER_UIDS): tokens are removed, so a user
@@ -40,6 +42,11 @@ local PLANNER_UIDS = { [0] = true }
 local ALLOW_ROOT_JOBS = false
 -- = slurm_mig.slurm.hints.MAX_USER_COMMENT
 local MAX_COMMENT = 512
+-- a job_desc priority that an update leaves unset (Slurm's NO_VAL)
+local NO_VAL = 4294967294
+local RELEASE_REFUSED = "slurm-mig: jobs of the MIG partition are released by the "
+	.. "slurm-mig planner when their slices are free; 'slurm-mig explain JOB' says when "
+	.. "(scancel the job to withdraw it)"
 
 local PREFIX = "mig:"
 local KEYS = "key, mem, iters, time, pcie, alpha, restartable, deadline"
@@ -415,6 +422,13 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 			return slurm.ERROR
 		end
 		return slurm.SUCCESS
+	end
+	-- `scontrol release` sets the priority (INFINITE), `scontrol hold` sets 0 (a user
+	-- may hold their own job); other updates leave it unset
+	local priority = job_desc.priority
+	if priority ~= nil and priority ~= NO_VAL and priority ~= 0 then
+		slurm.log_user("%s", RELEASE_REFUSED)
+		return slurm.ERROR
 	end
 	local clean, problem = user_comment(comment, false)
 	problem = problem or check_tres(job_desc)

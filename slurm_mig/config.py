@@ -74,6 +74,8 @@ class Config:
     public_file: Path | None = None
     metrics_file: Path | None = None
     gres: str = "on"  # "on": jobs get their instance's GRES record (see slurm/gres.py)
+    write_concurrency: int = 8  # scontrol updates run at once (releases, notes)
+    apply_budget: float = 3.0  # seconds of Slurm writes per cycle before a fresh read
     source: Path | None = None
 
     def gpu_models(self, node: str) -> tuple[str, ...]:
@@ -132,12 +134,26 @@ def _fraction(value: object) -> str | None:
 
 
 _POSITIVE = _at_least(0, strict=True)
+MAX_WRITE_CONCURRENCY = 64
+
+
+def _between(low: int, high: int) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        ok = low <= value <= high  # type: ignore[operator]
+        return None if ok else f"must be between {low} and {high}, got {value!r}"
+
+    return check
+
+
 _NON_NEGATIVE = _at_least(0, strict=False)
 
 SCHEMA: dict[str, dict[str, _Field]] = {
     "slurm": {
         "partition": _Field("partition", "str", "mig", '"mig"'),
         "gres": _Field("gres", "choice", "on", '"on"', choices=("on", "off")),
+        "write_concurrency": _Field(
+            "write_concurrency", "int", 8, "8", _between(1, MAX_WRITE_CONCURRENCY)
+        ),
     },
     "paths": {
         "state_dir": _Field("state_dir", "path", "/var/lib/slurm-mig", '"/var/lib/slurm-mig"'),
@@ -161,6 +177,7 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         "serial_fraction": _Field("serial_fraction", "float", 0.3, "0.3", _fraction),
         "metrics": _Field("metrics", "address", "127.0.0.1:9764", '"127.0.0.1:9764" or "" (off)'),
         "web": _Field("web", "bool", False, "false"),
+        "apply_budget": _Field("apply_budget", "float", 3.0, "3.0", _POSITIVE),
     },
     "device": {
         "backend": _Field("backend", "choice", "nvml", '"nvml"', choices=BACKENDS),

@@ -3,9 +3,9 @@ to start and what its hint said, from what its owner may read.
 
 Sources, all readable without root: the job as squeue shows it (state, times, its
 Comment with the ``mig:`` hint and the planner's note, its AdminComment with the
-planner's ``slurm-mig:`` record or note) and the planner's public summary
-(``[paths] public_file``: projected start, when the slices it waits for are free, the
-next batch). Never the status file or the nodes' records: those are root's and name
+planner's ``slurm-mig:`` record, written at release, or note) and the planner's public
+summary (``[paths] public_file``: where a held job is planned, its projected start,
+when the slices it waits for are free, the next batch). Never the status file or the nodes' records: those are root's and name
 other jobs' instances. Pure: `explain` turns those inputs into lines.
 """
 
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from .geometry import GeometryError, get_model
+from .geometry import GeometryError, Placement, get_model
 
 
 def _clock(t: float) -> str:
@@ -35,6 +36,46 @@ def _gib(n: int) -> str:
     return f"{n / 1024**3:.1f} GiB"
 
 
+@dataclass(frozen=True)
+class _PublicPlan:
+    """A held job's plan as the public summary gives it (the fields explain reads)."""
+
+    job_id: str
+    restart: int
+    node: str
+    gpu: int
+    model: str
+    profile: str
+    placement: Placement
+    batch: int
+    order: int
+    planned_seconds: float
+
+
+def _from_public(job: Any, entry: Mapping[str, Any] | None) -> _PublicPlan | None:
+    """The plan of held ``job`` from its public summary entry, or None."""
+    if entry is None or entry.get("state") != "planned":
+        return None
+    try:
+        start, size = (int(x) for x in entry["placement"])
+        begin, end = entry.get("start"), entry.get("end")
+        seconds = float(end) - float(begin) if begin is not None and end is not None else 0.0
+        return _PublicPlan(
+            job.job_id,
+            job.restart_count,
+            str(entry["node"])[:128],
+            int(entry["gpu"]),
+            "",
+            str(entry["profile"])[:32],
+            Placement(start, size),
+            int(entry.get("batch") or 0),
+            int(entry.get("order") or 0),
+            max(0.0, seconds),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def explain(job: Any, public: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
     """What to tell the owner of ``job`` (a `client.Job`): {"job", "state", "lines",
     "where", "start"}; ``public`` is the planner's public summary (None: off)."""
@@ -50,6 +91,8 @@ def explain(job: Any, public: Mapping[str, Any] | None, now: float) -> dict[str,
     entry = entry if isinstance(entry, dict) else None
     start: float | None = None
     where = None
+    if current is None and phase == "pending" and job.held:
+        current = _from_public(job, entry)  # a held job's plan is in the planner only
     if current is not None:
         where = {
             "node": current.node,

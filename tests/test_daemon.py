@@ -410,7 +410,7 @@ def test_planner_once_plans_and_releases_the_first_wave(cluster, tmp_path):
     out = io.StringIO()
     assert run_planner(cfg, once=True, dry_run=True, client=client, out=out) == 0
     dry = out.getvalue().splitlines()
-    assert any(" planned on gpu0" in line for line in dry)
+    assert any(": released on gpu0" in line for line in dry)
     assert all(j.admin_comment == "" and j.held for j in client.jobs("mig"))  # nothing applied
 
     assert run_planner(cfg, once=True, client=client) == 0
@@ -418,13 +418,13 @@ def test_planner_once_plans_and_releases_the_first_wave(cluster, tmp_path):
     released, ahead = [], []
     for jid in ids:
         j = jobs[jid]
-        a = parse_admin_comment(j.admin_comment)
-        assert a is not None and a.job_id == jid and a.restart == 0
-        assert j.required_nodes == a.node
         if not j.held:
+            a = parse_admin_comment(j.admin_comment)
+            assert a is not None and a.job_id == jid and a.restart == 0
+            assert j.required_nodes == a.node
             (ahead if j.dependency else released).append(jid)
-        else:
-            assert j.reason == "JobHeldAdmin"  # the user's hold became an admin hold
+        else:  # its plan stays in the planner; job_submit.lua's hold is left as it is
+            assert j.reason == "JobHeldUser" and j.admin_comment == "" and not j.required_nodes
     # 15 GiB fit 3g.20gb and larger only: at most two per GPU at a time start now; the
     # next on each slice may be released ahead, waiting for the jobs before it
     assert 0 < len(released) <= 4
@@ -583,3 +583,104 @@ def test_release_sets_the_gres_record_and_a_node_without_it_is_named_with_the_fi
     slurm = _NoGresSlurm()
     report = apply_actions([_replace(action)], slurm, key=b"k" * 32, clock=lambda: 1000.0)
     assert "TresPerNode" not in slurm.updates[0] and slurm.released == ["7"]
+
+
+class _ListSlurm:
+    """scontrol that takes job lists: counts every command, fails the jobs in ``bad``."""
+
+    def __init__(self, bad: set[str] = frozenset(), tick=None) -> None:
+        self.bad = set(bad)
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.tick = tick
+
+    def _call(self, verb: str, ids: tuple[str, ...]) -> None:
+        from slurm_mig.slurm.client import SlurmError
+
+        self.calls.append((verb, ids))
+        if self.tick is not None:
+            self.tick()
+        if self.bad & set(ids):
+            raise SlurmError(f"scontrol {verb} {','.join(ids)}: Invalid job id specified")
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        self._call("update", (job_id,))
+
+    def hold(self, job_id: str) -> None:
+        self._call("hold", (job_id,))
+
+    def release(self, job_id: str) -> None:
+        self._call("release", (job_id,))
+
+    def _many(self, verb: str, ids) -> dict[str, str]:
+        try:
+            self._call(verb, tuple(ids))
+            return {}
+        except Exception:
+            failed = {}
+            for jid in ids:
+                try:
+                    self._call(verb, (jid,))
+                except Exception as exc:
+                    failed[jid] = str(exc)
+            return failed
+
+    def hold_jobs(self, ids) -> dict[str, str]:
+        return self._many("hold", ids)
+
+    def release_jobs(self, ids) -> dict[str, str]:
+        return self._many("release", ids)
+
+
+def _releases(n: int):
+    from slurm_mig.geometry import Placement
+    from slurm_mig.slurm.assignment import Assignment
+    from slurm_mig.slurm.cycle import Release
+
+    out = []
+    for i in range(n):
+        jid = str(100 + i)
+        a = Assignment(
+            jid, 0, "gpu01", i % 8, "A100-40GB", "1g.5gb", Placement(i % 7, 1), 0, 0, 60, 0.0
+        )
+        out.append(Release(jid, a, "mig:time=60", (), (("AdminComment", "x"),)))
+    return out
+
+
+def test_holds_and_releases_go_out_as_job_lists_one_update_per_release():
+    from slurm_mig.slurm.cycle import Hold
+    from slurm_mig.slurm.daemon import RELEASE_CHUNK
+
+    slurm = _ListSlurm()
+    holds = [Hold(str(i), "not planned yet") for i in range(1, 6)]
+    releases = _releases(RELEASE_CHUNK + 3)
+    report = apply_actions([*holds, *releases], slurm, key=b"k" * 32, workers=4)
+    verbs = [v for v, _ in slurm.calls]
+    assert verbs.count("hold") == 1 and slurm.calls[0] == ("hold", ("1", "2", "3", "4", "5"))
+    assert verbs.count("update") == len(releases)  # one update per released job
+    assert verbs.count("release") == 2  # one list per slice of RELEASE_CHUNK jobs
+    assert len(slurm.calls) == report.calls == 1 + len(releases) + 2
+    assert sorted(report.released) == sorted(r.job_id for r in releases)
+    assert not report.failed and report.applied == len(holds) + len(releases)
+
+
+def test_a_failing_job_in_a_list_fails_alone():
+    releases = _releases(5)
+    slurm = _ListSlurm(bad={"102"})
+    report = apply_actions(releases, slurm, key=b"k" * 32)
+    # 102's update failed: never released; the others went out in one list
+    assert [j for j, _ in report.failed] == ["102"]
+    assert ("release", ("100", "101", "103", "104")) in slurm.calls
+    assert "102" not in report.released and len(report.released) == 4
+
+
+def test_a_long_apply_stops_at_its_budget_and_leaves_the_rest_for_a_fresh_read():
+    from slurm_mig.slurm.daemon import RELEASE_CHUNK
+
+    clock = [0.0]
+    slurm = _ListSlurm(tick=lambda: clock.__setitem__(0, clock[0] + 0.01))
+    releases = _releases(4 * RELEASE_CHUNK)
+    report = apply_actions(releases, slurm, key=b"k" * 32, budget=1.0, elapsed=lambda: clock[0])
+    # each slice costs RELEASE_CHUNK + 1 ticks of 10 ms: the second slice ends past 1 s
+    assert len(report.released) == 2 * RELEASE_CHUNK
+    assert report.cut == 2 * RELEASE_CHUNK and not report.failed
+    assert all(v != "update" or ids[0] in report.released for v, ids in slurm.calls)

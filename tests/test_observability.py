@@ -173,6 +173,22 @@ def test_explain_a_planned_job_from_its_records_and_the_summary():
     assert any(line.startswith("its hint is invalid") for line in explain(bad, None, NOW)["lines"])
 
 
+def test_explain_a_held_job_whose_plan_slurm_has_not_heard_of():
+    jobs = _planned_jobs()
+    _, result, report = _cycle(jobs)
+    pub = summary(report)
+    held = [j for j, e in pub["jobs"].items() if e["state"] == "planned"]
+    assert held, "some jobs wait for their slices"
+    a = result.planned[held[0]]
+    j = job(held[0], comment="mig:time=110,mem=15G", admin_comment="")  # no record yet
+    got = explain(j, pub, NOW)
+    text = "\n".join(got["lines"])
+    assert f"planned on gpu01 gpu {a.gpu} as {a.profile}" in text
+    assert "held by the planner until its slices are free" in text
+    assert got["where"]["node"] == "gpu01" and got["where"]["profile"] == a.profile
+    assert explain(j, None, NOW)["where"] is None  # no summary: nothing is made up
+
+
 def test_grafana_dashboard_uses_only_metrics_that_exist():
     dash = json.loads((ROOT / "contrib" / "grafana-slurm-mig.json").read_text())
     names = set()

@@ -125,6 +125,7 @@ _REASON_CODE_RE = re.compile(r"[A-Za-z0-9_]+")  # every job_state_reason_string,
 _SQUEUE_HONOURS_PARTITION = (24, 5)
 _UNLIMITED_MINUTES = 525600  # 365 days: how 22.05 reports an unlimited job once started
 _NO_VAL32 = 0xFFFFFFFE  # INFINITE / NO_VAL in raw 32-bit fields
+LIST_CHUNK = 256  # job ids per scontrol hold/release call (its command line stays short)
 _JOB_ID_RE = re.compile(r"[0-9]+(?:_[0-9]+)?")
 _FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
@@ -488,6 +489,35 @@ class SlurmClient:
 
     def release(self, job_id: str | int) -> None:
         self._run("scontrol", "release", _job_id(job_id))
+
+    def hold_jobs(self, job_ids: Sequence[str | int]) -> dict[str, str]:
+        """Hold many pending jobs with one ``scontrol hold a,b,...`` per `LIST_CHUNK`;
+        returns {job id: error} for those that failed (found one by one only when the
+        list call failed)."""
+        return self._for_list("hold", job_ids)
+
+    def release_jobs(self, job_ids: Sequence[str | int]) -> dict[str, str]:
+        """`hold_jobs` for ``scontrol release``."""
+        return self._for_list("release", job_ids)
+
+    def _for_list(self, verb: str, job_ids: Sequence[str | int]) -> dict[str, str]:
+        ids = [_job_id(j) for j in job_ids]
+        failed: dict[str, str] = {}
+        for i in range(0, len(ids), LIST_CHUNK):
+            chunk = ids[i : i + LIST_CHUNK]
+            try:
+                self._run("scontrol", verb, ",".join(chunk))
+                continue
+            except SlurmError as exc:
+                if len(chunk) == 1:
+                    failed[chunk[0]] = str(exc)
+                    continue
+            for jid in chunk:  # which one: hold and release are idempotent
+                try:
+                    self._run("scontrol", verb, jid)
+                except SlurmError as exc:
+                    failed[jid] = str(exc)
+        return failed
 
     def requeue(self, job_id: str | int, hold: bool = False) -> None:
         """Put a running or finished batch job back in the queue (held with hold=True);

@@ -2,11 +2,14 @@
 
 ``plan_cycle(snapshot)`` reads an immutable `Snapshot` (the jobs of the MIG partition as
 squeue shows them, the usable nodes and their GPU models, runtime estimates, the
-planner settings) and returns the `Action`s that move Slurm towards the plan: hold,
-write the assignment (AdminComment ``slurm-mig:{json}`` + ReqNodeList), release, note
-why a job cannot be planned, learn a runtime, requeue a job a policy moves. It keeps no
-state between cycles: every planned job's assignment lives in its AdminComment, so a
-daemon restarted at any moment rebuilds the same view.
+planner settings, the standing plans of held jobs) and returns the `Action`s that move
+Slurm towards the plan: hold, release with the assignment (AdminComment
+``slurm-mig:{json}``, ReqNodeList, token), note why a job cannot be planned, learn a
+runtime, requeue a job a policy moves. A held job's plan stays in the daemon
+(`CycleResult.planned` becomes the next snapshot's ``plans``) until the job is
+released: Slurm is written to for the jobs that start, never for the queue. A released
+job's assignment lives in its AdminComment; a daemon restarted at any moment rebuilds
+the busy view from Slurm and plans held jobs again.
 
 The cycle in steps, each a function below:
 
@@ -22,16 +25,17 @@ The cycle in steps, each a function below:
    whether to re-plan, batches, planning through the registry, the release gate - the
    code the simulator runs too.
 4. `assignments`: the driver's standing plans and releases as `Assignment`s (a plan
-   that did not change keeps its record, so its AdminComment is not rewritten).
+   that did not change keeps its record).
 5. `link_reuse`: ``keep_for``/``reuse_from`` where the next job on an instance runs on
    the identical instance, so the Epilog keeps it for that job.
-6. `actions`: what to write, release and learn.
+6. `actions`: what to release (with the record fields that changed), hold, note and
+   learn.
 
 Safety (no two jobs on overlapping slices of a GPU) rests on Slurm's view alone: a held
 job is released only when no busy job and no job ordered before it on its GPU overlaps
 it, and a released job stays busy until Slurm says it has left. The daemon writes the
-AdminComment before the release (and skips the release when that write failed), so a
-busy job's slices are always known. Times in plans are seconds from ``snapshot.now``.
+AdminComment in the update before the release (and skips the release when that write
+failed), so a busy job's slices are always known. Times in plans are seconds from ``snapshot.now``.
 """
 
 from __future__ import annotations
@@ -142,6 +146,10 @@ class Snapshot:
     previous_nodes: frozenset[str] | None = None  # usable nodes of the last cycle, if any
     release_ahead: float = 0.0  # seconds (0: off); see `release_ahead`
     start_timeout: float = 120.0  # a released job not started this long after it could
+    # the standing plans of held jobs, kept by the daemon between cycles (Slurm hears of
+    # a plan only at release); None after a start: held jobs' AdminComment records, if
+    # any (written at an earlier release), stand in for them
+    plans: Mapping[str, Assignment] | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -162,27 +170,19 @@ class Hold:
 
 
 @dataclass(frozen=True)
-class UpdateJob:
-    """``scontrol update JobId=.. Key=Value ...`` (AdminComment, ReqNodeList)."""
-
-    job_id: str
-    fields: tuple[tuple[str, str], ...]
-    text: str  # what it means, for the log
-
-    def describe(self) -> str:
-        return f"job {self.job_id}: {self.text}"
-
-
-@dataclass(frozen=True)
 class Release:
     """Sign ``assignment`` (issued = now), write the token into the job's Comment (the
-    user's text ``comment`` kept) and release. With ``after``, the job is released ahead
+    user's text ``comment`` kept) and the record (``fields``) in one update, then
+    release. With ``after``, the job is released ahead
     of its slices: Slurm starts it once those jobs are gone (``Dependency=afterany``)."""
 
     job_id: str
     assignment: Assignment
     comment: str  # the job's Comment without token or note
     after: tuple[str, ...] = ()
+    # the record fields that differ from what Slurm holds (AdminComment, ReqNodeList),
+    # written in the same update as the token
+    fields: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         a = self.assignment
@@ -237,7 +237,7 @@ class Requeue:
         return f"job {self.job_id}: requeued ({self.reason})"
 
 
-Action = Hold | UpdateJob | Release | Note | Learn | Requeue
+Action = Hold | Release | Note | Learn | Requeue
 
 
 @dataclass(frozen=True)
@@ -430,7 +430,6 @@ class Classified:
     jobs: dict[str, JobLike] = field(default_factory=dict)
     holds: list[Hold] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
-    waits: list[UpdateJob] = field(default_factory=list)  # deferred jobs' AdminComment
     learns: list[Learn] = field(default_factory=list)
     busy: list[_Busy] = field(default_factory=list)
     kept: dict[str, Assignment] = field(default_factory=dict)  # standing plans
@@ -466,11 +465,17 @@ def classify(snap: Snapshot) -> Classified:
         key=lambda j: job_sort_key(j.job_id),
     )
     by_id = {j.job_id: j for j in jobs}
+    plans = snap.plans
+    if plans is not None:
+        for p in plans.values():
+            out.max_batch = max(out.max_batch, p.batch)
     for job in jobs:
         out.jobs[job.job_id] = job
         a = parse_admin_comment(job.admin_comment)
         if a is not None:
             out.max_batch = max(out.max_batch, a.batch)
+        if plans is not None and job.held:  # a held job's plan is the daemon's
+            a = plans.get(job.job_id)
         current = a if a is not None and a.restart == job.restart_count else None
         if current is not None and current.job_id != job.job_id:
             current = None
@@ -554,16 +559,17 @@ def classify(snap: Snapshot) -> Classified:
                 )
             else:
                 out.holds.append(Hold(job.job_id, "not planned yet"))
-        elif job.owner_can_release:
-            # job_submit.lua's hold, a requeuehold or a deleted reservation: the owner
-            # could release it himself. A job released ahead that its owner held again
-            # still has the planner's afterany: cleared, and the job planned again.
-            ours = bool(job.dependency) and _planners_dependency(
-                job.dependency, a, by_id, own=job.job_id
-            )
-            out.holds.append(
-                Hold(job.job_id, "an admin hold in place of the user's", clear_dependency=ours)
-            )
+        elif job.owner_can_release and job.dependency:
+            # A job released ahead that its owner held again still has the planner's
+            # afterany: cleared, and the job planned again. Other user holds stay as
+            # they are (job_submit.lua's own hold included): job_submit.lua refuses a
+            # release by anyone but the planner, so converting them would cost a Slurm
+            # write per job for nothing.
+            ours = _planners_dependency(job.dependency, a, by_id, own=job.job_id)
+            if ours:
+                out.holds.append(
+                    Hold(job.job_id, "held by its owner after release", clear_dependency=True)
+                )
         problem = _problem(est) or _comment_problem(job.comment)
         if problem is not None:
             out.noted += 1
@@ -582,9 +588,6 @@ def classify(snap: Snapshot) -> Classified:
             out.deferred[job.job_id] = later
             if current is not None:
                 out.events.append((now, f"job {job.job_id} {later}", current.node, current.gpu))
-            want = waits_admin_comment(later)
-            if job.admin_comment != want:  # drops a standing plan, once
-                out.waits.append(UpdateJob(job.job_id, (("AdminComment", want),), later))
             continue
         if current is not None and valid(current):
             out.kept[job.job_id] = current
@@ -1174,23 +1177,14 @@ def _result(
     requeues: Sequence[Requeue],
     ahead: Mapping[str, tuple[str, ...]] = MappingProxyType({}),
 ) -> CycleResult:
-    """Step 6: what to write (changed records), release, learn and requeue."""
-    updates: list[UpdateJob] = []
-    for jid in sorted(final, key=job_sort_key):
-        a = final[jid]
-        job = view.jobs[jid]
-        fields_ = []
-        old = parse_admin_comment(job.admin_comment)  # cached: no JSON when unchanged
-        if old is None or a != old:
-            fields_.append(("AdminComment", admin_comment_for(a)))
-        if (job.required_nodes or "") != a.node:
-            fields_.append(("ReqNodeList", a.node))
-        if fields_:
-            updates.append(UpdateJob(jid, tuple(fields_), _plan_text(a, fields_)))
+    """Step 6: what to release (with the records that changed), learn and requeue.
+    Standing plans of held jobs are not written to Slurm: they stay in the daemon's
+    state (`CycleResult.planned`) until their job is released."""
     releases = []
     for jid in sorted([*released, *ahead], key=job_sort_key):
-        user = comments.parse(view.jobs[jid].comment).with_token(None).with_note(None)
-        releases.append(Release(jid, final[jid], user.render(), ahead.get(jid, ())))
+        a, job = final[jid], view.jobs[jid]
+        user = comments.parse(job.comment).with_token(None).with_note(None)
+        releases.append(Release(jid, a, user.render(), ahead.get(jid, ()), record_fields(job, a)))
     stats = [d.stats for d in decisions]
     batches = sorted({b for a in final.values() for b in [a.batch] if b > view.max_batch})
     why = tuple(dict.fromkeys(w for s in stats for w in s.get("replanned", ())))
@@ -1198,8 +1192,6 @@ def _result(
     actions: tuple[Action, ...] = (
         *view.holds,
         *view.notes,
-        *view.waits,
-        *updates,
         *releases,
         *requeues,
         *view.learns,
@@ -1245,15 +1237,13 @@ def _makespan(groups: Sequence[ClusterSnapshot], decisions: Sequence[Decisions])
     return ms
 
 
-def _plan_text(a: Assignment, fields_: Sequence[tuple[str, str]]) -> str:
-    if not any(k == "AdminComment" for k, _ in fields_):
-        return f"node list set to {a.node}"
-    text = (
-        f"planned on {a.node} gpu {a.gpu} {a.profile}@{a.placement.start} "
-        f"(batch {a.batch}, order {a.order}, {a.planned_seconds:.0f} s)"
-    )
-    if a.reuse_from:
-        text += f", reuses job {a.reuse_from}'s instance"
-    if a.keep_for:
-        text += f", keeps its instance for job {a.keep_for}"
-    return text
+def record_fields(job: JobLike, a: Assignment) -> tuple[tuple[str, str], ...]:
+    """The job fields that must change for Slurm to hold ``a``: the AdminComment record
+    and the node list, each only when it differs (nothing is rewritten unchanged)."""
+    fields_ = []
+    old = parse_admin_comment(job.admin_comment)  # cached: no JSON when unchanged
+    if old is None or a != old:
+        fields_.append(("AdminComment", admin_comment_for(a)))
+    if (job.required_nodes or "") != a.node:
+        fields_.append(("ReqNodeList", a.node))
+    return tuple(fields_)

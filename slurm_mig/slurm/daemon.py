@@ -1,12 +1,21 @@
 """The planner daemon: every ``cycle`` seconds read Slurm, plan, apply through scontrol.
 
-Each cycle builds a `cycle.Snapshot` from ``squeue``/``sinfo`` (SlurmClient), the config
-and the learned runtimes (RuntimeStore), calls the pure `cycle.plan_cycle` and applies
-its actions in order. One failing scontrol logs an error and the others still run,
-except later actions of the same job (a release never follows a failed AdminComment
-write). The daemon keeps nothing between cycles that safety depends on: killed at any
-moment and restarted, it rebuilds its view from Slurm. SIGTERM/SIGINT end it between
-actions; SIGHUP starts the next cycle at once.
+Each cycle builds a `cycle.Snapshot` from ``squeue``/``sinfo`` (SlurmClient), the config,
+the learned runtimes (RuntimeStore) and the standing plans of held jobs from the last
+cycle, calls the pure `cycle.plan_cycle` and applies its actions (`apply_actions`).
+Slurm hears of a plan only when its job is released: one ``scontrol update`` (record,
+token, GRES, node list, dependency) and the release, which goes out with others' in
+one ``scontrol release a,b,...``; holds too go out as one list. Writes per cycle thus
+grow with the jobs that start, not with the queue. One failing write logs an error
+and the others still run, except later actions of the same job (a release never
+follows a failed update). A cycle spends at most ``[planner] apply_budget`` seconds
+writing; what is left is done by the next cycle, which starts at once from a fresh
+read, so the status file and metrics never go stale for longer.
+
+The standing plans are the daemon's only state between cycles, and safety does not
+depend on them: killed at any moment and restarted, it plans held jobs again from
+Slurm's view (released jobs keep their records in Slurm). SIGTERM/SIGINT end it
+between slices of writes; SIGHUP starts the next cycle at once.
 
 After every cycle it writes ``<state_dir>/planner-status.json`` (cycle count, when it
 finished, what it did) for monitoring and tests.
@@ -39,7 +48,6 @@ from .cycle import (
     Release,
     Requeue,
     Snapshot,
-    UpdateJob,
     job_phase,
     parse_admin_comment,
     plan_cycle,
@@ -70,6 +78,7 @@ class Client(Protocol):
     def nodes(self, partition: str | None = None) -> list: ...
     def hold(self, job_id: str) -> None: ...
     def release(self, job_id: str) -> None: ...
+    # optional: hold_jobs(ids) / release_jobs(ids) -> {job id: error}, one call for many
     def requeue(self, job_id: str) -> None: ...
     def update_job(self, job_id: str, **fields: str) -> None: ...
 
@@ -191,6 +200,7 @@ def build_snapshot(
     store: Any,
     now: float,
     previous_nodes: frozenset[str] | None = None,
+    plans: Mapping[str, Any] | None = None,
 ) -> Snapshot:
     """The cycle's input from what squeue and sinfo said and the learned runtimes."""
     configured = {name: tuple(models) for name, models in config.nodes.items()}
@@ -216,6 +226,7 @@ def build_snapshot(
         previous_nodes=previous_nodes,
         release_ahead=config.release_ahead,
         start_timeout=config.start_timeout,
+        plans=plans,
     )
 
 
@@ -230,6 +241,11 @@ class ApplyReport:
     skipped: int = 0  # later actions of a job whose earlier action failed, or stopped
     learned: int = 0
     released: list[str] = field(default_factory=list)  # jobs whose release went through
+    cut: int = 0  # actions left for the next cycle: the apply budget was spent
+    calls: int = 0  # Slurm commands run
+
+
+RELEASE_CHUNK = 64  # releases per slice: their updates at once, then one release call
 
 
 def apply_actions(
@@ -241,98 +257,250 @@ def apply_actions(
     clock: Callable[[], float] = time.time,
     stop: threading.Event | None = None,
     gres: bool = False,
+    workers: int = 1,
+    budget: float | None = None,
+    elapsed: Callable[[], float] = time.monotonic,
 ) -> ApplyReport:
-    """Apply ``actions`` in order; a failure is logged and skips only that job's later
-    actions. Stops between actions once ``stop`` is set. ``gres``: a released job gets
-    its instance's GRES record (``slurm.gres``) in the update that writes its token."""
-    from .client import SlurmError
-
+    """Apply ``actions`` with few Slurm calls: holds as one list call, notes and the
+    releases' updates ``workers`` at a time, the releases of each slice of
+    `RELEASE_CHUNK` jobs as one list call after their updates went through. A failure
+    is logged and skips only that job's later actions (a release never follows a
+    failed update). Stops between slices once ``stop`` is set, or once ``budget``
+    seconds are spent (``report.cut``: the next cycle reads Slurm afresh and goes on).
+    ``gres``: a released job gets its instance's GRES record (``slurm.gres``) in the
+    update that writes its token."""
     report = ApplyReport()
+    began = elapsed()
+    holds = [a for a in actions if isinstance(a, Hold)]
+    notes = [a for a in actions if isinstance(a, Note)]
+    releases = [a for a in actions if isinstance(a, Release)]
+    requeues = [a for a in actions if isinstance(a, Requeue)]
+    learns = [a for a in actions if isinstance(a, Learn)]
     failed_jobs: set[str] = set()
-    for i, action in enumerate(actions):
+
+    def over() -> int | None:
         if stop is not None and stop.is_set():
-            report.skipped += len(actions) - i
-            log.info("stopping: %d actions left for the next run", len(actions) - i)
-            break
-        if action.job_id in failed_jobs:
-            report.skipped += 1
-            log.warning("%s: skipped (an earlier action on the job failed)", action.describe())
-            continue
-        try:
-            if isinstance(action, Learn):
-                if store is not None and store.record(
-                    action.key,
-                    action.model,
-                    action.size,
-                    action.seconds,
-                    action.job_id,
-                    action.restart,
-                    action.finished,
-                ):
-                    report.learned += 1
-                    log.info("%s", action.describe())
+            return 0
+        if budget is not None and elapsed() - began > budget:
+            return 1
+        return None
+
+    def fail(job_id: str, what: str, exc: BaseException) -> None:
+        failed_jobs.add(job_id)
+        text = " ".join(str(exc).split()) or exc.__class__.__name__
+        report.failed.append((job_id, text))
+        log.error("%s: failed: %s", what, text)
+
+    pool = _Pool(workers)
+    try:
+        _apply_holds(holds, client, report, fail)
+        slices: list[list[Action]] = [list(notes)] if notes else []
+        slices += [releases[i : i + RELEASE_CHUNK] for i in range(0, len(releases), RELEASE_CHUNK)]
+        for i, part in enumerate(slices):
+            why = over()
+            if why is not None:
+                left = sum(len(p) for p in slices[i:]) + len(requeues)
+                if why:
+                    report.cut += left
+                    log.info("apply budget spent: %d actions for the next cycle", left)
+                else:
+                    report.skipped += left
+                    log.info("stopping: %d actions left for the next run", left)
+                requeues = []
+                break
+            _apply_slice(part, client, key, clock, gres, pool, report, fail, failed_jobs)
+        for action in requeues:
+            if action.job_id in failed_jobs:
+                report.skipped += 1
                 continue
-            _apply_one(action, client, key, clock, gres)
-            report.applied += 1
-            if isinstance(action, Release):
-                report.released.append(action.job_id)
-            log.log(
-                logging.WARNING if isinstance(action, Note) else logging.INFO,
-                "%s",
-                action.describe(),
-            )
-        except (SlurmError, OSError, comments.CommentTooLong, AssignmentError) as exc:
-            failed_jobs.add(action.job_id)
-            text = " ".join(str(exc).split()) or exc.__class__.__name__
-            report.failed.append((action.job_id, text))
-            log.error("%s: failed: %s", action.describe(), text)
-        except Exception as exc:  # e.g. sqlite errors while learning: log, go on
-            if not isinstance(action, Learn):
-                raise
-            log.error("%s: not recorded: %s", action.describe(), exc)
+            try:
+                report.calls += 1
+                client.requeue(action.job_id, hold=True)
+                report.applied += 1
+                log.info("%s", action.describe())
+            except _WRITE_ERRORS as exc:
+                fail(action.job_id, action.describe(), exc)
+    finally:
+        pool.close()
+    for action in learns:
+        _learn(action, store, report)
     return report
 
 
-def _apply_one(
-    action: Action, client: Client, key: bytes, clock: Callable[[], float], gres: bool = False
-) -> None:
+_WRITE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    comments.CommentTooLong,
+    AssignmentError,
+)
+
+
+def _write_errors() -> tuple[type[BaseException], ...]:
     from .client import SlurmError
 
-    if isinstance(action, Hold):
-        client.hold(action.job_id)
-        if action.clear_dependency:  # "0": Slurm's word for none (an empty value is ignored)
-            client.update_job(action.job_id, Dependency="0")
-    elif isinstance(action, UpdateJob | Note):
-        client.update_job(action.job_id, **dict(action.fields))
-    elif isinstance(action, Release):
-        a = action.assignment
-        token = sign(replace(a, issued=clock()), key)
-        fields_ = {"Comment": comments.parse(action.comment).with_token(token).render()}
-        if gres:  # Slurm's device cgroup then lets the job open this instance only
-            from ..devices.migcaps import gi_id_for
-            from ..geometry import get_model
-            from .gres import Record, tres_per_node
+    return (SlurmError, *_WRITE_ERRORS)
 
-            record = Record(a.gpu, gi_id_for(get_model(a.model), a.placement))
-            fields_["TresPerNode"] = tres_per_node(record)
-        if action.after:  # released ahead: Slurm starts it once those jobs have left
-            fields_["Dependency"] = "afterany:" + ":".join(action.after)
+
+class _Pool:
+    """``map`` over a thread pool of ``workers`` (in the caller's thread for one)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, int(workers))
+        self._executor = None
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        if self.workers == 1 or len(items) <= 1:
+            return [fn(x) for x in items]
+        if self._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="slurm-write")
+        return list(self._executor.map(fn, items))
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+
+def _apply_holds(holds: Sequence[Hold], client: Client, report: ApplyReport, fail) -> None:
+    """Every hold in one list call, then the dependencies the planner set, cleared."""
+    if not holds:
+        return
+    errors = _write_errors()
+    ids = list(dict.fromkeys(h.job_id for h in holds))
+    try:
+        report.calls += 1
+        failed = _list_call(client, "hold", ids)
+    except errors as exc:
+        failed = {jid: str(exc) for jid in ids}
+    for h in holds:
+        if h.job_id in failed:
+            fail(h.job_id, h.describe(), RuntimeError(failed[h.job_id]))
+            continue
+        if h.clear_dependency:  # "0": Slurm's word for none (an empty value is ignored)
+            try:
+                report.calls += 1
+                client.update_job(h.job_id, Dependency="0")
+            except errors as exc:
+                fail(h.job_id, h.describe(), exc)
+                continue
+        report.applied += 1
+        log.info("%s", h.describe())
+
+
+def _list_call(client: Client, verb: str, ids: Sequence[str]) -> dict[str, str]:
+    """``client.<verb>_jobs(ids)`` where the client takes a list, else one call per job;
+    {job id: error} of those that failed."""
+    many = getattr(client, f"{verb}_jobs", None)
+    if many is not None:
+        return many(ids)
+    errors = _write_errors()
+    failed = {}
+    one = getattr(client, verb)
+    for jid in ids:
         try:
-            client.update_job(action.job_id, **fields_)
-        except SlurmError as exc:
-            if gres and "gres" in str(exc).lower():
-                raise SlurmError(
-                    f"{exc}; node {a.node} needs the gres.conf records of "
-                    "'slurm-mig gres-conf' (README: Site set-up), or set [slurm] gres = \"off\"",
-                    exc.command,
-                    exc.stderr,
-                ) from None
-            raise
-        client.release(action.job_id)
-    elif isinstance(action, Requeue):
-        client.requeue(action.job_id, hold=True)
-    else:  # pragma: no cover - every Action type is handled above
-        raise TypeError(f"unknown action {action!r}")
+            one(jid)
+        except errors as exc:
+            failed[jid] = str(exc)
+    return failed
+
+
+def _apply_slice(
+    part: Sequence[Action],
+    client: Client,
+    key: bytes,
+    clock: Callable[[], float],
+    gres: bool,
+    pool: _Pool,
+    report: ApplyReport,
+    fail,
+    failed_jobs: set[str],
+) -> None:
+    """Notes or releases: the updates at once, then the releases as one list call."""
+    errors = _write_errors()
+    todo = [a for a in part if a.job_id not in failed_jobs]
+    report.skipped += len(part) - len(todo)
+
+    def update(action: Action) -> BaseException | None:
+        try:
+            if isinstance(action, Release):
+                client.update_job(action.job_id, **_release_fields(action, key, clock, gres))
+            else:
+                client.update_job(action.job_id, **dict(action.fields))
+        except errors as exc:
+            if gres and isinstance(action, Release) and "gres" in str(exc).lower():
+                return RuntimeError(
+                    f"{exc}; node {action.assignment.node} needs the gres.conf records of "
+                    "'slurm-mig gres-conf' (README: Site set-up), or set [slurm] gres = \"off\""
+                )
+            return exc
+        return None
+
+    results = pool.map(update, todo)
+    report.calls += len(todo)
+    to_release = []
+    for action, exc in zip(todo, results):
+        if exc is not None:
+            fail(action.job_id, action.describe(), exc)
+        elif isinstance(action, Release):
+            to_release.append(action)
+        else:
+            report.applied += 1
+            log.warning("%s", action.describe())
+    if not to_release:
+        return
+    ids = [a.job_id for a in to_release]
+    try:
+        report.calls += 1
+        failed = _list_call(client, "release", ids)
+    except errors as exc:
+        failed = {jid: str(exc) for jid in ids}
+    for action in to_release:
+        if action.job_id in failed:
+            fail(action.job_id, action.describe(), RuntimeError(failed[action.job_id]))
+            continue
+        report.applied += 1
+        report.released.append(action.job_id)
+        log.info("%s", action.describe())
+
+
+def _release_fields(
+    action: Release, key: bytes, clock: Callable[[], float], gres: bool
+) -> dict[str, str]:
+    """The one update before a release: the record fields that changed, the signed
+    token in the Comment, the GRES record, the planner's dependency."""
+    a = action.assignment
+    token = sign(replace(a, issued=clock()), key)
+    fields_ = dict(action.fields)
+    fields_["Comment"] = comments.parse(action.comment).with_token(token).render()
+    if gres:  # Slurm's device cgroup then lets the job open this instance only
+        from ..devices.migcaps import gi_id_for
+        from .gres import Record, tres_per_node
+
+        record = Record(a.gpu, gi_id_for(get_model(a.model), a.placement))
+        fields_["TresPerNode"] = tres_per_node(record)
+    if action.after:  # released ahead: Slurm starts it once those jobs have left
+        fields_["Dependency"] = "afterany:" + ":".join(action.after)
+    return fields_
+
+
+def _learn(action: Learn, store: Any, report: ApplyReport) -> None:
+    """A finished run's runtime into the store (sqlite errors are logged, not raised)."""
+    if store is None:
+        return
+    try:
+        if store.record(
+            action.key,
+            action.model,
+            action.size,
+            action.seconds,
+            action.job_id,
+            action.restart,
+            action.finished,
+        ):
+            report.learned += 1
+            log.info("%s", action.describe())
+    except Exception as exc:  # e.g. sqlite errors while learning: log, go on
+        log.error("%s: not recorded: %s", action.describe(), exc)
 
 
 # ---------------------------------------------------------------------------
@@ -367,6 +535,8 @@ class CycleReport:
             "applied": a.applied if a else 0,
             "failed": [list(f) for f in a.failed] if a else [],
             "skipped": a.skipped if a else 0,
+            "cut": a.cut if a else 0,
+            "slurm_calls": a.calls if a else 0,
             "learned": a.learned if a else 0,
             "planned": len(r.planned) if r else 0,
             # what Slurm took (a failed update is no release); a dry run: what it would
@@ -438,6 +608,9 @@ class PlannerDaemon:
         self.web_state = None  # `web.WebState` while the web page is served
         self.server = None
         self.completing = False  # the last cycle saw a job of the partition COMPLETING
+        # held jobs' standing plans (Slurm hears of a plan at release only); None until
+        # the first cycle: a restarted daemon plans them again
+        self.plans: dict[str, Any] | None = None
 
     def status_path(self) -> Path:
         return Path(self.config.state_dir) / STATUS_FILE
@@ -454,7 +627,9 @@ class PlannerDaemon:
             jobs = self.client.jobs(self.config.partition)
             self.completing = any(j.state == "COMPLETING" for j in jobs)
             nodes = self.client.nodes()
-            snap = build_snapshot(self.config, jobs, nodes, self.store, now, self.previous_nodes)
+            snap = build_snapshot(
+                self.config, jobs, nodes, self.store, now, self.previous_nodes, self.plans
+            )
             result = plan_cycle(snap)
         except (SlurmError, StoreError) as exc:
             text = " ".join(str(exc).split())
@@ -479,8 +654,12 @@ class PlannerDaemon:
                 clock=self.clock,
                 stop=self.stop,
                 gres=self.config.gres == "on",
+                workers=getattr(self.config, "write_concurrency", 1),
+                budget=getattr(self.config, "apply_budget", None),
             )
             self.previous_nodes = result.nodes
+            took = set(applied.released)
+            self.plans = {j: a for j, a in result.planned.items() if j not in took}
         report = self._report(started, result, applied, None)
         log.info(
             "cycle %d done in %.2f s: %d actions, %d failed; %d planned, %d released, "
@@ -602,6 +781,8 @@ class PlannerDaemon:
                     return 1 if report.apply is not None and report.apply.failed else 0
                 if self.stop.is_set():
                     break
+                if getattr(getattr(report, "apply", None), "cut", 0):
+                    continue  # the apply budget was spent: read afresh and go on now
                 timeout = self.config.cycle
                 if follow_ups and self.completing:
                     # the hook that woke us may not have exited yet: Slurm still shows
