@@ -15,13 +15,13 @@ import json
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_mig.geometry import GIB, Placement, can_coexist, get_model
+from slurm_mig.geometry import GIB, can_coexist, get_model
 from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm.assignment import (
     Assignment,
