@@ -684,3 +684,100 @@ def test_a_long_apply_stops_at_its_budget_and_leaves_the_rest_for_a_fresh_read()
     assert len(report.released) == 2 * RELEASE_CHUNK
     assert report.cut == 2 * RELEASE_CHUNK and not report.failed
     assert all(v != "update" or ids[0] in report.released for v, ids in slurm.calls)
+
+
+class _QueueSlurm(_ListSlurm):
+    """squeue/sinfo over held jobs; a release makes a job pending (Slurm does not start
+    it here); every write is counted."""
+
+    def __init__(self, jobs: list[Job], nodes: list[str]) -> None:
+        super().__init__()
+        self.queue = {j.job_id: j for j in jobs}
+        self.node_names = nodes
+
+    def jobs(self, partition=None):
+        return list(self.queue.values())
+
+    def nodes(self, partition=None):
+        return [node(n) for n in self.node_names]
+
+    def _call(self, verb, ids):
+        super()._call(verb, ids)
+        from dataclasses import replace as _replace
+
+        for jid in ids:
+            if verb == "release":
+                self.queue[jid] = _replace(self.queue[jid], held=False, reason="None")
+
+    def update_job(self, job_id: str, **fields: str) -> None:
+        from dataclasses import replace as _replace
+
+        self._call("update", (job_id,))
+        j = self.queue[job_id]
+        self.queue[job_id] = _replace(
+            j,
+            admin_comment=fields.get("AdminComment", j.admin_comment),
+            comment=fields.get("Comment", j.comment),
+            required_nodes=fields.get("ReqNodeList", j.required_nodes),
+            dependency=fields.get("Dependency", j.dependency).replace("0", "") or "",
+        )
+
+
+def test_a_cycle_cut_by_its_budget_reports_and_the_next_one_goes_on_from_a_fresh_read(
+    tmp_path, monkeypatch
+):
+    from slurm_mig.config import load_config
+    from slurm_mig.slurm import daemon as daemon_module
+
+    monkeypatch.setattr(daemon_module, "RELEASE_CHUNK", 2)
+    nodes = {f"g{i}": ["A100-40GB"] * 2 for i in range(1, 5)}
+    cfg = write_config(tmp_path, nodes, apply_budget=1e-6, metrics="", release_ahead=0.0)
+    jobs = [job(str(i), reason="JobHeldUser", comment="mig:time=600,mem=4G") for i in range(1, 41)]
+    slurm = _QueueSlurm(jobs, list(nodes))
+    d = PlannerDaemon(load_config(cfg), slurm, None, load_key(tmp_path / "key"))
+    first = d.run_cycle()
+    status = json.loads((tmp_path / "state" / STATUS_FILE).read_text())
+    assert first.apply.cut > 0 and status["cut"] == first.apply.cut
+    assert len(first.apply.released) == 2  # one slice, then the budget was spent
+    planned = set(first.result.released)
+    released = set(first.apply.released)
+    for _ in range(40):  # each cycle reads afresh and releases the next slice
+        report = d.run_cycle()
+        released |= set(report.apply.released)
+        if not report.apply.cut:
+            break
+    assert planned <= released and not any(
+        j.held for j in slurm.queue.values() if j.job_id in released
+    )
+    updates = sum(1 for v, _ in slurm.calls if v == "update")
+    assert updates == len(released)  # one update per released job, no rewrites
+    assert all(slurm.queue[j].admin_comment == "" for j in slurm.queue if j not in released)
+
+
+class _Cut(_Clocked):
+    """A daemon whose first cycles spent their apply budget."""
+
+    def run_cycle(self):
+        super().run_cycle()
+        from types import SimpleNamespace
+
+        return SimpleNamespace(apply=SimpleNamespace(cut=1 if len(self.times) < 3 else 0))
+
+
+def test_a_cut_cycle_is_followed_at_once_not_after_the_cycle_time(tmp_path):
+    import threading
+
+    from slurm_mig.config import load_config
+
+    cfg = write_config(tmp_path, {"g1": ["A100-40GB"]}, cycle=5.0, metrics="")
+    daemon = _Cut(load_config(cfg), [], 4)
+    t = threading.Thread(target=daemon.run)
+    t.start()
+    t.join(timeout=4)
+    assert len(daemon.times) >= 3, "cut cycles wait for nothing"
+    gaps = [b - a for a, b in zip(daemon.times, daemon.times[1:])]
+    assert all(g < 1.0 for g in gaps[:2]), gaps
+    daemon.stop.set()
+    daemon.wake.set()
+    t.join(timeout=10)
+    assert not t.is_alive()

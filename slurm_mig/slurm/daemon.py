@@ -278,11 +278,11 @@ def apply_actions(
     learns = [a for a in actions if isinstance(a, Learn)]
     failed_jobs: set[str] = set()
 
-    def over() -> int | None:
+    def over(first: bool) -> int | None:
         if stop is not None and stop.is_set():
             return 0
-        if budget is not None and elapsed() - began > budget:
-            return 1
+        if budget is not None and not first and elapsed() - began > budget:
+            return 1  # every cycle gets at least one slice through: no livelock
         return None
 
     def fail(job_id: str, what: str, exc: BaseException) -> None:
@@ -297,7 +297,7 @@ def apply_actions(
         slices: list[list[Action]] = [list(notes)] if notes else []
         slices += [releases[i : i + RELEASE_CHUNK] for i in range(0, len(releases), RELEASE_CHUNK)]
         for i, part in enumerate(slices):
-            why = over()
+            why = over(i == 0)
             if why is not None:
                 left = sum(len(p) for p in slices[i:]) + len(requeues)
                 if why:
