@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -122,6 +123,18 @@ class _CycleStore:
         return self._mem[key]
 
 
+@lru_cache(maxsize=1 << 16)
+def _hints_of(comment: str) -> Any:
+    """``parse_hints(comment)``, or the HintError; memoised: a steady cycle reads the
+    same comments again (the hints are immutable)."""
+    from .hints import HintError, parse_hints
+
+    try:
+        return parse_hints(comment)
+    except HintError as exc:
+        return exc
+
+
 class Estimator:
     """Runtime estimates of jobs (`profiles.estimate_for_job`: learned runtimes of the
     job's kind, else its ``time=`` hint, else its time limit, else default_runtime)."""
@@ -134,12 +147,9 @@ class Estimator:
     @staticmethod
     def key_of(job: Any) -> tuple[str, Any]:
         """The job's kind (hint ``key``, else its name) and its hints (or the HintError)."""
-        from .hints import HintError, parse_hints
-
-        try:
-            hints = parse_hints(job.comment)
-        except HintError as exc:
-            return job.name or f"job-{job.job_id}", exc
+        hints = _hints_of(job.comment)
+        if isinstance(hints, Exception):
+            return job.name or f"job-{job.job_id}", hints
         return hints.key or job.name or f"job-{job.job_id}", hints
 
     def __call__(self, job: Any, models: Iterable[str]) -> Estimate:
