@@ -91,8 +91,10 @@ def explain(job: Any, public: Mapping[str, Any] | None, now: float) -> dict[str,
     entry = entry if isinstance(entry, dict) else None
     start: float | None = None
     where = None
-    if current is None and phase == "pending" and job.held:
-        current = _from_public(job, entry)  # a held job's plan is in the planner only
+    if phase == "pending" and job.held:
+        # a held job's plan is the planner's alone (an AdminComment record is that of
+        # an earlier release, dropped when the job was held again)
+        current = _from_public(job, entry)
     if current is not None:
         where = {
             "node": current.node,

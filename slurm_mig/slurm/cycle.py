@@ -147,8 +147,7 @@ class Snapshot:
     release_ahead: float = 0.0  # seconds (0: off); see `release_ahead`
     start_timeout: float = 120.0  # a released job not started this long after it could
     # the standing plans of held jobs, kept by the daemon between cycles (Slurm hears of
-    # a plan only at release); None after a start: held jobs' AdminComment records, if
-    # any (written at an earlier release), stand in for them
+    # a plan only at release); None after a start: held jobs are planned again
     plans: Mapping[str, Assignment] | None = None
 
 
@@ -471,11 +470,12 @@ def classify(snap: Snapshot) -> Classified:
             out.max_batch = max(out.max_batch, p.batch)
     for job in jobs:
         out.jobs[job.job_id] = job
-        a = parse_admin_comment(job.admin_comment)
+        a = record = parse_admin_comment(job.admin_comment)
         if a is not None:
             out.max_batch = max(out.max_batch, a.batch)
-        if plans is not None and job.held:  # a held job's plan is the daemon's
-            a = plans.get(job.job_id)
+        if job.held:  # a held job's plan is the daemon's alone (none after a start);
+            # its AdminComment, if any, is the record of an earlier release
+            a = plans.get(job.job_id) if plans is not None else None
         current = a if a is not None and a.restart == job.restart_count else None
         if current is not None and current.job_id != job.job_id:
             current = None
@@ -592,8 +592,8 @@ def classify(snap: Snapshot) -> Classified:
         if current is not None and valid(current):
             out.kept[job.job_id] = current
             continue
-        if a is not None and a.restart < job.restart_count:
-            out.events.append((now, f"job {job.job_id} was requeued", a.node, a.gpu))
+        if record is not None and record.restart < job.restart_count:
+            out.events.append((now, f"job {job.job_id} was requeued", record.node, record.gpu))
         elif current is not None:
             out.events.append(
                 (now, f"node {current.node} gpu {current.gpu} is not usable", None, None)

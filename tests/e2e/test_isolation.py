@@ -189,8 +189,8 @@ def test_a_replayed_token_of_an_earlier_plan_is_refused(isolated):
     user = {"user": "nobody"}
     lc.cluster.run("scontrol", "update", f"JobId={job}", "Comment=mig:key=x,mem=30G", **user)
     lc.cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now+1hour", **user)
-    lc.cluster.wait_for(
-        lambda: lc.assignments([job]).get(job) is None,
+    lc.cluster.wait_for(  # held again: the plan is dropped (held jobs' are the planner's)
+        lambda: lc.cluster.job_field(job, "Reason") == "JobHeldAdmin",
         60,
         "the plan dropped",
     )
