@@ -173,15 +173,17 @@ def test_malformed_hint_is_rejected_at_submit_with_its_message(live):
 
 
 def test_forged_assignment_fails_the_job_and_the_node_stays_up(live):
-    lc = live()  # no planner running: the user releases their own job
+    lc = live()  # no planner running: the job is released without it
     job = lc.cluster.sbatch("echo ran", partition="mig", comment="mig:key=x", user="65534")
     forged = comments.parse("mig:key=x").with_token("v1.eyJqb2JfaWQiOiAiMSJ9.AAAA").render()
     # job_submit.lua removes a token the user writes ...
     lc.cluster.run("scontrol", "update", f"JobId={job}", f"Comment={forged}", user="nobody")
     assert lc.cluster.job_field(job, "Comment") == "mig:key=x"
-    # ... so put it there as root, as a site without the plugin would let the user
+    # ... and refuses the user's release: put the token there and release as root, as
+    # a site without the plugin would let the user
+    assert lc.cluster.run("scontrol", "release", job, user="nobody", check=False).returncode
     lc.cluster.run("scontrol", "update", f"JobId={job}", f"Comment={forged}")
-    lc.cluster.run("scontrol", "release", job, user="nobody")
+    lc.cluster.run("scontrol", "release", job)
     assert lc.cluster.wait_job(job, ["FAILED", "COMPLETED"], timeout=60) == "FAILED"
     out = lc.cluster.job_output(job)
     assert "slurm-mig:" in out and "ran" not in out
