@@ -37,11 +37,10 @@ from slurm_mig.slurm.cycle import (
     Note,
     Release,
     Snapshot,
-    admin_comment_for,
-    parse_admin_comment,
     plan_cycle,
 )
 from slurm_mig.slurm.daemon import apply_actions
+from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 
 A100 = get_model("A100-40GB")
 A30 = get_model("A30-24GB")

@@ -23,7 +23,7 @@ from slurm_mig.profiles import RuntimeStore
 from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm.assignment import generate_key, load_key, verify
 from slurm_mig.slurm.client import Job, Node, SlurmClient
-from slurm_mig.slurm.cycle import Learn, parse_admin_comment, plan_cycle
+from slurm_mig.slurm.cycle import Learn, plan_cycle
 from slurm_mig.slurm.daemon import (
     STATUS_FILE,
     PlannerDaemon,
@@ -32,6 +32,7 @@ from slurm_mig.slurm.daemon import (
     run_planner,
     usable_nodes,
 )
+from slurm_mig.slurm.jobrecord import parse_admin_comment
 
 ROOT = Path(__file__).resolve().parents[1]
 A100 = get_model("A100-40GB")

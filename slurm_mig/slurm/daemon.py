@@ -48,10 +48,9 @@ from .cycle import (
     Release,
     Requeue,
     Snapshot,
-    job_phase,
-    parse_admin_comment,
     plan_cycle,
 )
+from .jobrecord import in_partition, job_phase, parse_admin_comment
 
 log = logging.getLogger("slurm_mig.planner")
 
@@ -208,7 +207,7 @@ def build_snapshot(
     estimator = Estimator(config, store)
     estimates = {}
     for job in jobs:
-        if job.partition and config.partition not in job.partition.split(","):
+        if job.partition and not in_partition(job, config.partition):
             continue
         if job_phase(job.state) == "pending":
             estimates[job.job_id] = estimator(job, all_models)
