@@ -32,7 +32,7 @@ from dataclasses import replace
 from slurm_mig.geometry import get_model
 from slurm_mig.planner.allotment import moldable_bound
 from slurm_mig.slurm.client import Job
-from slurm_mig.slurm.cycle import Estimate, Release, Snapshot, UpdateJob, plan_cycle
+from slurm_mig.slurm.cycle import Estimate, Release, Snapshot, plan_cycle
 from slurm_mig.workload import Task, generate
 
 MODEL = get_model("A100-40GB")
@@ -92,22 +92,25 @@ def snapshot(n: int, gpus: int, algorithm: str, seed: int = 0) -> tuple[Snapshot
 
 
 def applied(snap: Snapshot, result, dt: float = 5.0) -> Snapshot:
-    """The snapshot after the actions were applied and the first wave started."""
+    """The snapshot after the actions were applied and the first wave started; the
+    held jobs' plans stay with the daemon (the next snapshot's ``plans``)."""
     jobs = {j.job_id: j for j in snap.jobs}
     for a in result.actions:
         j = jobs[a.job_id]
-        if isinstance(a, UpdateJob):
+        if isinstance(a, Release):
             f = dict(a.fields)
             jobs[a.job_id] = replace(
                 j,
+                state="RUNNING",
+                held=False,
+                start_time=NOW + 1,
                 admin_comment=f.get("AdminComment", j.admin_comment),
                 required_nodes=f.get("ReqNodeList", j.required_nodes),
+                nodes=f.get("ReqNodeList", j.required_nodes),
             )
-        elif isinstance(a, Release):
-            jobs[a.job_id] = replace(
-                j, state="RUNNING", held=False, start_time=NOW + 1, nodes=j.required_nodes
-            )
-    return replace(snap, now=NOW + dt, jobs=tuple(jobs.values()))
+    released = set(result.released)
+    plans = {j: a for j, a in result.planned.items() if j not in released}
+    return replace(snap, now=NOW + dt, jobs=tuple(jobs.values()), plans=plans)
 
 
 def ended_early(snap: Snapshot) -> Snapshot:

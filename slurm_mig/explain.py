@@ -80,8 +80,8 @@ def explain(job: Any, public: Mapping[str, Any] | None, now: float) -> dict[str,
     """What to tell the owner of ``job`` (a `client.Job`): {"job", "state", "lines",
     "where", "start"}; ``public`` is the planner's public summary (None: off)."""
     from .slurm import comment as comments
-    from .slurm.cycle import ADMIN_TAG, job_phase, parse_admin_comment
     from .slurm.hints import HintError, parse_hints
+    from .slurm.jobrecord import ADMIN_TAG, job_phase, parse_admin_comment
 
     lines: list[str] = []
     a = parse_admin_comment(job.admin_comment)

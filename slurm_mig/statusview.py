@@ -101,7 +101,7 @@ def build_view(
     """The view from the status file's JSON, squeue's jobs (with user, name, state,
     AdminComment) and ``records``: node -> {"jobs": [JobRecord], "kept": [KeptInstance]}
     (empty where unreadable). ``node`` keeps one node only."""
-    from .slurm.cycle import ADMIN_TAG, job_phase
+    from .slurm.jobrecord import ADMIN_TAG, job_phase, job_sort_key
 
     by_id = {j.job_id: j for j in jobs}
     projected = status.get("projected") or {}
@@ -199,7 +199,7 @@ def build_view(
     queue: list[QueueRow] = []
     deferred = status.get("deferred") or {}
     for j in jobs:
-        if j.state not in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
+        if job_phase(j.state) != "pending":
             continue
         p = projected.get(j.job_id)
         if node is not None and (p is None or p.get("node") != node):
@@ -230,7 +230,7 @@ def build_view(
                 why,
             )
         )
-    queue.sort(key=lambda q: (q.start is None, q.start or 0.0, _job_key(q.job)))
+    queue.sort(key=lambda q: (q.start is None, q.start or 0.0, job_sort_key(q.job)))
     return StatusView(
         now=now,
         cycle=int(status.get("cycle", 0) or 0),
@@ -250,10 +250,6 @@ def _kept_note(inst: Mapping[str, Any]) -> str:
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
-
-
-def _job_key(job_id: str) -> tuple[int, int, str]:
-    return (0, int(job_id), "") if job_id.isdigit() else (1, 0, job_id)
 
 
 def ago(t: float | None, now: float) -> str:

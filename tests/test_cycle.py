@@ -37,11 +37,10 @@ from slurm_mig.slurm.cycle import (
     Note,
     Release,
     Snapshot,
-    admin_comment_for,
-    parse_admin_comment,
     plan_cycle,
 )
 from slurm_mig.slurm.daemon import apply_actions
+from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 
 A100 = get_model("A100-40GB")
 A30 = get_model("A30-24GB")
@@ -604,7 +603,7 @@ def test_no_double_booking_over_random_events_and_restarts(steps, window, ahead)
         if kind == "cycle":
             _, cut, restart = step
             if restart:
-                previous = None  # a new daemon: nothing remembered
+                previous = w.plans = None  # a new daemon: nothing remembered
             result, _ = w.cycle(
                 previous, cut=cut, batch_window=window, batch_size=6, release_ahead=ahead
             )

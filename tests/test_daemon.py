@@ -23,7 +23,7 @@ from slurm_mig.profiles import RuntimeStore
 from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm.assignment import generate_key, load_key, verify
 from slurm_mig.slurm.client import Job, Node, SlurmClient
-from slurm_mig.slurm.cycle import Learn, parse_admin_comment, plan_cycle
+from slurm_mig.slurm.cycle import Learn, plan_cycle
 from slurm_mig.slurm.daemon import (
     STATUS_FILE,
     PlannerDaemon,
@@ -32,6 +32,7 @@ from slurm_mig.slurm.daemon import (
     run_planner,
     usable_nodes,
 )
+from slurm_mig.slurm.jobrecord import parse_admin_comment
 
 ROOT = Path(__file__).resolve().parents[1]
 A100 = get_model("A100-40GB")
@@ -781,3 +782,14 @@ def test_a_cut_cycle_is_followed_at_once_not_after_the_cycle_time(tmp_path):
     daemon.wake.set()
     t.join(timeout=10)
     assert not t.is_alive()
+
+
+def test_a_failed_hold_keeps_this_cycles_releases_back():
+    from slurm_mig.slurm.cycle import Hold
+
+    # the held job may still hold the slices this cycle's plan gives to others
+    slurm = _ListSlurm(bad={"9"})
+    report = apply_actions([Hold("9", "not started"), *_releases(3)], slurm, key=b"k" * 32)
+    assert [j for j, _ in report.failed] == ["9"]
+    assert report.released == [] and report.skipped == 3
+    assert not [c for c in slurm.calls if c[0] in ("update", "release")]

@@ -14,8 +14,9 @@ from test_daemon import job
 from slurm_mig.explain import explain
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.slurm import nodemetrics
-from slurm_mig.slurm.cycle import Snapshot, admin_comment_for, parse_admin_comment, plan_cycle
+from slurm_mig.slurm.cycle import Snapshot, plan_cycle
 from slurm_mig.slurm.daemon import CycleReport, Estimator
+from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 from slurm_mig.slurm.metrics import PlannerMetrics, replan_reason
 from slurm_mig.slurm.projection import project_jobs, running_drift
 from slurm_mig.slurm.public import read_public, summary, write_public

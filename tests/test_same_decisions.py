@@ -29,8 +29,9 @@ from slurm_mig.planner.snapshot import snapshot_from_json, snapshot_to_json
 from slurm_mig.sim import SimJob, SimPolicy, simulate
 from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import Job
-from slurm_mig.slurm.cycle import Estimate, Snapshot, admin_comment_for, plan_cycle
+from slurm_mig.slurm.cycle import Estimate, Snapshot, plan_cycle
 from slurm_mig.slurm.daemon import CycleReport
+from slurm_mig.slurm.jobrecord import admin_comment_for
 from slurm_mig.workload import generate
 
 A100 = get_model("A100-40GB")

@@ -25,7 +25,7 @@ from ..geometry import Placement
 from ..profiles import RuntimeStore
 from ..slurm.assignment import Assignment, generate_key
 from ..slurm.client import SlurmClient
-from ..slurm.cycle import parse_admin_comment
+from ..slurm.jobrecord import parse_admin_comment
 from ..workload import Task
 from .localslurm import LocalSlurm
 from .slurmroot import SlurmInstall

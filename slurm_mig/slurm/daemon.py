@@ -49,10 +49,9 @@ from .cycle import (
     Release,
     Requeue,
     Snapshot,
-    job_phase,
-    parse_admin_comment,
     plan_cycle,
 )
+from .jobrecord import in_partition, job_phase, parse_admin_comment
 
 log = logging.getLogger("slurm_mig.planner")
 
@@ -218,7 +217,7 @@ def build_snapshot(
     estimator = Estimator(config, store)
     estimates = {}
     for job in jobs:
-        if job.partition and config.partition not in job.partition.split(","):
+        if job.partition and not in_partition(job, config.partition):
             continue
         if job_phase(job.state) == "pending":
             estimates[job.job_id] = estimator(job, all_models)
@@ -304,6 +303,14 @@ def apply_actions(
     pool = _Pool(workers)
     try:
         _apply_holds(holds, client, report, fail)
+        if report.failed and releases:
+            # a job that was to give its slices back still holds them: this cycle's
+            # plan may have handed them on, so its releases wait for a fresh read
+            report.skipped += len(releases)
+            log.warning(
+                "a hold failed: %d releases wait for the next cycle's fresh read", len(releases)
+            )
+            releases = []
         slices: list[list[Action]] = [list(notes)] if notes else []
         slices += [releases[i : i + RELEASE_CHUNK] for i in range(0, len(releases), RELEASE_CHUNK)]
         for i, part in enumerate(slices):

@@ -116,7 +116,7 @@ def next_batch_at(decisions: Sequence[Decisions], now: float) -> float | None:
 def running_drift(jobs: Sequence[Any], now: float) -> dict[str, float]:
     """Seconds each running job of ``jobs`` (squeue's, with their AdminComment records)
     is past its planned runtime: negative while it has time left, positive once late."""
-    from .cycle import job_phase, parse_admin_comment
+    from .jobrecord import job_phase, parse_admin_comment
 
     out = {}
     for job in jobs:

@@ -1,0 +1,119 @@
+"""One cycle of the planner daemon as a pure function: Slurm's view in, actions out.
+
+``plan_cycle(snapshot)`` reads an immutable `Snapshot` (the jobs of the MIG partition as
+squeue shows them, the usable nodes and their GPU models, runtime estimates, the
+planner settings, the standing plans of held jobs) and returns the `Action`s that move
+Slurm towards the plan: hold, release with the assignment (AdminComment
+``slurm-mig:{json}``, ReqNodeList, token), note why a job cannot be planned, learn a
+runtime, requeue a job a policy moves. A held job's plan stays in the daemon
+(`CycleResult.planned` becomes the next snapshot's ``plans``) until the job is
+released: Slurm is written to for the jobs that start, never for the queue. A released
+job's assignment lives in its AdminComment; a daemon restarted at any moment rebuilds
+the busy view from Slurm and plans held jobs again.
+
+The cycle in steps, each a function of its own module of this package:
+
+1. `classify` (``classify``): each job of the partition is busy (running, configuring,
+   completing, or released and not yet started, with an assignment), planned (held,
+   with a standing assignment for this run on a usable GPU), waiting (held, no plan),
+   to hold, to note (it cannot be planned), or finished (its runtime to learn; an early
+   or late end, a failure, a requeue or a lost node is an event that may call for a
+   re-plan).
+2. `cluster_snapshots` (``snapshot``): the planning core's `ClusterSnapshot` per GPU
+   model: the GPUs of the usable nodes (nodes sorted by name, then GPU index), the busy
+   jobs' instances, the standing plans, the waiting jobs with that model's runtimes,
+   the events.
+3. `schedule` (``schedule``): ``planner.driver`` with the policy the config names
+   (``algorithm``): whether to re-plan, batches, planning through the registry, the
+   release gate - the code the simulator runs too.
+4. `assignments` (``assignments``): the driver's standing plans and releases as
+   `Assignment`s (a plan that did not change keeps its record).
+5. `link_reuse` and `release_ahead` (``reuse``): ``keep_for``/``reuse_from`` where the
+   next job on an instance runs on the identical instance, so the Epilog keeps it for
+   that job; the held jobs released ahead of their slices (``afterany``).
+6. `cycle_result` (``result``): what to release (with the record fields that changed),
+   hold, note and learn.
+
+Beside them: ``inputs`` (`Snapshot`, `Estimate`), ``actions`` (the `Action`s and
+`CycleResult`), ``slots`` (an assignment's planner slot); the AdminComment record, a
+job's phase, sort key and partition test are `slurm_mig.slurm.jobrecord`'s.
+
+Safety (no two jobs on overlapping slices of a GPU) rests on Slurm's view alone: a held
+job is released only when no busy job and no job ordered before it on its GPU overlaps
+it, and a released job stays busy until Slurm says it has left. The daemon writes the
+AdminComment in the update before the release (and skips the release when that write
+failed), so a busy job's slices are always known. Times in plans are seconds from
+``snapshot.now``.
+"""
+
+from __future__ import annotations
+
+from ...planner.driver import MIN_RUNTIME
+from ...planner.gcpause import paused_gc
+from ..jobrecord import (
+    ACTIVE_STATES,
+    ADMIN_TAG,
+    PENDING_STATES,
+    admin_comment_for,
+    job_phase,
+    job_sort_key,
+    note_admin_comment,
+    parse_admin_comment,
+    record_fields,
+)
+from .actions import Action, CycleResult, Hold, Learn, Note, Release, Requeue
+from .assignments import assignments
+from .classify import LATE_FRACTION, LATE_SECONDS, OVERDUE_SECONDS, Classified, classify
+from .inputs import Estimate, JobLike, Snapshot
+from .result import cycle_result
+from .reuse import link_reuse, release_ahead
+from .schedule import schedule
+from .snapshot import cluster_snapshots, job_deadline
+
+__all__ = [
+    "ACTIVE_STATES",
+    "ADMIN_TAG",
+    "LATE_FRACTION",
+    "LATE_SECONDS",
+    "MIN_RUNTIME",
+    "OVERDUE_SECONDS",
+    "PENDING_STATES",
+    "Action",
+    "Classified",
+    "CycleResult",
+    "Estimate",
+    "Hold",
+    "JobLike",
+    "Learn",
+    "Note",
+    "Release",
+    "Requeue",
+    "Snapshot",
+    "admin_comment_for",
+    "assignments",
+    "classify",
+    "cluster_snapshots",
+    "cycle_result",
+    "job_deadline",
+    "job_phase",
+    "job_sort_key",
+    "link_reuse",
+    "note_admin_comment",
+    "parse_admin_comment",
+    "plan_cycle",
+    "record_fields",
+    "release_ahead",
+    "schedule",
+]
+
+
+def plan_cycle(snap: Snapshot) -> CycleResult:
+    """The actions this cycle takes, from Slurm's view alone (pure and deterministic)."""
+    with paused_gc():
+        view = classify(snap)
+        groups = cluster_snapshots(snap, view)
+        decisions = schedule(snap, view, groups)
+        planned, released, requeues = assignments(snap, view, groups, decisions)
+        final = link_reuse(planned, view.busy)
+        ahead = release_ahead(snap, view, final, released)
+        return cycle_result(snap, view, groups, decisions, final, released, requeues, ahead)

@@ -1,0 +1,48 @@
+"""The cycle's input: the `Snapshot` of Slurm's view (jobs as `JobLike` records, usable
+nodes, settings, standing plans) and each job's runtime `Estimate`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..assignment import Assignment
+from ..jobrecord import JobLike
+
+__all__ = ["Estimate", "JobLike", "Snapshot"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A job's runtime estimate: seconds per instance size per GPU model (inf = cannot
+    run there, e.g. too little memory), its learning key, its memory hint, its PCIe
+    demand and alpha, whether it may be restarted elsewhere, and a problem (e.g. a bad
+    hint) that keeps it from being planned."""
+
+    key: str
+    times: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    mem: int | None = None
+    problem: str | None = None
+    pcie: float = 0.0
+    alpha: float = 1.0
+    restartable: bool = False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one cycle decides from; ``nodes`` holds only the usable nodes."""
+
+    now: float  # epoch seconds, taken before squeue ran
+    jobs: tuple[JobLike, ...]
+    nodes: Mapping[str, tuple[str, ...]]  # usable node -> GPU model names, index order
+    estimates: Mapping[str, Estimate]  # job id -> estimate
+    partition: str = "mig"
+    algorithm: str = "far"  # any registered policy name
+    batch_window: float = 30.0
+    batch_size: int = 0  # jobs per batch (0: every waiting job)
+    previous_nodes: frozenset[str] | None = None  # usable nodes of the last cycle, if any
+    release_ahead: float = 0.0  # seconds (0: off); see `release_ahead`
+    start_timeout: float = 120.0  # a released job not started this long after it could
+    # the standing plans of held jobs, kept by the daemon between cycles (Slurm hears of
+    # a plan only at release); None after a start: held jobs are planned again
+    plans: Mapping[str, Assignment] | None = None
