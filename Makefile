@@ -9,12 +9,16 @@ SLURM_PKGS := slurmctld slurmd slurm-client munge
 # Debian packages the observability tests drive: tmux (status on a terminal screen) and
 # headless Chromium (the web page); each is installed where its command is missing.
 VIEW_PKGS := tmux chromium
+# promtool checks and unit-tests the Prometheus alert rules (contrib/slurm-mig-alerts.yml,
+# tests/test_alerts.py); Debian ships it in the prometheus package.
+ALERT_PKGS := prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Other Slurm releases for the e2e suite: debootstrapped Debian roots, cached in
 # /var/cache/slurm-mig/roots ($$SLURM_MIG_ROOTS) across clones. trixie: 24.11, sid: 26.05.
 SLURM_ROOTS := trixie sid
 
-.PHONY: venv test demo bench lint format clean clean-roots slurm-packages slurm-roots view-packages
+.PHONY: venv test demo bench lint format clean clean-roots slurm-packages slurm-roots view-packages \
+	alert-packages
 
 # Stamps make re-runs instant; they are redone when the package metadata changes.
 $(BIN)/python:
@@ -54,6 +58,17 @@ view-packages:
 			--no-install-recommends $$missing; }; \
 	fi
 
+alert-packages:
+	@if command -v promtool >/dev/null 2>&1; then echo "alert packages: present"; \
+	else \
+		echo "alert packages: installing $(ALERT_PKGS)"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends $(ALERT_PKGS) >/dev/null 2>&1 || { \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends $(ALERT_PKGS); }; \
+	fi
+
 # Builds the roots that are missing (about 30 s each; as root only, where LocalSlurm can
 # run at all). Outside CI a root that cannot be built is skipped by the e2e suite with
 # the reason; on CI ($$CI set) it is a failure.
@@ -73,7 +88,7 @@ slurm-roots: $(VENV)/.installed
 
 # The whole suite on the host's Slurm (22.05 on Debian 12), then the e2e suite once per
 # root's release.
-test: slurm-packages view-packages venv slurm-roots
+test: slurm-packages view-packages alert-packages venv slurm-roots
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest -q

@@ -71,6 +71,8 @@ class Config:
     lock_timeout: float = 60.0
     metrics: str = "127.0.0.1:9764"
     web: bool = False
+    standby: bool = False
+    lease_ttl: float = 30.0
     public_file: Path | None = None
     metrics_file: Path | None = None
     gres: str = "on"  # "on": jobs get their instance's GRES record (see slurm/gres.py)
@@ -178,6 +180,8 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         "metrics": _Field("metrics", "address", "127.0.0.1:9764", '"127.0.0.1:9764" or "" (off)'),
         "web": _Field("web", "bool", False, "false"),
         "apply_budget": _Field("apply_budget", "float", 3.0, "3.0", _POSITIVE),
+        "standby": _Field("standby", "bool", False, "false"),
+        "lease_ttl": _Field("lease_ttl", "float", 30.0, "30.0", _at_least(3, strict=False)),
     },
     "device": {
         "backend": _Field("backend", "choice", "nvml", '"nvml"', choices=BACKENDS),

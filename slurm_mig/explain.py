@@ -76,14 +76,25 @@ def _from_public(job: Any, entry: Mapping[str, Any] | None) -> _PublicPlan | Non
         return None
 
 
-def explain(job: Any, public: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
+def explain(
+    job: Any, public: Mapping[str, Any] | None, now: float, cycle: float | None = None
+) -> dict[str, Any]:
     """What to tell the owner of ``job`` (a `client.Job`): {"job", "state", "lines",
-    "where", "start"}; ``public`` is the planner's public summary (None: off)."""
+    "where", "start", "stale"}; ``public`` is the planner's public summary (None: off),
+    ``cycle`` the planner's ``[planner] cycle``: with both, a summary older than a few
+    cycles comes first (``stale``: the planner seems to have stopped)."""
     from .slurm import comment as comments
     from .slurm.hints import HintError, parse_hints
     from .slurm.jobrecord import ADMIN_TAG, job_phase, parse_admin_comment
+    from .slurm.liveness import staleness
 
     lines: list[str] = []
+    stale = None
+    updated = public.get("updated") if public else None
+    if cycle is not None and isinstance(updated, int | float) and not isinstance(updated, bool):
+        stale = staleness(float(updated), cycle, now)
+        if stale is not None:
+            lines.append(stale)
     a = parse_admin_comment(job.admin_comment)
     current = a if a is not None and a.restart == job.restart_count else None
     phase = job_phase(job.state)
@@ -248,4 +259,5 @@ def explain(job: Any, public: Mapping[str, Any] | None, now: float) -> dict[str,
         "where": where,
         "start": start,
         "lines": lines,
+        "stale": stale,
     }

@@ -68,6 +68,8 @@ class StatusView:
     gpus: tuple[GpuRow, ...] = ()
     queue: tuple[QueueRow, ...] = ()
     problems: tuple[str, ...] = field(default=())
+    # the planner's last cycle is older than expected (or there is none): what to check
+    stale: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

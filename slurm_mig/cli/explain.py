@@ -21,7 +21,9 @@ def add_parser(sub) -> None:
             "need from its hint or a restart, PCIe, a deadline), when it is projected to "
             "start, and what its mig: hint said. Reads only what the job's owner may "
             "read: squeue's view of the job (Comment, AdminComment) and the planner's "
-            "public summary ([paths] public_file)."
+            "public summary ([paths] public_file). When that summary is older than "
+            "3 x [planner] cycle + 60 s, it says first that the planner seems to have "
+            "stopped."
         ),
     )
     p.add_argument("job", metavar="JOB", help="the Slurm job id")
@@ -39,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
     job_id = args.job.strip()
     if not (0 < len(job_id) <= 64 and all(c.isdigit() or c == "_" for c in job_id)):
         raise ValueError(f"JOB {args.job[:30]!r} is not a Slurm job id; give e.g. 4242")
-    partition, public = None, None
+    partition, public, cycle = None, None, None
     try:
         config = load_config(args.config)
-        partition = config.partition
+        partition, cycle = config.partition, config.cycle
         public = read_public(config.public_file) if config.public_file else None
     except ConfigError:
         pass  # squeue alone still says a lot
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if not found:
         where = f" in partition {partition}" if partition else ""
         raise ValueError(f"no job {job_id}{where} in the queue (finished long ago, or not yours?)")
-    got = explain(found[0], public, time.time())
+    got = explain(found[0], public, time.time(), cycle)
     if args.json:
         print(json.dumps(got, indent=1))
         return 0

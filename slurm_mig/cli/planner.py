@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
-from .common import Formatter, wrap
+from .common import PROG, Formatter, wrap
 
 log = logging.getLogger("slurm_mig")
+
+EXIT_LEASE_HELD = 3
 
 
 def add_parser(sub) -> None:
@@ -28,7 +31,15 @@ def add_parser(sub) -> None:
             "stopped (SIGTERM) and restarted at any time. SIGHUP or a hook's notification "
             "([planner] notify) plans at once. After each cycle it writes "
             "<state_dir>/planner-status.json and serves /metrics ([planner] metrics). Run "
-            "it as root on the slurmctld host (contrib/slurm-mig-planner.service)."
+            "it as root on the slurmctld host (contrib/slurm-mig-planner.service). One "
+            "daemon plans at a time: it holds a lease in [paths] state_dir, renewed every "
+            "few seconds; on the backup controller run a standby (--standby, "
+            "contrib/slurm-mig-planner-standby.service) that takes over once the active "
+            "daemon's lease expires ([planner] lease_ttl). Under systemd (Type=notify) it "
+            "sends READY=1 and, with WatchdogSec=, WATCHDOG=1 while its cycles progress. "
+            f"Exit status: 0 when stopped; 2 on bad input (config, key); "
+            f"{EXIT_LEASE_HELD} when another planner holds the lease or runs on this host "
+            "(one line names it); with --once, 1 when an action failed."
         ),
     )
     pn.add_argument(
@@ -49,6 +60,14 @@ def add_parser(sub) -> None:
         "(implies --once; needs no signing key)",
     )
     pn.add_argument(
+        "--standby",
+        action="store_true",
+        default=None,
+        help="while another planner holds the lease, wait and take over once it expires "
+        "(default: [planner] standby); without it, such a start exits with status "
+        f"{EXIT_LEASE_HELD}",
+    )
+    pn.add_argument(
         "-v",
         "--verbose",
         dest="planner_verbose",
@@ -61,7 +80,12 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..slurm.daemon import run_planner
+    from ..slurm.lease import LeaseHeld
 
     verbose = args.verbose + args.planner_verbose
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
-    return run_planner(args.config, once=args.once, dry_run=args.dry_run)
+    try:
+        return run_planner(args.config, once=args.once, dry_run=args.dry_run, standby=args.standby)
+    except LeaseHeld as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_LEASE_HELD

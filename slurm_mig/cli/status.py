@@ -12,6 +12,7 @@ from typing import Any
 from .common import Formatter, wrap
 
 STATUS_FILE = "planner-status.json"
+EXIT_STALE = 3
 
 
 def add_parser(sub) -> None:
@@ -26,7 +27,12 @@ def add_parser(sub) -> None:
             "fragmentation cost (1 - largest free block / free slices); then the queue "
             "with each planned job's node, GPU, profile and projected start. Reads the "
             "planner's status file (root only), squeue and, where this host can read "
-            "them, the nodes' records (UUIDs). Users: 'slurm-mig explain JOB'."
+            "them, the nodes' records (UUIDs). Users: 'slurm-mig explain JOB'. When the "
+            "planner's last cycle ended more than 3 x [planner] cycle + 60 s ago, or it "
+            "never wrote one, it says so first, with the lease's holder, and exits with "
+            f"status {EXIT_STALE}: is slurm-mig-planner running? Exit status: 0 fresh, "
+            f"{EXIT_STALE} stale, 2 on errors (no config, status file not readable, no "
+            "squeue)."
         ),
     )
     p.add_argument("--config", metavar="PATH", help="config file (default: as the planner)")
@@ -43,12 +49,13 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run)
 
 
-def load_view(config: Any, node: str | None, client: Any = None):
+def load_view(config: Any, node: str | None, client: Any = None, now: float | None = None):
     """The `StatusView` from the status file, squeue and the node records."""
     from ..slurm.client import SlurmClient
     from ..slurm.nodestate import NodeState
     from ..statusview import build_view
 
+    now = time.time() if now is None else now
     path = Path(config.state_dir) / STATUS_FILE
     try:
         status = json.loads(path.read_text())
@@ -80,10 +87,36 @@ def load_view(config: Any, node: str | None, client: Any = None):
             records[name] = {"jobs": state.jobs(), "kept": state.kept()}
         except OSError:
             records[name] = {}
-    view = build_view(status, jobs, records, time.time(), node)
+    view = build_view(status, jobs, records, now, node)
+    stale = _stale(config, view.updated if status else None, now)
     if not status:
-        view = type(view)(**{**view.__dict__, "problems": (f"no planner status in {path} yet",)})
+        stale = f"no planner status in {path} yet: {stale}"
+    if stale:
+        view = type(view)(**{**view.__dict__, "problems": (stale, *view.problems), "stale": stale})
     return view
+
+
+def _stale(config: Any, updated: float | None, now: float) -> str:
+    """What to say when the planner's last cycle is stale (or missing), with who holds
+    the lease; "" when it is fresh."""
+    from ..slurm.lease import LEASE_FILE, read_holder
+    from ..slurm.liveness import SERVICE, staleness
+
+    if updated is None:
+        text = f"is {SERVICE} running? (systemctl status {SERVICE})"
+    else:
+        text = staleness(updated, config.cycle, now) or ""
+        if not text:
+            return ""
+    try:
+        holder = read_holder(Path(config.state_dir) / LEASE_FILE)
+    except OSError:
+        holder = None
+    if holder is None:
+        return text + "; no planner holds the lease"
+    if holder.released:
+        return text + f"; the last planner ({holder.host}, pid {holder.pid}) stopped"
+    return text + f"; lease: {holder.describe(now)}"
 
 
 def render(view) -> Any:
@@ -104,7 +137,7 @@ def render(view) -> Any:
     )
     parts: list[Any] = [head]
     for problem in view.problems:
-        parts.append(Text(problem, style="yellow"))
+        parts.append(Text(problem, style="bold red" if problem == view.stale else "yellow"))
     if view.error:
         parts.append(Text(f"last cycle failed: {view.error}", style="red"))
     for g in view.gpus:
@@ -169,15 +202,16 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--interval {args.interval:g}: give 0.1 to 3600 seconds")
     config = load_config(args.config)
     view = load_view(config, args.node)
+    code = EXIT_STALE if view.stale else 0
     if args.json:
         print(json.dumps(view.to_json(), indent=1))
-        return 0
+        return code
     from rich.console import Console
 
     console = Console()
     if not args.watch:
         console.print(render(view))
-        return 0
+        return code
     from rich.live import Live
 
     try:

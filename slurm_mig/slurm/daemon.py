@@ -607,7 +607,10 @@ class PlannerDaemon:
         dry_run: bool = False,
         out: TextIO | None = None,
         clock: Callable[[], float] = time.time,
+        liveness: Any = None,
     ) -> None:
+        from .liveness import StopEvent
+
         self.config = config
         self.client = client
         self.store = store
@@ -615,11 +618,13 @@ class PlannerDaemon:
         self.dry_run = dry_run
         self.out = out or sys.stdout
         self.clock = clock
-        self.stop = threading.Event()
+        self.stop = StopEvent()  # also set while the lease is not ours (`liveness`)
         self.wake = threading.Event()
         self.cycles = 0
         self.previous_nodes: frozenset[str] | None = None
         self.metrics = _planner_metrics(config)
+        self.metrics.site(getattr(config, "cycle", 0.0), list(getattr(config, "nodes", ())))
+        self.liveness = liveness  # `liveness.Liveness`: the lease and systemd's watchdog
         self.last_report: CycleReport | None = None
         self.last_jobs: list = []  # squeue's jobs of the partition, last cycle
         self.web_state = None  # `web.WebState` while the web page is served
@@ -742,7 +747,7 @@ class PlannerDaemon:
         from .public import write_public
 
         path = getattr(self.config, "public_file", None)
-        if path:
+        if path and self.stop.allowed():
             failed = write_public(Path(path), report)
             if failed:
                 log.warning("%s", failed)
@@ -769,6 +774,11 @@ class PlannerDaemon:
 
     def _write_status(self, report: CycleReport) -> None:
         self.last_report = report
+        if not self.stop.allowed():  # the lease is not ours: another daemon writes it
+            log.warning(
+                "cycle %d: status not written: the planner lease is not ours", report.number
+            )
+            return
         path = self.status_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -787,16 +797,25 @@ class PlannerDaemon:
         listener = None if once else self._listen()
         if not once:
             self.server = self._serve()
+        if self.liveness is not None:
+            self.liveness.start(self)
         follow_ups = 0
         try:
             while True:
                 self.wake.clear()
+                if self.liveness is not None and not self.liveness.may_plan(self.stop):
+                    break
+                if getattr(self.liveness, "took_over", False):
+                    self.plans = None  # another daemon planned meanwhile: plan again
+                    self.liveness.took_over = False
                 report = self.run_cycle()
+                if self.liveness is not None:
+                    self.liveness.cycle_done()
                 if once:
                     if report.error:
                         return 1
                     return 1 if report.apply is not None and report.apply.failed else 0
-                if self.stop.is_set():
+                if self.stop.requested():
                     break
                 if getattr(getattr(report, "apply", None), "cut", 0):
                     continue  # the apply budget was spent: read afresh and go on now
@@ -808,16 +827,18 @@ class PlannerDaemon:
                     follow_ups -= 1
                 if self.wake.wait(timeout):
                     follow_ups = FOLLOW_UPS
-                if self.stop.is_set():
+                if self.stop.requested():
                     break
                 self.stop.wait(MIN_GAP)  # a burst of notifications: one cycle
-                if self.stop.is_set():
+                if self.stop.requested():
                     break
         finally:
             if listener is not None:
                 listener.close()
             if self.server is not None:
                 self.server.close()
+            if self.liveness is not None:
+                self.liveness.close()
         log.info("planner stopped after %d cycles", self.cycles)
         return 0
 
@@ -895,8 +916,10 @@ def run_planner(
     dry_run: bool = False,
     client: Client | None = None,
     out: TextIO | None = None,
+    standby: bool | None = None,
 ) -> int:
-    """``slurm-mig planner``: load config, key and runtime store, then run."""
+    """``slurm-mig planner``: load config, key and runtime store, take the lease (or
+    wait for it, a standby; `lease.LeaseHeld` when another daemon holds it), then run."""
     from ..config import load_config
     from ..profiles import DAEMON_BUSY_TIMEOUT_S, GuardedStore, RuntimeStore, prepare_state_dir
 
@@ -910,6 +933,9 @@ def run_planner(
     path = Path(config.state_dir) / "profiles.sqlite"
     if not dry_run:
         prepare_state_dir(path.parent)  # 0750: the store and the status file are root's
+    from .liveness import for_planner
+
+    liveness = for_planner(config, dry_run=dry_run, once=once, standby=standby)
     # a dry run writes nothing, not even a new runtime store; a store that cannot be
     # read costs a cycle at most one short busy timeout and plans go on from hints
     store = (
@@ -917,7 +943,7 @@ def run_planner(
         if path.exists() or not dry_run
         else None
     )
-    daemon = PlannerDaemon(config, client, store, key, dry_run=dry_run, out=out)
+    daemon = PlannerDaemon(config, client, store, key, dry_run=dry_run, out=out, liveness=liveness)
     if threading.current_thread() is threading.main_thread():
         daemon.install_signals()
     log.info(

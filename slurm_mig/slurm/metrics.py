@@ -3,8 +3,11 @@
 `PlannerMetrics` holds the daemon's own registry (not the library's global one, so that
 several daemons in one test process keep apart) and turns each cycle's report into
 metrics: cycle seconds, jobs by state, holds, releases, re-plans by reason, runtime
-drift against the plan, the projected makespan and the policy in use. `serve` (in
-`slurm_mig.slurm.web`) exposes them on ``[planner] metrics``.
+drift against the plan, the projected makespan and the policy in use; and for the
+alert rules (contrib/slurm-mig-alerts.yml): the configured cycle, whether this daemon
+holds the lease, how long the longest-held job has waited and when each configured node
+was last seen usable. `serve` (in `slurm_mig.slurm.web`) exposes them on
+``[planner] metrics``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ JOB_STATES = ("held", "busy", "planned", "waiting", "noted", "deferred")
 ACTIONS = ("hold", "update", "release", "note", "requeue", "learn")
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 DRIFT_BUCKETS = (-600, -120, -60, -30, -10, -2, 0, 2, 10, 30, 60, 120, 600)
+PENDING = ("PENDING", "REQUEUED", "REQUEUE_HOLD")
 SEEN = 4096  # finished (job, run) pairs remembered so that each is observed once
 
 _IDS = re.compile(r"\b(job|jobs|node|gpu)\s+[\w.,:-]+")
@@ -98,6 +102,31 @@ class PlannerMetrics:
         self.window = Gauge(
             f"{p}_batch_window_seconds", "The batch window of the policy in use", registry=r
         )
+        self.interval = Gauge(
+            f"{p}_cycle_interval_seconds",
+            "Seconds between cycles ([planner] cycle): a last cycle older than a few of them "
+            "is a stuck planner",
+            registry=r,
+        )
+        self.active = Gauge(
+            f"{p}_active",
+            "1 while this daemon holds the planner lease and plans, 0 while it waits as a standby",
+            registry=r,
+        )
+        self.oldest_held = Gauge(
+            f"{p}_oldest_held_job_seconds",
+            "Seconds since submission of the longest-held pending job of the partition "
+            "(0: none held)",
+            registry=r,
+        )
+        self.node_usable = Gauge(
+            f"{p}_node_usable_timestamp_seconds",
+            "When the planner last saw the configured node usable in sinfo (0: not since "
+            "this daemon started)",
+            ["node"],
+            registry=r,
+        )
+        self.active.set(1)
         self.policy = Info(f"{p}_policy", "The planning policy in use", registry=r)
         self.policy.info({"policy": policy, "kind": kind})
         self.window.set(batch_window)
@@ -109,6 +138,15 @@ class PlannerMetrics:
         for result in ("ok", "error"):
             self.cycles.labels(result)
         self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+
+    def site(self, cycle: float, nodes: Sequence[str] = ()) -> None:
+        """The configured cycle and nodes (each node's series starts at 0: not seen)."""
+        self.interval.set(cycle)
+        for name in nodes:
+            self.node_usable.labels(name)
+
+    def set_active(self, active: bool) -> None:
+        self.active.set(1 if active else 0)
 
     def observe(
         self,
@@ -127,6 +165,17 @@ class PlannerMetrics:
             return
         self.cycles.labels("ok").inc()
         held = sum(1 for j in jobs if getattr(j, "held", False))
+        waited = [
+            report.finished - j.submit_time
+            for j in jobs
+            if getattr(j, "held", False)
+            and getattr(j, "state", "") in PENDING
+            and isinstance(getattr(j, "submit_time", None), int | float)
+        ]
+        self.oldest_held.set(max(0.0, max(waited, default=0.0)))
+        usable = {g.node for snap in r.snapshots for g in snap.gpus} or set(r.nodes)
+        for name in usable:
+            self.node_usable.labels(name).set(report.finished)
         for state, value in (
             ("held", held),
             ("busy", r.busy),
