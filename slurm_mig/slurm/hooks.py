@@ -528,11 +528,14 @@ def _reclaim_expired(
     """Destroy kept instances whose wait is over or whose job has moved on, GPU by GPU in
     index order, holding one GPU's lock at a time; a GPU whose lock is not free within
     ``wait`` seconds (0: busy now) is left to the hook that holds it, or the next. The
-    first node fault is returned."""
-    for gpu in sorted({k.gpu for k in _expired(state, state.kept(), now)}):
+    first node fault is returned. The runtime log is read only while an instance waits."""
+    kept = state.kept()
+    waiting = any(k.until > now and k.for_job for k in kept)
+    moved_on = _moved_on(state) if waiting else set()
+    for gpu in sorted({k.gpu for k in kept if _expired(k, now, moved_on)}):
         try:
             with state.gpu_lock(gpu, wait):
-                fault = _reclaim_gpu(state, backend, gpu, now, job_id, out)
+                fault = _reclaim_gpu(state, backend, gpu, now, moved_on, job_id, out)
         except LockBusyError:
             out.say(f"gpu {gpu} is busy: its expired kept instances are left to the next hook")
             continue
@@ -541,20 +544,25 @@ def _reclaim_expired(
     return None
 
 
-def _expired(state: NodeState, kept: list[KeptInstance], now: float) -> list[KeptInstance]:
-    """The kept instances whose wait is over or whose job has moved on; the runtime log
-    is read only while an instance waits."""
-    waiting = any(k.until > now and k.for_job for k in kept)
-    moved_on = _moved_on(state) if waiting else set()
-    return [k for k in kept if k.until <= now or k.for_job in moved_on]
+def _expired(k: KeptInstance, now: float, moved_on: set[str]) -> bool:
+    """True when the wait of ``k`` is over or its job has moved on."""
+    return k.until <= now or k.for_job in moved_on
 
 
 def _reclaim_gpu(
-    state: NodeState, backend: MigBackend, gpu: int, now: float, job_id: str, out: Outcome
+    state: NodeState,
+    backend: MigBackend,
+    gpu: int,
+    now: float,
+    moved_on: set[str],
+    job_id: str,
+    out: Outcome,
 ) -> DeviceError | None:
-    """`_reclaim_expired` for one GPU, under its lock: the kept records are read again
+    """`_reclaim_expired` for one GPU, under its lock: its kept records are read again
     (a prolog may have adopted one meanwhile)."""
-    for k in _expired(state, [k for k in state.kept() if k.gpu == gpu], now):
+    for k in state.kept():
+        if k.gpu != gpu or not _expired(k, now, moved_on):
+            continue
         try:
             gone = not _destroy(backend, k.gpu, k.uuid, job_id, out, k.profile)
         except DeviceError as exc:
