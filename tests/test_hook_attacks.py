@@ -212,7 +212,7 @@ def test_the_epilog_of_a_job_with_a_huge_hint_records_it_without_a_key(site, cap
     assert json.loads(line)["key"] is None
 
 
-# -- the node lock ----------------------------------------------------------------------------
+# -- the locks --------------------------------------------------------------------------------
 
 
 def _slow_config(site: Site, lock_timeout: float) -> None:

@@ -1,6 +1,7 @@
 """Node-local hook records: round trips, root-only modes (and the one file the job's
-user may read), atomic writes, the node lock (root-only, bounded wait), the runtime log
-(tail reads, rotation, a full disk), and unreadable records reported instead of raised."""
+user may read), atomic writes, the locks (one per GPU, a short node lock, the version
+gate; root-only, bounded wait), the runtime log (tail reads, rotation, a full disk), and
+unreadable records reported instead of raised."""
 
 from __future__ import annotations
 
