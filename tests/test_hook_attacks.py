@@ -212,7 +212,7 @@ def test_the_epilog_of_a_job_with_a_huge_hint_records_it_without_a_key(site, cap
     assert json.loads(line)["key"] is None
 
 
-# -- the node lock ----------------------------------------------------------------------------
+# -- the locks --------------------------------------------------------------------------------
 
 
 def _slow_config(site: Site, lock_timeout: float) -> None:
@@ -222,9 +222,14 @@ def _slow_config(site: Site, lock_timeout: float) -> None:
     site.config.write_text(text)
 
 
-def _hold_node_lock(site: Site, seconds: float) -> subprocess.Popen:
-    """A stuck hook (root) holding the node lock."""
-    with site.state.lock():
+# A stuck hook (root) holding gpu 1's lock, or a hook of slurm-mig before the GPU locks
+# holding the node's version gate (a rolling upgrade): either costs lock_timeout at most.
+HELD_LOCKS = ["locks/gpu1", "lock"]
+
+
+def _hold_node_lock(site: Site, seconds: float, lock: str = "lock") -> subprocess.Popen:
+    """A stuck hook (root) holding ``private/<lock>``."""
+    with site.state.lock(), site.state.gpu_lock(1):
         pass
     holder = subprocess.Popen(
         [
@@ -235,7 +240,7 @@ def _hold_node_lock(site: Site, seconds: float) -> subprocess.Popen:
             "fcntl.flock(fd, fcntl.LOCK_EX)\n"
             "print('locked', flush=True)\n"
             "time.sleep(float(sys.argv[2]))\n",
-            str(site.run_dir / "private" / "lock"),
+            str(site.run_dir / "private" / lock),
             str(seconds),
         ],
         stdout=subprocess.PIPE,
@@ -245,12 +250,13 @@ def _hold_node_lock(site: Site, seconds: float) -> subprocess.Popen:
     return holder
 
 
-def test_a_held_lock_requeues_the_job_in_bounded_time_and_drains_nothing(site, capsys):
-    # A job holding <run_dir>/lock stalled another job's Prolog for 149 s. The lock is
-    # root's now (tests/test_nodestate.py); a hook stuck with it costs lock_timeout.
+@pytest.mark.parametrize("lock", HELD_LOCKS)
+def test_a_held_lock_requeues_the_job_in_bounded_time_and_drains_nothing(site, capsys, lock):
+    # A job holding <run_dir>/lock stalled another job's Prolog for 149 s. The locks are
+    # root's now (tests/test_nodestate.py); a hook stuck with one costs lock_timeout.
     _slow_config(site, 0.5)
     env = site.env("42", site.comment("42"))
-    holder = _hold_node_lock(site, 60)
+    holder = _hold_node_lock(site, 60, lock)
     try:
         t0 = time.monotonic()
         rc, out, err = run(prolog_main, env, capsys)
@@ -267,12 +273,15 @@ def test_a_held_lock_requeues_the_job_in_bounded_time_and_drains_nothing(site, c
     assert site.scontrol_calls() == [["requeuehold", "42"]]
 
 
-def test_an_epilog_that_cannot_get_the_lock_leaves_the_instance_to_the_next_hook(site, capsys):
+@pytest.mark.parametrize("lock", HELD_LOCKS)
+def test_an_epilog_that_cannot_get_the_lock_leaves_the_instance_to_the_next_hook(
+    site, capsys, lock
+):
     _slow_config(site, 0.3)
     env = site.env("42", site.comment("42"))
     run(prolog_main, env, capsys)
     [inst] = site.backend().instances()
-    holder = _hold_node_lock(site, 60)
+    holder = _hold_node_lock(site, 60, lock)
     try:
         rc, _, err = run(epilog_main, env, capsys, t=T0 + 40)
     finally:

@@ -1,6 +1,7 @@
 """Node-local hook records: round trips, root-only modes (and the one file the job's
-user may read), atomic writes, the node lock (root-only, bounded wait), the runtime log
-(tail reads, rotation, a full disk), and unreadable records reported instead of raised."""
+user may read), atomic writes, the locks (one per GPU, a short node lock, the version
+gate; root-only, bounded wait), the runtime log (tail reads, rotation, a full disk), and
+unreadable records reported instead of raised."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_records_are_root_only_whatever_the_umask(tmp_path, umask):
         state.put_job(REC)
         state.put_refusal(Refusal("7", "fail", "forged"))
         state.put_task(REC, uid=None)
-        with state.lock():
+        with state.lock(), state.gpu_lock(3):
             pass
         state.append_runtime({"job_id": "1"})
     finally:
@@ -79,9 +80,16 @@ def test_records_are_root_only_whatever_the_umask(tmp_path, umask):
     run = tmp_path / "run" / "node1"
     assert _mode(run) == 0o711  # users may pass through to their own task record
     assert _mode(run / "private") == 0o700
-    for d in ("jobs", "refused"):
+    for d in ("jobs", "refused", "locks"):
         assert _mode(run / "private" / d) == 0o700, d
-    for f in ("jobs/42.json", "refused/7.json", "lock", "runtimes.jsonl"):
+    for f in (
+        "jobs/42.json",
+        "refused/7.json",
+        "lock",
+        "locks/gpu3",
+        "locks/node",
+        "runtimes.jsonl",
+    ):
         assert _mode(run / "private" / f) == 0o600, f
     assert _mode(run / "task") == 0o711
     assert _mode(run / "task" / "42.json") == 0o400
@@ -343,7 +351,7 @@ def _user_probe(run) -> None:
     state.put_job(REC)
     state.put_task(REC, uid=OTHER_UID)
     state.put_task(JobRecord(**{**REC.__dict__, "job_id": "43"}), uid=None)
-    with state.lock():
+    with state.lock(), state.gpu_lock(1):
         pass
     probe = (
         "import fcntl, os, sys\n"
@@ -360,6 +368,8 @@ def _user_probe(run) -> None:
     )
     tries = [
         ("open", run / "private" / "lock"),
+        ("open", run / "private" / "locks" / "gpu1"),
+        ("list", run / "private" / "locks"),
         ("open", run / "private" / "jobs" / "42.json"),
         ("list", run / "private"),
         ("list", run),
@@ -406,6 +416,88 @@ def test_a_lock_or_directory_of_another_owner_is_refused(tmp_path):
     os.chown(mine, OTHER_UID, OTHER_UID)
     with pytest.raises(NodeStateError, match=f"{mine} is owned by uid {OTHER_UID}"):
         NodeState(mine).put_job(REC)
+
+
+@as_root
+def test_a_gpu_lock_or_locks_directory_of_another_owner_is_refused(tmp_path):
+    state = NodeState(tmp_path / "run")
+    with state.gpu_lock(0):
+        pass
+    lock = tmp_path / "run" / "private" / "locks" / "gpu0"
+    os.chown(lock, OTHER_UID, OTHER_UID)
+    with pytest.raises(
+        NodeStateError, match=f"unsafe lock file: {lock} is owned by uid {OTHER_UID}"
+    ):
+        with state.gpu_lock(0):
+            pass
+    lock.unlink()
+    os.chown(lock.parent, OTHER_UID, OTHER_UID)
+    with pytest.raises(NodeStateError, match=f"{lock.parent} is owned by uid {OTHER_UID}"):
+        with state.gpu_lock(0):
+            pass
+
+
+def test_a_symlinked_gpu_lock_or_locks_directory_is_refused(tmp_path):
+    state = NodeState(tmp_path / "run")
+    with state.gpu_lock(0):
+        pass
+    locks = tmp_path / "run" / "private" / "locks"
+    (locks / "gpu0").unlink()
+    (locks / "gpu0").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(NodeStateError, match="cannot open the lock file"):
+        with state.gpu_lock(0):
+            pass
+    locks.rename(tmp_path / "moved")
+    locks.symlink_to(tmp_path / "moved")
+    with pytest.raises(NodeStateError, match="is not a directory"):
+        with state.gpu_lock(0):
+            pass
+    assert not (tmp_path / "elsewhere").exists()
+
+
+class LockClock:
+    """nodestate's clock for lock waits: each poll of a busy lock moves it on at once."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_gpu_locks_are_independent_and_each_is_exclusive(tmp_path, monkeypatch):
+    clock = LockClock()
+    monkeypatch.setattr(nodestate, "time", clock)
+    state = NodeState(tmp_path / "run")
+    with state.gpu_lock(0):
+        with state.gpu_lock(1), state.node_lock():
+            pass  # another GPU and the node lock are free meanwhile
+        assert clock.now == 0.0
+        with pytest.raises(LockBusyError, match=r"lock of gpu 0 .*gpu0 was not free within 5 s"):
+            with state.gpu_lock(0, timeout=5):
+                pass
+        assert clock.now >= 5.0
+        clock.now = 0.0
+        with pytest.raises(LockBusyError, match="not free within 0 s"):
+            with state.gpu_lock(0, timeout=0):  # a try-lock: one try, no wait
+                pass
+        assert clock.now == 0.0
+
+
+def test_the_version_gate_is_shared_by_new_hooks_and_excludes_an_old_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(nodestate, "time", LockClock())
+    state = NodeState(tmp_path / "run")
+    with state.lock(shared=True), state.lock(shared=True):
+        with pytest.raises(LockBusyError):
+            with state.lock(timeout=1):  # a hook before the GPU locks takes it exclusively
+                pass
+    with state.lock():
+        with pytest.raises(LockBusyError, match="the node's slurm-mig lock"):
+            with state.lock(timeout=1, shared=True):
+                pass
 
 
 def test_a_symlinked_lock_or_private_dir_is_refused(tmp_path):

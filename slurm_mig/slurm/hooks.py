@@ -2,7 +2,7 @@
 
 The hooks decide from their environment and node-local records only (no Slurm calls on
 the normal path): the Prolog (root) checks the job's signed assignment token, creates or
-adopts its instance under the node lock and writes a record, and a copy only the job's
+adopts its instance under its GPU's lock and writes a record, and a copy only the job's
 user can read; the TaskProlog (that user) turns the copy into
 ``export CUDA_VISIBLE_DEVICES=<MIG uuid>``; the Epilog (root) destroys the instance or
 keeps it for the next job. With ``[slurm] gres = "on"`` the Prolog also checks
@@ -305,7 +305,8 @@ def impossible(a: Assignment, models: tuple[str, ...]) -> str | None:
 
 def prolog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time.time) -> Outcome:
     """Prepare the job's planned MIG instance (create, adopt a kept one, or reuse the one
-    of an earlier try), or write why not; exit 1 only on a node fault."""
+    of an earlier try), or write why not; exit 1 only on a node fault. Only the lock of
+    the assignment's GPU is held while deciding and creating."""
     if not in_partition(job, config):
         return _not_ours(job, config)
     out = Outcome()
@@ -314,8 +315,8 @@ def prolog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time
         key = load_key(config.key_file)
         state = NodeState(config.run_dir_for(job.node), warn=out.warn)
         try:
-            with state.lock(config.lock_timeout):
-                _prolog_locked(job, config, models, key, backend, state, clock, out)
+            with state.lock(config.lock_timeout, shared=True):
+                _prolog_gated(job, config, models, key, backend, state, clock, out)
         except LockBusyError as exc:
             # Per-job files only, no lock needed; the planner plans the job again.
             _refuse(state, Refusal(job.job_id, "requeue", str(exc)), job, out)
@@ -324,7 +325,7 @@ def prolog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time
     return out
 
 
-def _prolog_locked(
+def _prolog_gated(
     job: JobEnv,
     config: Config,
     models: tuple[str, ...],
@@ -334,29 +335,22 @@ def _prolog_locked(
     clock: Clock,
     out: Outcome,
 ) -> None:
+    """The prolog under the version gate: the job's own records, the assignment, then the
+    assignment's GPU under its lock, then expired kept instances of any GPU."""
     now = clock()
     try:
-        rec = state.job(job.job_id)
-        if rec is not None and rec.restart == job.restart:
-            if any(i.uuid == rec.uuid for i in backend.instances(rec.gpu)):
-                state.remove_refusal(job.job_id)
-                state.put_task(rec, job.uid)
-                out.say(f"reusing {_describe(rec)}, prepared by an earlier try of this prolog")
-                return
-            out.warn(f"its record names {_describe(rec)}, which is gone; preparing it again")
-            state.remove_job(job.job_id)
-        elif rec is not None:
-            # An earlier run of this job left its instance: reusable or reclaimable now.
-            state.remove_job(job.job_id)
-            state.put_kept(_kept(rec, for_job=job.job_id, until=now))
-            out.say(f"run {rec.restart} of this job left {_describe(rec)}; reclaiming it")
+        if _reused(job, backend, state, now, out):
+            return
         verdict = check_assignment(
             job, key, models, config.token_ttl, now, gres=config.gres == "on"
         )
         if isinstance(verdict, Refusal):
             _refuse(state, verdict, job, out)
             return
-        placed = _place(verdict, job, state, backend, clock, out, gres=config.gres == "on")
+        with state.gpu_lock(verdict.gpu, config.lock_timeout):
+            placed = _place(verdict, job, state, backend, clock, out, gres=config.gres == "on")
+            if isinstance(placed, JobRecord):
+                state.put_job(placed)
     except DeviceError as exc:
         if exc.node_fault:
             out.fault(str(exc))
@@ -367,7 +361,6 @@ def _prolog_locked(
     if isinstance(placed, Refusal):
         _refuse(state, placed, job, out)
         return
-    state.put_job(placed)
     state.put_task(placed, job.uid)
     state.remove_refusal(job.job_id)
     out.started = True
@@ -377,6 +370,29 @@ def _prolog_locked(
     fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
     if fault is not None:
         out.warn(f"could not reclaim an expired kept instance (the epilog will retry): {fault}")
+
+
+def _reused(job: JobEnv, backend: MigBackend, state: NodeState, now: float, out: Outcome) -> bool:
+    """True when an earlier try of this prolog prepared the job's instance (reused as it
+    is). An instance of an earlier run of the job becomes a kept one, for this run to
+    adopt or the next hook to reclaim. The job's own records only: no GPU lock (no other
+    hook changes a live job's record; the kept record is written before the job record
+    is removed, so the instance stays accounted for)."""
+    rec = state.job(job.job_id)
+    if rec is None:
+        return False
+    if rec.restart == job.restart:
+        if any(i.uuid == rec.uuid for i in backend.instances(rec.gpu)):
+            state.remove_refusal(job.job_id)
+            state.put_task(rec, job.uid)
+            out.say(f"reusing {_describe(rec)}, prepared by an earlier try of this prolog")
+            return True
+        out.warn(f"its record names {_describe(rec)}, which is gone; preparing it again")
+    else:
+        state.put_kept(_kept(rec, for_job=job.job_id, until=now))
+        out.say(f"run {rec.restart} of this job left {_describe(rec)}; reclaiming it")
+    state.remove_job(job.job_id)
+    return False
 
 
 def _refuse(state: NodeState, refusal: Refusal, job: JobEnv, out: Outcome) -> None:
@@ -507,15 +523,45 @@ def _moved_on(state: NodeState) -> set[str]:
 
 
 def _reclaim_expired(
-    state: NodeState, backend: MigBackend, now: float, job_id: str, out: Outcome
+    state: NodeState, backend: MigBackend, now: float, job_id: str, out: Outcome, wait: float = 0.0
 ) -> DeviceError | None:
-    """Destroy kept instances whose wait is over or whose job has moved on; the first
-    node fault is returned. The runtime log is read only while an instance waits."""
+    """Destroy kept instances whose wait is over or whose job has moved on, GPU by GPU in
+    index order, holding one GPU's lock at a time; a GPU whose lock is not free within
+    ``wait`` seconds (0: busy now) is left to the hook that holds it, or the next. The
+    first node fault is returned. The runtime log is read only while an instance waits."""
     kept = state.kept()
     waiting = any(k.until > now and k.for_job for k in kept)
     moved_on = _moved_on(state) if waiting else set()
-    for k in kept:
-        if k.until > now and k.for_job not in moved_on:
+    for gpu in sorted({k.gpu for k in kept if _expired(k, now, moved_on)}):
+        try:
+            with state.gpu_lock(gpu, wait):
+                fault = _reclaim_gpu(state, backend, gpu, now, moved_on, job_id, out)
+        except LockBusyError:
+            out.say(f"gpu {gpu} is busy: its expired kept instances are left to the next hook")
+            continue
+        if fault is not None:
+            return fault
+    return None
+
+
+def _expired(k: KeptInstance, now: float, moved_on: set[str]) -> bool:
+    """True when the wait of ``k`` is over or its job has moved on."""
+    return k.until <= now or k.for_job in moved_on
+
+
+def _reclaim_gpu(
+    state: NodeState,
+    backend: MigBackend,
+    gpu: int,
+    now: float,
+    moved_on: set[str],
+    job_id: str,
+    out: Outcome,
+) -> DeviceError | None:
+    """`_reclaim_expired` for one GPU, under its lock: its kept records are read again
+    (a prolog may have adopted one meanwhile)."""
+    for k in state.kept():
+        if k.gpu != gpu or not _expired(k, now, moved_on):
             continue
         try:
             gone = not _destroy(backend, k.gpu, k.uuid, job_id, out, k.profile)
@@ -584,8 +630,8 @@ def epilog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time
         models = config.gpu_models(job.node)
         state = NodeState(config.run_dir_for(job.node), warn=out.warn)
         try:
-            with state.lock(config.lock_timeout):
-                _epilog_locked(job, config, models, backend, state, clock, out)
+            with state.lock(config.lock_timeout, shared=True):
+                _epilog_gated(job, config, models, backend, state, clock, out)
         except LockBusyError as exc:
             _hand_over(job, models, state, clock(), str(exc), out)
     except (ConfigError, NodeStateError) as exc:
@@ -593,7 +639,7 @@ def epilog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time
     return out
 
 
-def _epilog_locked(
+def _epilog_gated(
     job: JobEnv,
     config: Config,
     models: tuple[str, ...],
@@ -602,13 +648,16 @@ def _epilog_locked(
     clock: Clock,
     out: Outcome,
 ) -> None:
+    """The epilog under the version gate: the job's instance under its GPU's lock, then
+    expired kept instances of any GPU."""
     rec = state.job(job.job_id)
     state.remove_refusal(job.job_id)
     state.remove_task(job.job_id)
     if rec is None:
         out.say("no instance recorded for this job; nothing to destroy")
     else:
-        _release(rec, job, config, models, backend, state, clock, out)
+        with state.gpu_lock(rec.gpu, config.lock_timeout):
+            _release(rec, job, config, models, backend, state, clock, out)
     if out.drain is None:
         fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
         if fault is not None:
@@ -618,9 +667,10 @@ def _epilog_locked(
 def _hand_over(
     job: JobEnv, models: tuple[str, ...], state: NodeState, now: float, why: str, out: Outcome
 ) -> None:
-    """Without the lock: leave the job's instance, expired, to the next prolog or
+    """Without its GPU's lock: leave the job's instance, expired, to the next prolog or
     epilog to destroy (writing the kept record before dropping the job record keeps it
-    accounted for at every moment), and record the runtime."""
+    accounted for at every moment), and record the runtime (not rotating the log: a
+    hook of an older slurm-mig may hold the gate and rotate it)."""
     rec = state.job(job.job_id)
     state.remove_refusal(job.job_id)
     state.remove_task(job.job_id)
@@ -867,7 +917,8 @@ def _spawn_reclaim(env: Mapping[str, str], node: str, delay: float, out: Outcome
 
 def reclaim_main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """``NODE SECONDS``: sleep, then destroy the node's kept instances whose wait is over
-    (under the node lock, as a hook would); log like the hooks. Exit 0 unless misused."""
+    (one GPU's lock at a time, waiting for each as a hook would for its own); log like
+    the hooks. Exit 0 unless misused."""
     args = sys.argv[1:] if argv is None else argv
     env = os.environ if env is None else env
     if len(args) != 2 or not _digits(args[1].replace(".", "", 1), 12):
@@ -882,8 +933,9 @@ def reclaim_main(argv: list[str] | None = None, env: Mapping[str, str] | None = 
 
         backend = open_backend(config, node)
         state = NodeState(config.run_dir_for(node), warn=out.warn)
-        with state.lock(config.lock_timeout):
-            fault = _reclaim_expired(state, backend, time.time(), "reclaim", out)
+        with state.lock(config.lock_timeout, shared=True):
+            now = time.time()
+            fault = _reclaim_expired(state, backend, now, "reclaim", out, config.lock_timeout)
         if fault is not None:
             out.warn(f"cannot reclaim an expired kept instance (the next hook retries): {fault}")
     except (ConfigError, DeviceError, NodeStateError, LockBusyError) as exc:

@@ -2,9 +2,18 @@
 
 Layout under ``config.run_dir_for(node)`` (0711, root: users may pass, not list):
 
-- ``private/`` (0700, files 0600): what only the root hooks read and write.
-  - ``lock``: the prolog and epilog hold an exclusive ``flock`` on it while they decide
-    (root-only, so no job can hold it and stall the node's hooks).
+- ``private/`` (0700, files 0600): what only the root hooks read and write. No job can
+  open a lock here, so none can hold one and stall the node's hooks.
+  - ``locks/gpu<N>`` (``locks/`` 0700): a hook holds GPU N's exclusive ``flock`` while
+    it decides for and changes that GPU (create, adopt, destroy, and the job and kept
+    records of its instances), so hooks on different GPUs never wait for each other.
+    A hook holds one GPU lock at a time; it reclaims kept instances of other GPUs
+    after, taking their locks one by one, and only those that are free.
+  - ``locks/node``: held for short node-wide sections only (rotating the runtime log),
+    never across a device call.
+  - ``lock``: the version gate. Hooks hold a shared ``flock`` on it for their whole run,
+    so they never wait for each other on it; hooks of slurm-mig before the GPU locks
+    held it exclusively, so during a rolling upgrade old and new hooks take turns.
   - ``jobs/<job_id>.json``: the instance a job runs on (`JobRecord`).
   - ``refused/<job_id>.json``: why the prolog gave a job no instance (`Refusal`).
   - ``kept/<uuid>.json``: an instance kept after its job for the next one (`KeptInstance`).
@@ -14,8 +23,11 @@ Layout under ``config.run_dir_for(node)`` (0711, root: users may pass, not list)
   TaskProlog's view of its own job (its `JobRecord` or `Refusal`), readable by that
   user alone.
 
-Writes are atomic (temporary file + rename), so readers never see half a record. A
-directory or lock of another owner is refused; a mode that is too open is repaired.
+Writes are atomic (temporary file + rename), so readers never see half a record; a
+record of GPU N is written only under GPU N's lock, except that an instance changes
+hands (job record to kept record) by writing the new record before removing the old,
+so it is accounted for at every moment. A directory or lock of another owner is
+refused; a mode that is too open is repaired.
 Only the standard library and ``geometry`` are imported: the hooks are on the job
 start path.
 """
@@ -50,7 +62,7 @@ class NodeStateError(OSError):
 
 
 class LockBusyError(RuntimeError):
-    """The node lock was not free within the timeout (another hook is stuck)."""
+    """A lock was not free within the timeout (another hook is stuck, or busy)."""
 
 
 def _placement(data: object) -> Placement:
@@ -165,6 +177,10 @@ class NodeState:
         return base / kind / f"{name}.json"
 
     @property
+    def locks(self) -> Path:
+        return self.private / "locks"
+
+    @property
     def runtimes_path(self) -> Path:
         return self.private / "runtimes.jsonl"
 
@@ -172,23 +188,23 @@ class NodeState:
         """Create or check the run directory, ``private/`` and ``task/`` (owner and
         mode; a wrong mode is repaired and reported, a wrong owner refused), and move
         the records of the layout before ``private/`` into it."""
+        for path, mode in ((self.root, 0o711), (self.private, 0o700), (self.root / "task", 0o711)):
+            self._secure_dir(path, mode)
+        self._move_old_layout()
+
+    def _secure_dir(self, path: Path, mode: int) -> None:
+        """`secure_dir` with its failures as NodeStateError and its repairs reported."""
         try:
-            for path, mode in (
-                (self.root, 0o711),
-                (self.private, 0o700),
-                (self.root / "task", 0o711),
-            ):
-                repaired = secure_dir(path, mode)
-                if repaired:
-                    self._warn(f"repaired: {repaired}")
+            repaired = secure_dir(path, mode)
         except UnsafePathError as exc:
             raise NodeStateError(f"unsafe run directory: {exc}") from None
         except OSError as exc:
             raise NodeStateError(
-                f"cannot create {exc.filename or self.root}: {exc.strerror} (run the hooks as "
+                f"cannot create {exc.filename or path}: {exc.strerror} (run the hooks as "
                 "root, or fix [paths] run_dir in the config)"
             ) from None
-        self._move_old_layout()
+        if repaired:
+            self._warn(f"repaired: {repaired}")
 
     def _move_old_layout(self) -> None:
         for name in _OLD_LAYOUT:
@@ -215,11 +231,40 @@ class NodeState:
     # -- locking and raw I/O ---------------------------------------------------------
 
     @contextmanager
-    def lock(self, timeout: float = 60.0, poll: float = 0.02) -> Iterator[None]:
-        """Hold the node's exclusive state lock (prolog and epilog decide under it);
+    def lock(
+        self, timeout: float = 60.0, poll: float = 0.02, shared: bool = False
+    ) -> Iterator[None]:
+        """Hold the node's version gate ``private/lock`` (hooks: ``shared``, so they never
+        wait for each other on it; exclusive: what hooks before the GPU locks took);
         LockBusyError when it is not free within ``timeout`` seconds."""
-        self.secure()
         path = self.private / "lock"
+        with self._flock(path, f"the node's slurm-mig lock {path}", timeout, poll, shared):
+            yield
+
+    @contextmanager
+    def gpu_lock(self, gpu: int, timeout: float = 60.0, poll: float = 0.02) -> Iterator[None]:
+        """Hold GPU ``gpu``'s exclusive lock (a hook deciding for and changing that GPU);
+        LockBusyError when it is not free within ``timeout`` seconds (0: try once)."""
+        path = self.locks / f"gpu{int(gpu)}"
+        with self._flock(path, f"the slurm-mig lock of gpu {int(gpu)} {path}", timeout, poll):
+            yield
+
+    @contextmanager
+    def node_lock(self, timeout: float = 10.0, poll: float = 0.005) -> Iterator[None]:
+        """Hold the node-wide lock of short sections (rotating the runtime log; never a
+        device call); LockBusyError when it is not free within ``timeout`` seconds."""
+        path = self.locks / "node"
+        with self._flock(path, f"the slurm-mig node lock {path}", timeout, poll):
+            yield
+
+    @contextmanager
+    def _flock(
+        self, path: Path, what: str, timeout: float, poll: float, shared: bool = False
+    ) -> Iterator[None]:
+        """Open ``path`` (root's, 0600, in a secured directory) and hold a ``flock`` on it."""
+        self.secure()
+        if path.parent == self.locks:
+            self._secure_dir(self.locks, 0o700)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
@@ -231,19 +276,11 @@ class NodeState:
                 raise NodeStateError(f"unsafe lock file: {exc}") from None
             if repaired:
                 self._warn(f"repaired: {repaired}")
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise LockBusyError(
-                            f"the node's slurm-mig lock {path} was not free within "
-                            f"{timeout:g} s (another prolog or epilog is stuck; see "
-                            "[hooks] lock_timeout)"
-                        ) from None
-                    time.sleep(poll)
+            if not _acquire(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, timeout, poll):
+                raise LockBusyError(
+                    f"{what} was not free within {timeout:g} s (another prolog or epilog "
+                    "is stuck; see [hooks] lock_timeout)"
+                )
             yield
         finally:
             os.close(fd)  # closing releases the lock
@@ -362,19 +399,34 @@ class NodeState:
 
     def append_runtime(self, entry: dict, rotate: bool = True) -> None:
         """Append one JSON line to ``runtimes.jsonl`` (one ``write`` call, O_APPEND);
-        first rotate it to ``runtimes.jsonl.1`` when it has grown past
-        `RUNTIMES_MAX_BYTES` (``rotate``: only under the lock). NodeStateError when the
+        with ``rotate``, under the node lock, first rotate it to ``runtimes.jsonl.1`` when
+        it has grown past `RUNTIMES_MAX_BYTES` (hooks on other GPUs append at the same
+        time; two rotations at once would lose the older lines). NodeStateError when the
         line cannot be written (a full disk)."""
         self._ensure(self.private)
-        path = self.runtimes_path
-        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
+        if not rotate:
+            self._append(entry)
+            return
         try:
-            if rotate and path.stat().st_size > RUNTIMES_MAX_BYTES:
+            with self.node_lock():
+                self._rotate()
+                self._append(entry)
+        except LockBusyError:
+            self._append(entry)  # not rotated this time: the file only grows a little
+
+    def _rotate(self) -> None:
+        path = self.runtimes_path
+        try:
+            if path.stat().st_size > RUNTIMES_MAX_BYTES:
                 os.replace(path, path.with_name("runtimes.jsonl.1"))
         except FileNotFoundError:
             pass
         except OSError as exc:
             raise NodeStateError(f"cannot rotate {path}: {exc.strerror}") from None
+
+    def _append(self, entry: dict) -> None:
+        path = self.runtimes_path
+        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
@@ -386,6 +438,20 @@ class NodeState:
             raise NodeStateError(f"cannot write {path}: {exc.strerror}") from None
         finally:
             os.close(fd)
+
+
+def _acquire(fd: int, mode: int, timeout: float, poll: float) -> bool:
+    """Take ``flock`` ``mode`` on ``fd``, trying every ``poll`` seconds; False when it was
+    not free within ``timeout`` (0: one try)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll)
 
 
 def _task_item(data: dict) -> JobRecord | Refusal:
