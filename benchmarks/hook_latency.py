@@ -53,6 +53,7 @@ def write_config(tmp: Path, scale: float) -> Path:
     path.write_text(
         f"""[slurm]
 partition = "mig"
+gres = "off"
 [nodes]
 "{NODE}" = ["A100-40GB"]
 [paths]
