@@ -20,9 +20,10 @@ Figures:
 
 - submit: seconds from the first sbatch until the last sbatch returned (and sbatch
   failures);
-- all planned: seconds from the first sbatch (and from the daemon's start) until every
-  job had an assignment (an AdminComment write the proxy saw, or squeue showing one) or
-  was released (a release call the proxy saw, or squeue showing it no longer held);
+- all released: seconds from the first sbatch (and from the daemon's start) until every
+  job was released (a release call of the daemon returned, or squeue showed it no
+  longer held); all planned: until every job had an assignment (an AdminComment write
+  returned, or squeue showed one) or was released;
 - cycles: each cycle's wall time (the daemon's "cycle N done in S s" log record: read,
   plan and apply, not the status file written after it) split into read (the proxy's
   ``jobs``/``nodes`` calls: squeue + sinfo), plan (``plan_cycle``, timed by wrapping it
@@ -30,7 +31,7 @@ Figures:
   release / requeue, or whatever methods a newer client has) and other (the rest:
   building the snapshot, the runtime store, logging); p50 and max over all cycles and
   over the busy ones (cycles that saw held jobs without an assignment, or made writes),
-  and the first cycle that saw jobs on its own line;
+  and the first cycle that saw jobs on its own line; the three slowest cycles;
 - RPCs: slurmctld's "Remote Procedure Call statistics by message type" from ``sdiag``
   (reset when the daemon starts, read before it stops) per job that started, with their
   average time in slurmctld. They include every client's RPCs of the run: the daemon's,
@@ -102,6 +103,7 @@ LOCK_MESSAGE = "was not free within"  # NodeState.lock's LockBusyError
 STARTED_STATES = frozenset(
     {"RUNNING", "COMPLETING", "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
 )
+SBATCH_TIMEOUT = 120.0
 _CYCLE_DONE = re.compile(r"cycle (\d+) done in ([0-9.]+) s")
 _LOCAL = threading.local()  # .bench: a thread of this script (its processes not counted)
 
@@ -154,6 +156,7 @@ class Tracker:
     calls: Counter = field(default_factory=Counter)  # client method -> calls
     call_seconds: Counter = field(default_factory=Counter)
     planned_at: dict[str, float] = field(default_factory=dict)
+    released_at: dict[str, float] = field(default_factory=dict)
     done_at: dict[str, float] = field(default_factory=dict)
     completed: set[str] = field(default_factory=set)
     final_jobs: dict[str, Any] = field(default_factory=dict)  # id -> last Job seen
@@ -188,6 +191,10 @@ class Tracker:
                 jid = str(getattr(j, "job_id", ""))
                 self.final_jobs[jid] = j
                 state = getattr(j, "state", "")
+                if jid not in self.released_at and (
+                    state != "PENDING" or not getattr(j, "held", True)
+                ):
+                    self.released_at[jid] = at
                 if jid not in self.planned_at:
                     if (
                         state != "PENDING"
@@ -213,7 +220,8 @@ class Tracker:
                 ids = [x for x in str(first).split(",") if x]
             elif isinstance(first, Iterable):
                 ids = [str(x) for x in first]
-        planned = "release" in name.lower() or any(
+        released = "release" in name.lower()
+        planned = released or any(
             parse_admin_comment(str(v)) is not None
             for k, v in kwargs.items()
             if k.lower() == "admincomment"
@@ -222,6 +230,8 @@ class Tracker:
             with self.lock:
                 for jid in ids:
                     self.planned_at.setdefault(jid, at)
+                    if released:
+                        self.released_at.setdefault(jid, at)
 
     def plan(self, seconds: float) -> None:
         with self.lock:
@@ -422,17 +432,34 @@ def submit_all(
     assert lc.cluster is not None
     cluster = lc.cluster
     first: list[float] = []
+    done = [0]
 
     def one(i: int) -> str | Exception:
         if stop.is_set() or time.monotonic() > deadline:
             return RuntimeError("not submitted (stopped)")
         if not first:
             first.append(now())
-        res = cluster.try_sbatch(
-            f"sleep {seconds:g}", partition="mig", comment=job_comment(i, seconds), name=f"b{i}"
-        )
+        try:  # LocalSlurm.try_sbatch's command, with a longer timeout: a slurmctld
+            # holding 10,000 jobs may keep an sbatch waiting for half a minute
+            res = cluster.run(
+                "sbatch",
+                "--parsable",
+                f"--output={cluster.out_dir}/%j.out",
+                f"--chdir={cluster.out_dir}",
+                "--partition=mig",
+                f"--comment={job_comment(i, seconds)}",
+                f"--job-name=b{i}",
+                f"--wrap=sleep {seconds:g}",
+                check=False,
+                timeout=SBATCH_TIMEOUT,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return RuntimeError(f"sbatch: {exc}")
         if res.returncode != 0:
             return RuntimeError(res.stderr.strip() or f"sbatch exited {res.returncode}")
+        done[0] += 1
+        if done[0] % 1000 == 0:
+            print(f"daemon_scale: {done[0]} jobs submitted", file=sys.stderr, flush=True)
         return res.stdout.strip().split(";")[0]
 
     t0 = now()
@@ -482,6 +509,13 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
         f"({fig['submit_parallel']} sbatch at a time)"
         + (f"; {fig['sbatch_refused']} not submitted, first: {errs[0]}" if errs else "")
     )
+    if fig["all_released_s"] is not None:
+        p(
+            f"all released: {fig['all_released_s']:.1f} s after the first sbatch, "
+            f"{fig['all_released_after_start_s']:.1f} s after the daemon's start"
+        )
+    else:
+        p(f"all released: not reached ({fig['released']} of {fig['submitted']} released)")
     if fig["all_planned_s"] is not None:
         p(
             f"all planned: {fig['all_planned_s']:.1f} s after the first sbatch, "
@@ -508,6 +542,15 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
         writes = max(c.writes for c in cs)
         seen = max(c.jobs_seen for c in cs)
         p(f"{label:>22} {len(cs):>4} {' '.join(cells)} {writes:>7} {seen:>6}")
+    slow = sorted(tracker.cycles, key=lambda c: -c.seconds)[:3]
+    p(
+        "slowest cycles: "
+        + "; ".join(
+            f"#{c.number} {c.seconds:.2f} s (read {c.read:.2f}, plan {c.plan:.2f}, "
+            f"apply {c.apply:.2f}, {c.writes} writes, {c.jobs_seen} jobs)"
+            for c in slow
+        )
+    )
     started = max(1, fig["started"])
     p(f"client calls: {', '.join(f'{k} {v}' for k, v in sorted(fig['client_calls'].items()))}")
     procs = fig["processes"]
@@ -765,6 +808,9 @@ def figures(
     planned = [i for i in ids if i in tracker.planned_at]
     all_planned = len(planned) == len(ids) and ids
     last_planned = max((tracker.planned_at[i] for i in ids), default=0.0) if all_planned else 0
+    released = [i for i in ids if i in tracker.released_at]
+    all_released = len(released) == len(ids) and ids
+    last_released = max((tracker.released_at[i] for i in ids), default=0.0) if all_released else 0
     starts = [j.start_time for j in completed if j.start_time]
     ends = [j.end_time for j in completed if j.end_time]
     span = (max(ends) - min(starts)) if starts and ends else 0.0
@@ -790,6 +836,11 @@ def figures(
         "planned": len(planned),
         "all_planned_s": (last_planned - t_first) if all_planned else None,
         "all_planned_after_start_s": (last_planned - state["t_daemon"]) if all_planned else None,
+        "released": len(released),
+        "all_released_s": (last_released - t_first) if all_released else None,
+        "all_released_after_start_s": (
+            (last_released - state["t_daemon"]) if all_released else None
+        ),
         "cycles": [
             {
                 "cycle": c.number,
