@@ -104,6 +104,7 @@ STARTED_STATES = frozenset(
     {"RUNNING", "COMPLETING", "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
 )
 SBATCH_TIMEOUT = 120.0
+_STOPPING = re.compile(r"stopping: (\d+) actions left")
 _CYCLE_DONE = re.compile(r"cycle (\d+) done in ([0-9.]+) s")
 _LOCAL = threading.local()  # .bench: a thread of this script (its processes not counted)
 
@@ -160,6 +161,7 @@ class Tracker:
     done_at: dict[str, float] = field(default_factory=dict)
     completed: set[str] = field(default_factory=set)
     final_jobs: dict[str, Any] = field(default_factory=dict)  # id -> last Job seen
+    cut_short: list[tuple[int, int]] = field(default_factory=list)  # (cycle, actions left)
     overhead: float = 0.0  # this script's own bookkeeping inside the daemon's cycles
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -281,6 +283,12 @@ class CycleLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         msg = str(record.msg)
+        m = _STOPPING.match(record.getMessage())
+        if m:  # the daemon was stopped between two actions of this cycle
+            with self.tracker.lock:
+                number = len(self.tracker.cycles) + 1
+                self.tracker.cut_short.append((number, int(m[1])))
+            return
         if not msg.startswith("cycle %d done in"):
             m = _CYCLE_DONE.match(record.getMessage())
             if m:
@@ -551,12 +559,15 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
             for c in slow
         )
     )
-    started = max(1, fig["started"])
+    for number, left in tracker.cut_short:
+        p(f"cycle #{number} was cut short by the stop: {left} actions left undone")
+    started = fig["started"] or max(1, fig["submitted"])
+    per = "per started job" if fig["started"] else "per submitted job (none started)"
     p(f"client calls: {', '.join(f'{k} {v}' for k, v in sorted(fig['client_calls'].items()))}")
     procs = fig["processes"]
     p(
         f"processes the daemon ran: {sum(procs.values())} "
-        f"({sum(procs.values()) / started:.2f} per started job): "
+        f"({sum(procs.values()) / started:.2f} {per}): "
         + ", ".join(f"{k} {v} ({v / started:.2f})" for k, v in sorted(procs.items()))
     )
     rpcs = fig["rpcs"]
@@ -564,7 +575,7 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
         total = sum(c for c, _ in rpcs.values())
         p(
             f"slurmctld RPCs (sdiag, since the daemon's start): {total}, "
-            f"{total / started:.1f} per started job ({fig['started']} started)"
+            f"{total / started:.1f} {per} ({fig['started']} started)"
         )
         p(f"{'message type':>40} {'count':>8} {'per job':>8} {'ave ms':>8}")
         for name, (count, ave) in sorted(rpcs.items(), key=lambda kv: -kv[1][0]):
@@ -658,6 +669,8 @@ def main() -> int:
         latency_scale=args.latency_scale,
         planner={"cycle": args.cycle, "batch_window": args.batch_window},
         slurm=install,
+        # Slurm's default MaxJobCount (10,000) would make the last sbatch wait forever
+        slurm_options={"extra_conf": [f"MaxJobCount={max(10_000, 2 * args.jobs + 100)}"]},
     )
     tracker = Tracker()
     procs = ProcessCounter()
@@ -854,6 +867,7 @@ def figures(
             }
             for c in tracker.cycles
         ],
+        "cut_short": [list(x) for x in tracker.cut_short],
         "client_calls": dict(tracker.calls),
         "processes": dict(procs.counts),
         "started": len(started),
