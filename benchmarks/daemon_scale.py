@@ -33,8 +33,8 @@ Figures:
   over the busy ones (cycles that saw held jobs without an assignment, or made writes),
   and the first cycle that saw jobs on its own line; the three slowest cycles;
 - RPCs: slurmctld's "Remote Procedure Call statistics by message type" from ``sdiag``
-  (reset when the daemon starts, read before it stops) per job that started, with their
-  average time in slurmctld. They include every client's RPCs of the run: the daemon's,
+  (reset when the daemon starts, read before it stops) per job that started and per job
+  submitted, with their average time in slurmctld. They include every client's RPCs of the run: the daemon's,
   slurmd's, the hooks' and, with ``--planner-first``, sbatch's; ``sdiag`` and the final
   squeue of this script come after the read;
 - processes: the programs the daemon ran (squeue, sinfo, ``scontrol <verb>``), counted
@@ -48,6 +48,11 @@ Figures:
 - throughput: jobs completed per minute from the first job's start to the last one's end,
   and whether every job completed (state COMPLETED);
 - load: os.getloadavg() when the cluster is up (before submitting) and at the end.
+
+A cycle the stop interrupted (``--plan-only-seconds``, or the last one, whose runtime
+learning is cut short when every job has ended) is named with the actions it left.
+``make bench`` runs this with its defaults (1,000 jobs: minutes, and a Slurm) where it
+runs as root.
 
 ``--json`` adds one machine-readable line (``{"daemon_scale": {...}}``). Set
 $SLURM_MIG_E2E_KEEP or ``--keep`` to keep the cluster's directory (logs, config).
@@ -563,6 +568,7 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
         p(f"cycle #{number} was cut short by the stop: {left} actions left undone")
     started = fig["started"] or max(1, fig["submitted"])
     per = "per started job" if fig["started"] else "per submitted job (none started)"
+    subs = max(1, fig["submitted"])
     p(f"client calls: {', '.join(f'{k} {v}' for k, v in sorted(fig['client_calls'].items()))}")
     procs = fig["processes"]
     p(
@@ -577,9 +583,12 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
             f"slurmctld RPCs (sdiag, since the daemon's start): {total}, "
             f"{total / started:.1f} {per} ({fig['started']} started)"
         )
-        p(f"{'message type':>40} {'count':>8} {'per job':>8} {'ave ms':>8}")
+        p(f"{'message type':>40} {'count':>8} {'/started':>9} {'/submitted':>10} {'ave ms':>8}")
         for name, (count, ave) in sorted(rpcs.items(), key=lambda kv: -kv[1][0]):
-            p(f"{name:>40} {count:>8} {count / started:>8.2f} {ave / 1000:>8.2f}")
+            p(
+                f"{name:>40} {count:>8} {count / started:>9.2f} {count / subs:>10.2f} "
+                f"{ave / 1000:>8.2f}"
+            )
     else:
         p(f"slurmctld RPCs: sdiag gave none ({fig['sdiag_error'] or 'empty'})")
     gap, after = fig["status_gap_s"], fig["status_gap_cycle"]
