@@ -25,8 +25,8 @@ def add_parser(sub) -> None:
             "free compute slices, the largest profile that could be created now and the "
             "fragmentation cost (1 - largest free block / free slices); then the queue "
             "with each planned job's node, GPU, profile and projected start. Reads the "
-            "planner's status file (root only), squeue and, where this host can read "
-            "them, the nodes' records (UUIDs). Users: 'slurm-mig explain JOB'."
+            "planner's status file (root only), squeue and the nodes' reports (UUIDs, "
+            "kept instances; README: Node reports). Users: 'slurm-mig explain JOB'."
         ),
     )
     p.add_argument("--config", metavar="PATH", help="config file (default: as the planner)")
@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
 def load_view(config: Any, node: str | None, client: Any = None):
     """The `StatusView` from the status file, squeue and the node records."""
     from ..slurm.client import SlurmClient
-    from ..slurm.nodestate import NodeState
+    from ..slurm.receiver import node_records
     from ..statusview import build_view
 
     path = Path(config.state_dir) / STATUS_FILE
@@ -71,15 +71,7 @@ def load_view(config: Any, node: str | None, client: Any = None):
         jobs = (client or SlurmClient()).jobs(config.partition)
     except SlurmError as exc:
         raise ValueError(f"cannot read the queue: {' '.join(str(exc).split())}") from None
-    records = {}
-    for name in config.nodes:
-        if node is not None and name != node:
-            continue
-        state = NodeState(config.run_dir_for(name))
-        try:
-            records[name] = {"jobs": state.jobs(), "kept": state.kept()}
-        except OSError:
-            records[name] = {}
+    records = node_records(config, node)
     view = build_view(status, jobs, records, time.time(), node)
     if not status:
         view = type(view)(**{**view.__dict__, "problems": (f"no planner status in {path} yet",)})

@@ -34,16 +34,22 @@ def _name(value: str | None) -> str:
     return text if 0 < len(text) <= 64 and _NAME_CHARS.issuperset(text) else ""
 
 
-def append(private_dir: Path, entry: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
-    """Append the run of ``entry`` (the Epilog's runtime record) with its user and
-    account; None, or why not."""
-    record = {
+def entry_row(entry: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The accounting record of ``entry`` (the Epilog's runtime record) with the job's
+    user and account from Slurm's environment: a log line, or a node report's data."""
+    return {
         **{k: entry.get(k) for k in ("job_id", "restart", "key", "gpu", "model", "profile")},
         "seconds": entry.get("seconds"),
         "end": entry.get("end"),
         "user": _name(env.get("SLURM_JOB_USER")),
         "account": _name(env.get("SLURM_JOB_ACCOUNT")),
     }
+
+
+def append(private_dir: Path, entry: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """Append the run of ``entry`` (the Epilog's runtime record) with its user and
+    account; None, or why not."""
+    record = entry_row(entry, env)
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
     if len(line) > MAX_LINE:
         return "accounting record too long; not written"
@@ -77,20 +83,29 @@ def energy_joules(model_name: str, slices: int, seconds: float) -> float | None:
     return round(watts * max(0.0, seconds), 3)
 
 
+RUNS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS {schema}runs (job_id TEXT, restart INTEGER, node TEXT,"
+    " user TEXT, account TEXT, key TEXT, model TEXT, gpu INTEGER, profile TEXT,"
+    " slices INTEGER, seconds REAL, slice_seconds REAL, energy_j REAL, energy_source TEXT,"
+    " end REAL, PRIMARY KEY (job_id, restart))"
+)
+INSERT_RUN = "INSERT OR IGNORE INTO {schema}runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+
+
 def _open(state_dir: Path):
     import sqlite3
 
     db = sqlite3.connect(state_dir / STORE, timeout=2.0)
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS runs (job_id TEXT, restart INTEGER, node TEXT, user TEXT,"
-        " account TEXT, key TEXT, model TEXT, gpu INTEGER, profile TEXT, slices INTEGER,"
-        " seconds REAL, slice_seconds REAL, energy_j REAL, energy_source TEXT, end REAL,"
-        " PRIMARY KEY (job_id, restart))"
-    )
+    db.execute(RUNS_TABLE.format(schema=""))
     db.execute(
         "CREATE TABLE IF NOT EXISTS offsets (path TEXT PRIMARY KEY, inode INTEGER, pos INTEGER)"
     )
     return db
+
+
+def row(node: str, d: Mapping[str, Any]) -> tuple | None:
+    """The store's row of one accounting record of ``node``; None when it is not one."""
+    return _row(node, d)
 
 
 def _row(node: str, d: Mapping[str, Any]) -> tuple | None:
@@ -148,9 +163,7 @@ def gather(state_dir: Path, logs: Mapping[str, Path]) -> int:
                     except ValueError:
                         row = None
                     if row is not None:
-                        cur = db.execute(
-                            "INSERT OR IGNORE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row
-                        )
+                        cur = db.execute(INSERT_RUN.format(schema=""), row)
                         added += cur.rowcount
                 db.execute(
                     "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",
