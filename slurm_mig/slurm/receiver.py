@@ -79,6 +79,9 @@ class ReportDB:
         self.runtime_store = runtime_store  # RuntimeStore for memory needs (None: off)
 
     def _connect(self) -> sqlite3.Connection:
+        from ..profiles import prepare_state_dir
+
+        prepare_state_dir(self.state_dir)  # 0750, root's
         fresh = not self.path.exists()
         db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
         if fresh:
