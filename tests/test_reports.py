@@ -431,3 +431,66 @@ def test_the_epilog_reports_to_a_planner_that_cannot_read_the_node(tmp_path, cap
     out, err = capsys.readouterr()
     assert json.loads(out)[0]["user"] == "alice"
     assert "node node2: no report since" in err and "node1" not in err
+
+
+# -- wiring: config, daemon, mig-run ----------------------------------------------------------
+
+
+def test_the_reports_address_must_be_one_the_nodes_can_reach(tmp_path):
+    from slurm_mig.config import ConfigError, config_from_dict
+
+    base = {"nodes": {NODE: ["A100-40GB"]}}
+    assert config_from_dict(base).reports == ""
+    got = config_from_dict({**base, "planner": {"reports": "10.0.0.1:9765"}})
+    assert got.reports == "10.0.0.1:9765"
+    for bad in ("0.0.0.0:9765", "10.0.0.1", "10.0.0.1:0"):
+        with pytest.raises(ConfigError) as err:
+            config_from_dict({**base, "planner": {"reports": bad}})
+        assert "reports" in str(err.value)
+
+
+def test_the_daemon_starts_the_receiver_and_logs_what_arrived(state, caplog):
+    from slurm_mig.slurm.daemon import PlannerDaemon
+    from slurm_mig.slurm.receiver import start_receiver
+
+    port = free_port()
+    config = SimpleNamespace(
+        reports=f"127.0.0.1:{port}", state_dir=state, nodes={NODE: ("A100-40GB",)}
+    )
+    assert start_receiver(config, None) is None  # a dry run has no key
+    r = start_receiver(config, KEY)
+    assert r is not None and r.address == ("127.0.0.1", port)
+    try:
+        with caplog.at_level("WARNING", logger="slurm_mig.planner"):
+            assert start_receiver(config, KEY) is None  # the port is taken: a warning
+        assert "cannot listen for node reports" in caplog.text
+        assert reports.exchange(r.address, [run_line()], 2.0, 1.0)[0].startswith("ok ")
+        daemon = SimpleNamespace(receiver=r, config=config)
+        with caplog.at_level("INFO", logger="slurm_mig.planner"):
+            PlannerDaemon._gather_accounting(daemon)
+        assert "node reports: 1 run" in caplog.text
+    finally:
+        r.close()
+
+
+def test_mig_run_writes_its_need_into_the_jobs_need_file(tmp_path):
+    from slurm_mig.memory.wrapper import Runner
+    from tests.test_hooks import make_site
+
+    site = make_site(tmp_path)
+    (site.run_dir / "task").mkdir(parents=True)
+    reports.make_need_file(site.run_dir, "42", os.getuid())
+    said: list[str] = []
+    runner = SimpleNamespace(
+        opts=SimpleNamespace(config=str(site.config)),
+        env={"SLURM_JOB_ID": "42", "SLURMD_NODENAME": NODE},
+        _say=said.append,
+    )
+    Runner._record_need(runner, "resnet", 12 << 30, "42")
+    assert said == []
+    path = reports.need_path(site.run_dir, "42")
+    assert reports.read_need(path, os.getuid(), 40 << 30, "resnet")[0] == {
+        "key": "resnet",
+        "need": 12 << 30,
+    }
+    assert not (tmp_path / "state" / "profiles.sqlite").exists()  # not the store

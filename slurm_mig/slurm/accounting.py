@@ -3,10 +3,12 @@
 The Epilog appends one line per finished run to the node's ``private/accounting.jsonl``
 (root only): job, run, user, account, job kind (hint key), GPU model and index, profile,
 compute slices, seconds on the instance and when it ended (`append`, standard library
-only: it is on the Epilog's path). The planner daemon gathers the lines of every node
-whose run directory it can read (the nodes of one host, or a shared run directory) into
-``<state_dir>/accounting.sqlite`` once a cycle (`gather`, remembering how far it read
-each file), adding slice-seconds and energy. Energy is *modelled*, never measured: the
+only: it is on the Epilog's path), and reports the same record to the planner
+(`reports`), whose receiver stores it in ``<state_dir>/accounting.sqlite`` (`row`,
+`INSERT_RUN`) adding slice-seconds and energy. With ``[planner] reports`` off the
+daemon instead gathers the lines of every node whose run directory it can read (the
+nodes of one host, or a shared run directory) once a cycle (`gather`, remembering how
+far it read each file). Energy is *modelled*, never measured: the
 GPU's power curve over busy compute slices (``sim.energy``, SMART-MIG's A100 curve
 scaled by board power), a run charged its share of the idle power plus the power its
 slices add on an idle GPU. `report` sums the store by user, account, profile or key.

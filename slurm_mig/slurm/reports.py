@@ -64,6 +64,7 @@ MAX_NEED_FILE = 512  # bytes of mig-run's need file
 MAX_FILES = 2000  # spool files kept at a node
 MAX_SPOOL_BYTES = 16 << 20
 BATCH = 64  # reports per connection
+SEND_BYTES = 512 << 10  # bytes per connection (the receiver reads up to 1 MiB)
 CONNECT_TIMEOUT = 0.3  # seconds
 FLUSH_SECONDS = 1.0  # most a hook spends delivering
 KINDS = ("run", "instances", "memory")
@@ -313,6 +314,8 @@ class Spool:
                 self._warn(f"dropping {p.name} from the report spool: not a report")
                 p.unlink(missing_ok=True)
                 continue
+            if batch and size + len(line) + 1 > SEND_BYTES:
+                break
             batch.append((p, line, rid))
             size += len(line) + 1
         if not batch:
