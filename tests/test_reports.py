@@ -494,3 +494,35 @@ def test_mig_run_writes_its_need_into_the_jobs_need_file(tmp_path):
         "need": 12 << 30,
     }
     assert not (tmp_path / "state" / "profiles.sqlite").exists()  # not the store
+
+
+def test_an_epilog_with_the_planner_away_is_quick_and_node_flush_delivers_later(tmp_path, capsys):
+    from slurm_mig.cli import main
+    from slurm_mig.slurm.hooks import epilog_main, prolog_main
+    from tests.test_hooks import T0, make_site, run
+
+    site = make_site(tmp_path)
+    port = free_port()  # nobody listens there yet
+    text = site.config.read_text().replace(
+        "[planner]\n", f'[planner]\nreports = "127.0.0.1:{port}"\n'
+    )
+    site.config.write_text(text)
+    env = site.env("42", site.comment("42"), SLURM_JOB_USER="bob")
+    assert run(prolog_main, env, capsys)[0] == 0
+    began = time.monotonic()
+    rc, _, err = run(epilog_main, env, capsys, t=T0 + 65.0)
+    assert rc == 0 and time.monotonic() - began < 1.5
+    assert any("reports kept for later: cannot reach the planner" in line for line in err)
+    names = sorted(p.name.split(".")[0] for p in Spool(site.run_dir).pending())
+    assert names == ["instances", "run"]  # the prolog's snapshot superseded
+    state = tmp_path / "state"
+    r = Receiver(("127.0.0.1", port), site.key, ReportDB(state)).start()
+    try:
+        assert main(["node-flush", "--config", str(site.config), "--node", NODE]) == 0
+    finally:
+        r.close()
+    out = capsys.readouterr().out
+    assert f"{NODE}: 2 report(s) delivered, 0 left" in out
+    assert [row["user"] for row in accounting_report(state, "user")] == ["bob"]
+    assert main(["node-flush", "--config", str(site.config), "--node", NODE]) == 0
+    assert f"{NODE}: 0 report(s) delivered, 0 left" in capsys.readouterr().out
