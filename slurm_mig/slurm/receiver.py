@@ -15,7 +15,9 @@ The verified reports of a connection are stored in one sqlite transaction in
 accounting row and its delivery record commit together) and only then answered
 ``ok <id>``. A report is stored once: its id (node, kind, job, restart, seq) and the
 digest of its payload are kept; the same report again is answered ``ok`` and changes
-nothing, the same id with other content is refused (``conflict``) and logged. Memory
+nothing, the same id with other content is refused (``conflict``) and logged. An
+``instances`` snapshot replaces the node's stored one only when its ``seq`` is higher
+(no delivery record: the nodes send one per hook run). Memory
 needs go to the runtime store (``profiles.sqlite``, `RuntimeStore.record_memory`, which
 keeps the larger of two needs of a job: idempotent) before that commit.
 
@@ -134,10 +136,12 @@ class ReportDB:
         return results
 
     def _one(self, db: sqlite3.Connection, b: Mapping[str, Any], now: float) -> str | None:
+        node, kind, data = b["node"], b["kind"], b["data"]
+        if kind == "instances":  # idempotent by its sequence: only a newer one counts
+            return self._snapshot(db, b, now)
         got = db.execute("SELECT digest FROM received WHERE id = ?", (b["id"],)).fetchone()
         if got is not None:
             return None if got[0] == b["digest"] else "conflict"
-        node, kind, data = b["node"], b["kind"], b["data"]
         if kind == "run":
             r = row(node, data)
             if r is None or r[0] != b["job"] or r[1] != b["restart"]:
@@ -146,26 +150,34 @@ class ReportDB:
         elif kind == "memory":
             if not _need(b):
                 return "invalid"
-        elif kind == "instances":
-            snap = _snapshot(data)
-            if snap is None:
-                return "invalid"
-            jobs, kept = snap
-            db.execute("INSERT OR IGNORE INTO nodes (node, last) VALUES (?, ?)", (node, now))
-            db.execute(
-                "UPDATE nodes SET seq = ?, snapshot_at = ?, jobs = ?, kept = ? "
-                "WHERE node = ? AND seq < ?",
-                (b["seq"], b["at"], jobs, kept, node, b["seq"]),
-            )
         db.execute(
             "INSERT INTO received VALUES (?, ?, ?, ?, ?)", (b["id"], node, kind, b["digest"], now)
         )
+        self._seen(db, node, now)
+        return None
+
+    def _snapshot(self, db: sqlite3.Connection, b: Mapping[str, Any], now: float) -> str | None:
+        """The node's instances, kept when newer (higher ``seq``) than the stored ones:
+        a snapshot delivered twice, or after a newer one, changes nothing."""
+        snap = _snapshot(b["data"])
+        if snap is None:
+            return "invalid"
+        jobs, kept = snap
+        self._seen(db, b["node"], now)
+        db.execute(
+            "UPDATE nodes SET seq = ?, snapshot_at = ?, jobs = ?, kept = ? "
+            "WHERE node = ? AND seq < ?",
+            (b["seq"], b["at"], jobs, kept, b["node"], b["seq"]),
+        )
+        return None
+
+    @staticmethod
+    def _seen(db: sqlite3.Connection, node: str, now: float) -> None:
         db.execute(
             "INSERT INTO nodes (node, last) VALUES (?, ?) "
             "ON CONFLICT (node) DO UPDATE SET last = max(last, excluded.last)",
             (node, now),
         )
-        return None
 
     # -- what the controller shows ----------------------------------------------------
 
