@@ -526,3 +526,13 @@ def test_an_epilog_with_the_planner_away_is_quick_and_node_flush_delivers_later(
     assert [row["user"] for row in accounting_report(state, "user")] == ["bob"]
     assert main(["node-flush", "--config", str(site.config), "--node", NODE]) == 0
     assert f"{NODE}: 0 report(s) delivered, 0 left" in capsys.readouterr().out
+
+
+def test_a_memory_need_replayed_with_other_content_changes_nothing(receiver, state):
+    first = make(KEY, NODE, "memory", {"key": "resnet", "need": 4 << 30}, job="7", at=1.0)
+    other = make(KEY, NODE, "memory", {"key": "resnet", "need": 30 << 30}, job="7", at=1.0)
+    assert reports.exchange(receiver.address, [first], 2.0, 1.0)[0].startswith("ok ")
+    assert reports.exchange(receiver.address, [other], 2.0, 1.0) == [
+        f"no {NODE}/memory/7/0/0 conflict"
+    ]
+    assert RuntimeStore(state / "profiles.sqlite").memory_need("resnet") == 4 << 30

@@ -115,14 +115,18 @@ class ReportDB:
         (the runtime store) when nothing could be stored."""
         now = time.time() if now is None else now
         bodies = list(bodies)
-        # memory needs first: recording one twice changes nothing, losing one would
-        for b in bodies:
-            if b["kind"] == "memory" and self.runtime_store is not None and _need(b):
-                d = b["data"]
-                self.runtime_store.record_memory(d["key"], d["need"], b["job"])
         results: list[str | None] = []
         db = self._connect()
         try:
+            # memory needs first (recording one twice changes nothing, losing one would),
+            # but not one whose id was stored with other content
+            for b in bodies:
+                if b["kind"] != "memory" or self.runtime_store is None or not _need(b):
+                    continue
+                got = db.execute("SELECT digest FROM received WHERE id = ?", (b["id"],))
+                if got.fetchone() in (None, (b["digest"],)):
+                    d = b["data"]
+                    self.runtime_store.record_memory(d["key"], d["need"], b["job"])
             db.execute("BEGIN IMMEDIATE")
             try:
                 for b in bodies:

@@ -265,6 +265,12 @@ class Spool:
         return [p for _, _, p in sorted(stamped)]
 
     def _bound(self) -> None:
+        try:  # temporary files of a writer that died before its rename
+            stale = [p for p in self.dir.glob(".*.tmp") if time.time() - p.stat().st_mtime > 3600]
+        except OSError:
+            stale = []
+        for p in stale:
+            p.unlink(missing_ok=True)
         files = self.pending()
         sizes = []
         for p in files:
