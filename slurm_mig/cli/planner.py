@@ -27,7 +27,9 @@ def add_parser(sub) -> None:
             "its Comment. Logs one line per action. All its state is in Slurm: it can be "
             "stopped (SIGTERM) and restarted at any time. SIGHUP or a hook's notification "
             "([planner] notify) plans at once. After each cycle it writes "
-            "<state_dir>/planner-status.json and serves /metrics ([planner] metrics). Run "
+            "<state_dir>/planner-status.json and serves /metrics ([planner] metrics). It "
+            "receives the nodes' signed reports (finished runs, MIG instances, memory "
+            "needs) on [planner] reports (TCP; README: Node reports). Run "
             "it as root on the slurmctld host (contrib/slurm-mig-planner.service)."
         ),
     )
