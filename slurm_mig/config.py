@@ -70,6 +70,7 @@ class Config:
     reuse_wait: float
     lock_timeout: float = 60.0
     metrics: str = "127.0.0.1:9764"
+    reports: str = ""  # the planner's node-report receiver, host:port; "" off
     web: bool = False
     standby: bool = False
     lease_ttl: float = 30.0
@@ -135,6 +136,17 @@ def _fraction(value: object) -> str | None:
     return None if 0.0 <= value <= 1.0 else f"must be between 0 and 1, got {value!r}"  # type: ignore[operator]
 
 
+def _reachable(value: object) -> str | None:
+    """The nodes connect to this address: a wildcard would send them to themselves."""
+    host = str(value).rpartition(":")[0]
+    if host in ("0.0.0.0", "::"):
+        return (
+            f"is the address the nodes send their reports to, got {value!r}; give the "
+            "controller's address as the nodes reach it (the planner listens there)"
+        )
+    return None
+
+
 _POSITIVE = _at_least(0, strict=True)
 MAX_WRITE_CONCURRENCY = 64
 
@@ -178,6 +190,9 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         "default_runtime": _Field("default_runtime", "float", 3600.0, "3600.0", _POSITIVE),
         "serial_fraction": _Field("serial_fraction", "float", 0.3, "0.3", _fraction),
         "metrics": _Field("metrics", "address", "127.0.0.1:9764", '"127.0.0.1:9764" or "" (off)'),
+        "reports": _Field(
+            "reports", "address", "", '"" (off) or "10.0.0.1:9765"', check=_reachable
+        ),
         "web": _Field("web", "bool", False, "false"),
         "apply_budget": _Field("apply_budget", "float", 3.0, "3.0", _POSITIVE),
         "standby": _Field("standby", "bool", False, "false"),
@@ -399,7 +414,13 @@ def _check_value(field: _Field, value: object) -> str | None:
         elif field.kind == "policy":
             return _check_policy(value)
         elif field.kind == "address":
-            return None if value == "" else _check_address(value, fix)
+            if value == "":
+                return None
+            problem = _check_address(value, fix)
+            if problem is None and field.check is not None:
+                text = field.check(value)
+                problem = None if text is None else f"{text}; {fix}"
+            return problem
         elif field.kind == "choice":
             if value not in field.choices:
                 near = _close(value, field.choices, n=1)

@@ -4,8 +4,9 @@ block and the fragmentation cost, and the queue with each planned job's GPU, pro
 and projected start.
 
 Pure: built from the planner's status file (its last cycle's snapshots and
-projections), squeue's jobs and, where this host can read them, the nodes' records
-(MIG UUIDs, when each instance became ready, kept instances). The CLI draws it.
+projections), squeue's jobs and the nodes' records as they reported them
+(`slurm.receiver.node_records`: MIG UUIDs, when each instance became ready, kept
+instances). The CLI draws it.
 """
 
 from __future__ import annotations

@@ -473,6 +473,7 @@ def test_check_config_command_prints_ok_and_a_summary(tmp_path, capsys):
     assert "nodes      4" in lines
     assert "gpus       8 (1 x A30-24GB, 6 x A100-40GB, 1 x H100-80GB)" in lines
     assert "backend    simulated" in lines
+    assert "reports    off (the planner reads the node files it can see)" in lines
 
 
 def test_check_config_command_lists_each_problem_and_exits_1(tmp_path, capsys):

@@ -22,6 +22,7 @@ from . import (
     forecast,
     gres_conf,
     keygen,
+    node_flush,
     plan,
     planner,
     report,
@@ -50,6 +51,7 @@ COMMANDS = (
     status,
     explain,
     report,
+    node_flush,
     bound,
     train_controller,
 )

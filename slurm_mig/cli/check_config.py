@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
             "Read a slurm-mig config file and check every section and key: types, ranges, "
             "GPU models, hostlists, paths, and that the signing key (when it exists) is "
             "root's alone. Prints 'PATH: ok' and a summary (partition, nodes, GPUs by "
-            "model, device backend, key) and exits 0, or prints one line per problem "
+            "model, device backend, key, where the nodes report) and exits 0, or prints one line per problem "
             "(file, section.key, the fix) and exits 1. The annotated example is "
             "contrib/config.toml."
         ),
@@ -61,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"gpus       {gpus} ({by_model})")
     print(f"backend    {config.backend}")
     print(f"key        {key}")
+    if config.reports:
+        print(f"reports    {config.reports} (TCP: the nodes send, the planner listens)")
+    else:
+        print("reports    off (the planner reads the node files it can see)")
     return 0
 
 

@@ -17,11 +17,12 @@ def add_parser(sub) -> None:
         formatter_class=Formatter,
         help="usage totals to bill by: runs, slice-seconds, GPU-hours, energy (admins)",
         description=wrap(
-            "Totals of the finished runs the planner gathered from the nodes' Epilogs "
+            "Totals of the finished runs the nodes' Epilogs reported to the planner "
             "(<state_dir>/accounting.sqlite): runs, restarted runs, seconds, "
             "slice-seconds, GPU-hours (slice-seconds over the GPU's slices) and energy, "
             "per user, account, MIG profile or job kind (hint key) and GPU model. "
-            "Energy is modelled from the GPU's power curve, not measured."
+            "Energy is modelled from the GPU's power curve, not measured. Nodes that "
+            "have not reported (or not for a day) are named on stderr, with since when."
         ),
     )
     p.add_argument("--config", metavar="PATH", help="config file (default: as the planner)")
@@ -44,6 +45,45 @@ def _since(text: str | None) -> float | None:
         raise ValueError(f"--since {text[:40]!r} is not a date; give e.g. 2026-11-01") from None
 
 
+def _silent(config) -> None:
+    """One line on stderr per configured node the totals may lack: with ``[planner]
+    reports`` on, each node that has sent no report (since the receiver started keeping
+    them) or none for a day; off, each node whose accounting log this host cannot see."""
+    import sys
+    import time
+
+    from ..slurm.accounting import node_logs
+    from ..slurm.receiver import ReportDB, silent_nodes
+    from ..statusview import ago
+
+    now = time.time()
+    if not config.reports:
+        seen = node_logs(config)
+        for node in config.nodes:
+            if node not in seen:
+                print(
+                    f"slurm-mig report: node {node}: no accounting log readable here "
+                    "(set [planner] reports so that nodes report to the planner)",
+                    file=sys.stderr,
+                )
+        return
+    try:
+        started = ReportDB(config.state_dir).started()
+        silent = silent_nodes(config, now)
+    except Exception as exc:  # an unreadable store: the totals say so themselves
+        print(f"slurm-mig report: node reports not readable: {exc}", file=sys.stderr)
+        return
+    for node, last in silent:
+        if last is None:
+            since = f"since {ago(started, now)}" if started else "yet (no report received)"
+            print(f"slurm-mig report: node {node}: no report {since}", file=sys.stderr)
+        else:
+            print(
+                f"slurm-mig report: node {node}: silent, last report {ago(last, now)}",
+                file=sys.stderr,
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..slurm.accounting import report, rows_csv
@@ -55,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         rows = report(path, args.by, since)
     except PermissionError:
         raise ValueError(f"cannot read {path}: the accounting store is root's") from None
+    _silent(config)
     if args.json:
         print(json.dumps(rows, indent=1))
     elif args.csv:

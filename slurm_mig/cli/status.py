@@ -26,8 +26,8 @@ def add_parser(sub) -> None:
             "free compute slices, the largest profile that could be created now and the "
             "fragmentation cost (1 - largest free block / free slices); then the queue "
             "with each planned job's node, GPU, profile and projected start. Reads the "
-            "planner's status file (root only), squeue and, where this host can read "
-            "them, the nodes' records (UUIDs). Users: 'slurm-mig explain JOB'. When the "
+            "planner's status file (root only), squeue and the nodes' reports (UUIDs, "
+            "kept instances; README: Node reports). Users: 'slurm-mig explain JOB'. When the "
             "planner's last cycle ended more than 3 x [planner] cycle + 60 s ago, or it "
             "never wrote one, it says so first, with the lease's holder, and exits with "
             f"status {EXIT_STALE}: is slurm-mig-planner running? Exit status: 0 fresh, "
@@ -52,7 +52,7 @@ def add_parser(sub) -> None:
 def load_view(config: Any, node: str | None, client: Any = None, now: float | None = None):
     """The `StatusView` from the status file, squeue and the node records."""
     from ..slurm.client import SlurmClient
-    from ..slurm.nodestate import NodeState
+    from ..slurm.receiver import node_records
     from ..statusview import build_view
 
     now = time.time() if now is None else now
@@ -78,15 +78,7 @@ def load_view(config: Any, node: str | None, client: Any = None, now: float | No
         jobs = (client or SlurmClient()).jobs(config.partition)
     except SlurmError as exc:
         raise ValueError(f"cannot read the queue: {' '.join(str(exc).split())}") from None
-    records = {}
-    for name in config.nodes:
-        if node is not None and name != node:
-            continue
-        state = NodeState(config.run_dir_for(name))
-        try:
-            records[name] = {"jobs": state.jobs(), "kept": state.kept()}
-        except OSError:
-            records[name] = {}
+    records = node_records(config, node)
     view = build_view(status, jobs, records, now, node)
     stale = _stale(config, view.updated if status else None, now)
     if not status:

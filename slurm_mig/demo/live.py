@@ -152,6 +152,9 @@ class LiveCluster:
             "cycle": 0.3,
             "default_runtime": 60.0,
             "notify": f"127.0.0.1:{free_port()}",
+            # the nodes report runs, instances and memory needs; the planner reads no
+            # node file (state_dir and the nodes' run dirs are apart)
+            "reports": f"127.0.0.1:{free_port()}",
             "metrics": f"127.0.0.1:{free_port()}",
             "web": True,
             **self.planner,

@@ -915,12 +915,19 @@ class Runner:
         return EXIT_REQUEUED
 
     def _record_need(self, key: str, need: int, job: str) -> None:
-        """RuntimeStore.record_memory when the config and the store are there."""
+        """Under Slurm the job's need file (the Epilog reports it to the planner, see
+        `slurm.reports`); else RuntimeStore.record_memory when the store is there."""
         try:
             from ..config import load_config
             from ..profiles import RuntimeStore
+            from ..slurm.reports import need_path, write_need
 
             config = load_config(self.opts.config)
+            node = self.env.get("SLURMD_NODENAME", "")
+            path = need_path(config.run_dir_for(node), job) if node else None
+            if path is not None and os.path.lexists(path):
+                write_need(path, key, need)
+                return
             RuntimeStore(config.state_dir / "profiles.sqlite").record_memory(key, need, job)
         except Exception as exc:  # the hint in the comment carries the need anyway
             self._say(

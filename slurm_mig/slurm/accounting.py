@@ -3,10 +3,12 @@
 The Epilog appends one line per finished run to the node's ``private/accounting.jsonl``
 (root only): job, run, user, account, job kind (hint key), GPU model and index, profile,
 compute slices, seconds on the instance and when it ended (`append`, standard library
-only: it is on the Epilog's path). The planner daemon gathers the lines of every node
-whose run directory it can read (the nodes of one host, or a shared run directory) into
-``<state_dir>/accounting.sqlite`` once a cycle (`gather`, remembering how far it read
-each file), adding slice-seconds and energy. Energy is *modelled*, never measured: the
+only: it is on the Epilog's path), and reports the same record to the planner
+(`reports`), whose receiver stores it in ``<state_dir>/accounting.sqlite`` (`row`,
+`INSERT_RUN`) adding slice-seconds and energy. With ``[planner] reports`` off the
+daemon instead gathers the lines of every node whose run directory it can read (the
+nodes of one host, or a shared run directory) once a cycle (`gather`, remembering how
+far it read each file). Energy is *modelled*, never measured: the
 GPU's power curve over busy compute slices (``sim.energy``, SMART-MIG's A100 curve
 scaled by board power), a run charged its share of the idle power plus the power its
 slices add on an idle GPU. `report` sums the store by user, account, profile or key.
@@ -34,16 +36,22 @@ def _name(value: str | None) -> str:
     return text if 0 < len(text) <= 64 and _NAME_CHARS.issuperset(text) else ""
 
 
-def append(private_dir: Path, entry: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
-    """Append the run of ``entry`` (the Epilog's runtime record) with its user and
-    account; None, or why not."""
-    record = {
+def entry_row(entry: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The accounting record of ``entry`` (the Epilog's runtime record) with the job's
+    user and account from Slurm's environment: a log line, or a node report's data."""
+    return {
         **{k: entry.get(k) for k in ("job_id", "restart", "key", "gpu", "model", "profile")},
         "seconds": entry.get("seconds"),
         "end": entry.get("end"),
         "user": _name(env.get("SLURM_JOB_USER")),
         "account": _name(env.get("SLURM_JOB_ACCOUNT")),
     }
+
+
+def append(private_dir: Path, entry: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """Append the run of ``entry`` (the Epilog's runtime record) with its user and
+    account; None, or why not."""
+    record = entry_row(entry, env)
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
     if len(line) > MAX_LINE:
         return "accounting record too long; not written"
@@ -77,20 +85,29 @@ def energy_joules(model_name: str, slices: int, seconds: float) -> float | None:
     return round(watts * max(0.0, seconds), 3)
 
 
+RUNS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS {schema}runs (job_id TEXT, restart INTEGER, node TEXT,"
+    " user TEXT, account TEXT, key TEXT, model TEXT, gpu INTEGER, profile TEXT,"
+    " slices INTEGER, seconds REAL, slice_seconds REAL, energy_j REAL, energy_source TEXT,"
+    " end REAL, PRIMARY KEY (job_id, restart))"
+)
+INSERT_RUN = "INSERT OR IGNORE INTO {schema}runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+
+
 def _open(state_dir: Path):
     import sqlite3
 
     db = sqlite3.connect(state_dir / STORE, timeout=2.0)
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS runs (job_id TEXT, restart INTEGER, node TEXT, user TEXT,"
-        " account TEXT, key TEXT, model TEXT, gpu INTEGER, profile TEXT, slices INTEGER,"
-        " seconds REAL, slice_seconds REAL, energy_j REAL, energy_source TEXT, end REAL,"
-        " PRIMARY KEY (job_id, restart))"
-    )
+    db.execute(RUNS_TABLE.format(schema=""))
     db.execute(
         "CREATE TABLE IF NOT EXISTS offsets (path TEXT PRIMARY KEY, inode INTEGER, pos INTEGER)"
     )
     return db
+
+
+def row(node: str, d: Mapping[str, Any]) -> tuple | None:
+    """The store's row of one accounting record of ``node``; None when it is not one."""
+    return _row(node, d)
 
 
 def _row(node: str, d: Mapping[str, Any]) -> tuple | None:
@@ -148,9 +165,7 @@ def gather(state_dir: Path, logs: Mapping[str, Path]) -> int:
                     except ValueError:
                         row = None
                     if row is not None:
-                        cur = db.execute(
-                            "INSERT OR IGNORE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row
-                        )
+                        cur = db.execute(INSERT_RUN.format(schema=""), row)
                         added += cur.rowcount
                 db.execute(
                     "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",

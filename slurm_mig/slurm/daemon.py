@@ -706,9 +706,19 @@ class PlannerDaemon:
         return report
 
     def _gather_accounting(self) -> None:
-        """The nodes' accounting lines into the store (nodes this host can read)."""
+        """What the nodes reported since the last cycle (`receiver`), logged; with
+        ``[planner] reports`` off, the accounting lines of the nodes whose run
+        directory this host can read (one host, or a shared run_dir)."""
         from .accounting import gather, node_logs
 
+        receiver = getattr(self, "receiver", None)
+        if receiver is not None:
+            got = receiver.take_counts()
+            if any(got.values()):
+                log.info("node reports: %s", ", ".join(f"{n} {k}" for k, n in got.items() if n))
+            return
+        if getattr(self.config, "reports", ""):
+            return  # the nodes report to the receiver (not running in a single cycle)
         try:
             added = gather(Path(self.config.state_dir), node_logs(self.config))
         except Exception as exc:  # sqlite or file errors: accounting waits, planning goes on
@@ -797,6 +807,9 @@ class PlannerDaemon:
         listener = None if once else self._listen()
         if not once:
             self.server = self._serve()
+            from .receiver import start_receiver
+
+            self.receiver = start_receiver(self.config, self.key)  # node reports
         if self.liveness is not None:
             self.liveness.start(self)
         follow_ups = 0
@@ -839,6 +852,8 @@ class PlannerDaemon:
                 self.server.close()
             if self.liveness is not None:
                 self.liveness.close()
+            if getattr(self, "receiver", None) is not None:
+                self.receiver.close()
         log.info("planner stopped after %d cycles", self.cycles)
         return 0
 

@@ -878,6 +878,11 @@ def _run(
             failed = f"metrics not written: {type(exc).__name__}: {exc}"
         if failed:
             out.warn(failed)
+    if hook != "taskprolog" and config is not None and in_partition(job, config):
+        from . import reports  # stdlib only
+
+        hint = _hint_key(job.comment) if hook == "epilog" else None
+        reports.after_hook(hook, config, job.node, out, env, job, hint)
     if config is not None and config.notify:
         if hook == "epilog":
             _notify(config, job.job_id, "ended", out)
@@ -940,6 +945,10 @@ def reclaim_main(argv: list[str] | None = None, env: Mapping[str, str] | None = 
             out.warn(f"cannot reclaim an expired kept instance (the next hook retries): {fault}")
     except (ConfigError, DeviceError, NodeStateError, LockBusyError) as exc:
         out.warn(f"kept instances not reclaimed (the next hook does it): {exc}")
+    if config is not None:
+        from . import reports  # stdlib only
+
+        reports.after_hook("reclaim", config, node, out, env)
     emit("reclaim", "-", node, out.log, config)
     return 0
 

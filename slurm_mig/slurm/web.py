@@ -3,7 +3,7 @@ ran and what is planned (the existing Gantt drawing, as SVG) and the status tabl
 refreshed every few seconds. Served by `slurm_mig.slurm.serve` on ``[planner] metrics``.
 
 Built from the daemon's last cycle: its projections (`projection.project_jobs`), the
-jobs squeue showed and the nodes' records where the daemon's host can read them. What
+jobs squeue showed and the nodes' records as they reported them. What
 ran is remembered from cycle to cycle (a job that left the busy set ended then), at
 most `HISTORY` jobs. It shows MIG UUIDs and job owners: off by default.
 """
@@ -181,7 +181,7 @@ def page_html(view, svg: bytes) -> bytes:
 
 def pages(daemon: Any) -> dict[str, Any]:
     """The web routes of ``daemon`` (a `PlannerDaemon`)."""
-    from ..slurm.nodestate import NodeState
+    from ..slurm.receiver import node_records
     from ..statusview import build_view
 
     state = WebState()
@@ -190,13 +190,7 @@ def pages(daemon: Any) -> dict[str, Any]:
     def current() -> tuple[dict[str, Any], Any]:
         report = daemon.last_report
         status = report.to_json() if report is not None else {}
-        records = {}
-        for name in daemon.config.nodes:
-            ns = NodeState(daemon.config.run_dir_for(name))
-            try:
-                records[name] = {"jobs": ns.jobs(), "kept": ns.kept()}
-            except OSError:
-                records[name] = {}
+        records = node_records(daemon.config)
         view = build_view(status, daemon.last_jobs, records, time.time())
         return status, view
 

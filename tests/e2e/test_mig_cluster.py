@@ -263,7 +263,8 @@ def test_epilog_run_twice_destroys_once(live):
 def test_mig_run_requeues_a_job_whose_forecast_outgrows_its_slice(live):
     """mig-run inside a planned Slurm job: the forecast says the job will outgrow its
     (emulated) memory, so it records the need, writes it into the job's hint and
-    requeues the job; the planner plans the requeued run again."""
+    requeues the job; the Epilog reports the need to the planner, which plans the
+    requeued run again."""
     from slurm_mig.profiles import RuntimeStore
 
     lc = live()
@@ -283,8 +284,11 @@ def test_mig_run_requeues_a_job_whose_forecast_outgrows_its_slice(live):
     )
     comment = lc.cluster.job_field(job, "Comment")
     assert "mem=" in comment and "key=grow" in comment
-    need = RuntimeStore(lc.state_dir / "profiles.sqlite").memory_need("grow")
-    assert need is not None and need > 48 * 2**20
+    # mig-run (the job) wrote the need into its need file; the Epilog reported it to
+    # the planner, which keeps it in its runtime store (the job cannot write there)
+    store = RuntimeStore(lc.state_dir / "profiles.sqlite")
+    lc.cluster.wait_for(lambda: store.memory_need("grow") is not None, 60, "the need reported")
+    assert store.memory_need("grow") > 48 * 2**20
     assert "requeued job" in lc.cluster.job_output(job)
     # the requeued run is planned again (a fresh assignment for run 1)
     lc.cluster.wait_for(

@@ -177,6 +177,41 @@ def test_status_json_matches_slurm(lc):
     assert not shown & waiting
 
 
+def test_report_and_status_from_what_the_nodes_reported(lc):
+    """The planner's state dir is not the nodes' run dir, and with [planner] reports on
+    it reads no node file: the runs in `report` and the UUIDs in `status` came as
+    signed reports over TCP."""
+    import sqlite3
+
+    from slurm_mig.config import load_config
+
+    config = load_config(lc.config_path)
+    assert config.reports and lc.state_dir not in lc.run_root.parents
+    assert not lc.run_root.is_relative_to(lc.state_dir)
+
+    def reported() -> list:
+        out = subprocess.run(
+            [*CLI, "report", "--json", "--by", "profile", "--config", str(lc.config_path)],
+            env={**lc.env, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(out.stdout)
+
+    rows = _wait(reported, 90, "a finished run in slurm-mig report")
+    assert sum(r["runs"] for r in rows) >= 1
+    db = sqlite3.connect(lc.state_dir / "reports.sqlite")
+    try:
+        kinds = dict(db.execute("SELECT kind, COUNT(*) FROM received GROUP BY kind"))
+        snapshots = db.execute("SELECT node FROM nodes WHERE seq >= 0").fetchall()
+    finally:
+        db.close()
+    assert kinds.get("run", 0) >= 1 and snapshots == [("node1",)]
+    spool = lc.run_root / "node1" / "private" / "reports"
+    _wait(lambda: not any(spool.iterdir()), 30, "the node's spool to empty")
+
+
 def _as_user(lc: LiveCluster, args: list[str], user: str = "nobody"):
     """``slurm-mig ARGS`` as ``user``, where that user's Slurm commands work (inside a
     release's root) and with a Python the user can run (explain needs the stdlib only)."""

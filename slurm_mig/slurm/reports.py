@@ -1,0 +1,553 @@
+"""Node reports: what only a node knows, signed, spooled and delivered to the planner.
+
+A node is a host of its own: the controller never reads its disk. What the daemon needs
+from it travels as *reports*, small signed records the root hooks write and send to
+``[planner] reports`` (``host:port``, TCP), where the daemon's receiver
+(`slurm_mig.slurm.receiver`) stores them:
+
+- ``run``: one per finished run of a job (the Epilog's accounting row);
+- ``instances``: after every hook run, the node's instances (job -> MIG UUID, kept
+  instances and for whom until when); an instance absent from a later one is destroyed;
+- ``memory``: the memory need ``mig-run`` learned in a run that it restarted (read by the
+  Epilog from the job's need file, see `read_need`).
+
+The wire format, one line per report (ASCII, at most `MAX_REPORT` bytes)::
+
+    R1 <base64url(payload)> <base64url(mac)>\\n
+
+``mac`` is HMAC-SHA256 of ``"slurm-mig report 1\\0" + payload`` under the site key (the
+key that signs the assignment tokens; only root reads it), truncated to 128 bits: a user
+on a node cannot make or alter a report, and a token can never pass for a report (other
+domain). ``payload`` is compact JSON: ``id`` (``node/kind/job/restart/seq``), ``node``,
+``kind``, ``job``, ``restart``, ``seq``, ``at`` and ``data``. The receiver checks the
+length and alphabet, then the MAC, and only then parses the payload.
+
+A client sends up to `BATCH` lines, closes its sending side and reads one answer line
+per line sent, in order: ``ok <id>`` once the report is stored durably (after the
+receiver's sqlite commit; also for an identical report stored before), or
+``no <id|-> <reason>``. ``ok`` deletes the spool file; a permanent refusal (``conflict``:
+the id was stored with other content, ``invalid``) deletes it with a log line; anything
+else (``busy``, ``mac``: the node's key is not the controller's, no answer at all) keeps
+it for the next flush.
+
+The spool (``<run_dir>/private/reports/``, root's, 0700) holds one file per report,
+written atomically (temporary file, fsync, rename) and named after the report
+(``run.<job>.<restart>``, ``memory.<job>.<restart>``, ``instances.<seq>``), so a hook
+that runs twice writes one file, and a newer ``instances`` snapshot replaces the unsent
+older ones. It is bounded (`MAX_FILES`, `MAX_SPOOL_BYTES`): beyond, the oldest files are
+dropped with a log line. Every hook run flushes at most `BATCH` reports within
+`FLUSH_SECONDS` (``connect`` gives up after `CONNECT_TIMEOUT`), so an absent daemon
+delays a hook by that much at most; ``slurm-mig node-flush`` (a systemd timer on the
+node) delivers the rest.
+
+Standard library only: the hooks import this.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+MAGIC = "R1"
+MAC_BYTES = 16
+MAX_REPORT = 64 << 10  # bytes of one report line
+MAX_NEED_FILE = 512  # bytes of mig-run's need file
+MAX_FILES = 2000  # spool files kept at a node
+MAX_SPOOL_BYTES = 16 << 20
+BATCH = 64  # reports per connection
+SEND_BYTES = 512 << 10  # bytes per connection (the receiver reads up to 1 MiB)
+CONNECT_TIMEOUT = 0.3  # seconds
+FLUSH_SECONDS = 1.0  # most a hook spends delivering
+KINDS = ("run", "instances", "memory")
+SPOOL = "reports"
+NEED_SUFFIX = ".need"  # task/<job_id>.need: mig-run's memory need, written as the user
+PERMANENT = ("conflict", "invalid", "oversize")  # refusals a retry cannot change
+_MAC_DOMAIN = b"slurm-mig report 1\0"
+_B64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+_NAME = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.@+-")
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+Warn = Callable[[str], None]
+
+
+class ReportError(ValueError):
+    """A report line that is malformed, oversized, forged or altered; ``reason`` is the
+    one word the receiver answers with."""
+
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__(text)
+        self.reason = reason
+
+
+# -- the codec ------------------------------------------------------------------------------
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    if not _B64.issuperset(text) or len(text) % 4 == 1:
+        raise ReportError("invalid", "not base64url")
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(raw) != text:  # one spelling per report: no free bits to alter
+        raise ReportError("invalid", "not canonical base64url")
+    return raw
+
+
+def _mac(key: bytes, payload: bytes) -> bytes:
+    return hmac.new(key, _MAC_DOMAIN + payload, hashlib.sha256).digest()[:MAC_BYTES]
+
+
+def plain(text: object, most: int = 64) -> bool:
+    """A node name or job id: 1 to ``most`` characters of ``[A-Za-z0-9_.@+-]``."""
+    return isinstance(text, str) and 0 < len(text) <= most and _NAME.issuperset(text)
+
+
+def report_id(node: str, kind: str, job: str, restart: int, seq: int) -> str:
+    return f"{node}/{kind}/{job}/{restart}/{seq}"
+
+
+def make(
+    key: bytes,
+    node: str,
+    kind: str,
+    data: Mapping[str, Any],
+    *,
+    job: str = "-",
+    restart: int = 0,
+    seq: int = 0,
+    at: float | None = None,
+) -> str:
+    """The signed report line (no newline). ValueError for a bad field or a report
+    longer than `MAX_REPORT`."""
+    if kind not in KINDS or not plain(node, 255) or not plain(job):
+        raise ValueError(f"cannot make a {kind!r} report for node {node!r}, job {job!r}")
+    body = {
+        "id": report_id(node, kind, job, int(restart), int(seq)),
+        "node": node,
+        "kind": kind,
+        "job": job,
+        "restart": int(restart),
+        "seq": int(seq),
+        "at": round(time.time() if at is None else at, 3),
+        "data": dict(data),
+    }
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    line = f"{MAGIC} {_b64(payload)} {_b64(_mac(key, payload))}"
+    if len(line) + 1 > MAX_REPORT:
+        raise ValueError(f"the {kind} report of node {node} has {len(line)} bytes")
+    return line
+
+
+def open_report(line: bytes | str, key: bytes) -> dict[str, Any]:
+    """The payload of a genuine report line; ReportError otherwise. Length, alphabet and
+    MAC are checked before a byte of the payload is parsed."""
+    if isinstance(line, str):
+        line = line.encode("ascii", "replace")
+    line = line.rstrip(b"\r\n")
+    if len(line) + 1 > MAX_REPORT:
+        raise ReportError("oversize", f"a report of {len(line)} bytes (most {MAX_REPORT})")
+    try:
+        text = line.decode("ascii")
+    except UnicodeDecodeError:
+        raise ReportError("invalid", "not ASCII") from None
+    parts = text.split(" ")
+    if len(parts) != 3 or parts[0] != MAGIC:
+        raise ReportError("invalid", f"not a report (want '{MAGIC} payload mac')")
+    payload, mac = _unb64(parts[1]), _unb64(parts[2])
+    if len(mac) != MAC_BYTES or not hmac.compare_digest(mac, _mac(key, payload)):
+        raise ReportError("mac", "wrong signature (forged, altered, or another site key)")
+    return check_payload(payload)
+
+
+def check_payload(payload: bytes) -> dict[str, Any]:
+    """The parsed, checked payload of a report whose MAC is genuine."""
+    try:
+        body = json.loads(payload)
+    except (ValueError, RecursionError):
+        raise ReportError("invalid", "the payload is not JSON") from None
+    if not isinstance(body, dict):
+        raise ReportError("invalid", "the payload is not an object")
+    node, kind, job = body.get("node"), body.get("kind"), body.get("job")
+    restart, seq, at = body.get("restart"), body.get("seq"), body.get("at")
+    ok = (
+        plain(node, 255)
+        and kind in KINDS
+        and plain(job)
+        and _whole(restart)
+        and _whole(seq)
+        and isinstance(at, int | float)
+        and not isinstance(at, bool)
+        and isinstance(body.get("data"), dict)
+        and body.get("id") == report_id(node, kind, job, restart, seq)  # type: ignore[arg-type]
+    )
+    if not ok:
+        raise ReportError("invalid", "the payload lacks a field or has a wrong one")
+    body["digest"] = hashlib.sha256(payload).hexdigest()
+    return body
+
+
+def _whole(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+
+
+def payload_id(line: str) -> str | None:
+    """The id in a report line of our own spool (no MAC check: the spool is root's)."""
+    try:
+        return str(json.loads(_unb64(line.split(" ")[1]))["id"])
+    except (IndexError, ValueError, KeyError, TypeError, ReportError):
+        return None
+
+
+# -- the spool ------------------------------------------------------------------------------
+
+
+class Spool:
+    """The node's undelivered reports, a file each, in ``<run_dir>/private/reports``."""
+
+    def __init__(self, run_dir: Path, warn: Warn | None = None) -> None:
+        self.dir = Path(run_dir) / "private" / SPOOL
+        self._warn = warn or (lambda _text: None)
+
+    def _ready(self) -> None:
+        from ..safefs import secure_dir
+
+        secure_dir(self.dir.parent, 0o700)
+        secure_dir(self.dir, 0o700)
+
+    def put(self, name: str, line: str, supersedes: str | None = None) -> None:
+        """Write ``line`` as spool file ``name`` (atomic, fsynced), replacing one of the
+        same name; unsent files whose names start with ``supersedes`` are dropped. Then
+        enforce the bounds. OSError when it cannot be written."""
+        self._ready()
+        path = self.dir / name
+        tmp = self.dir / f".{name}.{os.getpid()}.tmp"
+        data = (line + "\n").encode()
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        if supersedes:
+            for old in self.pending():
+                if old.name.startswith(supersedes) and old.name < name:
+                    old.unlink(missing_ok=True)
+        self._bound()
+
+    def pending(self) -> list[Path]:
+        """The spool files, oldest first."""
+        try:
+            entries = [p for p in self.dir.iterdir() if not p.name.startswith(".")]
+        except OSError:
+            return []
+        stamped = []
+        for p in entries:
+            try:
+                stamped.append((p.stat().st_mtime_ns, p.name, p))
+            except OSError:
+                continue
+        return [p for _, _, p in sorted(stamped)]
+
+    def _bound(self) -> None:
+        try:  # temporary files of a writer that died before its rename
+            stale = [p for p in self.dir.glob(".*.tmp") if time.time() - p.stat().st_mtime > 3600]
+        except OSError:
+            stale = []
+        for p in stale:
+            p.unlink(missing_ok=True)
+        files = self.pending()
+        sizes = []
+        for p in files:
+            try:
+                sizes.append(p.stat().st_size)
+            except OSError:
+                sizes.append(0)
+        total, count = sum(sizes), len(files)
+        dropped = 0
+        for p, size in zip(files, sizes):
+            if count <= MAX_FILES and total <= MAX_SPOOL_BYTES:
+                break
+            p.unlink(missing_ok=True)
+            dropped += 1
+            count -= 1
+            total -= size
+        if dropped:
+            self._warn(
+                f"report spool {self.dir} full ({MAX_FILES} files, {MAX_SPOOL_BYTES >> 20} MiB): "
+                f"dropped the {dropped} oldest undelivered report(s); is [planner] reports "
+                "reachable from this node?"
+            )
+
+    def flush(
+        self,
+        address: tuple[str, int] | None,
+        *,
+        limit: int = BATCH,
+        seconds: float = FLUSH_SECONDS,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> tuple[int, str | None]:
+        """Deliver up to ``limit`` pending reports in one connection within ``seconds``;
+        (delivered, what went wrong or None)."""
+        if address is None:
+            return 0, None
+        batch: list[tuple[Path, str, str]] = []
+        size = 0
+        for p in self.pending():
+            if len(batch) >= limit:
+                break
+            try:
+                line = _read_small(p, MAX_REPORT)
+            except OSError:
+                continue
+            rid = payload_id(line)
+            if rid is None:
+                self._warn(f"dropping {p.name} from the report spool: not a report")
+                p.unlink(missing_ok=True)
+                continue
+            if batch and size + len(line) + 1 > SEND_BYTES:
+                break
+            batch.append((p, line, rid))
+            size += len(line) + 1
+        if not batch:
+            return 0, None
+        try:
+            answers = exchange(address, [line for _, line, _ in batch], seconds, connect_timeout)
+        except OSError as exc:
+            where = f"{address[0]}:{address[1]}"
+            return 0, f"reports kept for later: cannot reach the planner at {where}: {_why(exc)}"
+        delivered, problem = 0, None
+        for (path, _, rid), answer in zip(batch, answers):
+            word, _, rest = answer.partition(" ")
+            got_id, _, reason = rest.partition(" ")
+            if word == "ok" and got_id == rid:
+                path.unlink(missing_ok=True)
+                delivered += 1
+            elif word == "no" and got_id == rid and reason in PERMANENT:
+                path.unlink(missing_ok=True)
+                self._warn(f"the planner refused report {rid} ({reason}); dropped it")
+            elif problem is None:
+                problem = f"report {rid} kept for later: the planner answered {answer[:80]!r}"
+        if len(answers) < len(batch) and problem is None:
+            problem = f"{len(batch) - len(answers)} report(s) kept for later: no answer"
+        return delivered, problem
+
+
+def _read_small(path: Path, most: int) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        return os.read(fd, most + 1)[:most].decode("ascii", "replace").rstrip("\n")
+    finally:
+        os.close(fd)
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def exchange(
+    address: tuple[str, int], lines: Iterable[str], seconds: float, connect_timeout: float
+) -> list[str]:
+    """Send ``lines``, half-close, read the answer lines until the receiver closes or
+    ``seconds`` pass. OSError when it cannot connect or send."""
+    deadline = time.monotonic() + seconds
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(min(connect_timeout, seconds))
+        s.connect(address)
+        s.settimeout(max(0.01, deadline - time.monotonic()))
+        s.sendall("".join(f"{line}\n" for line in lines).encode())
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while time.monotonic() < deadline and len(data) < (1 << 20):
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = s.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            data += chunk
+    end = data.rfind(b"\n") + 1
+    return data[:end].decode("ascii", "replace").splitlines()
+
+
+# -- what the hooks report --------------------------------------------------------------------
+
+
+def run_report(key: bytes, node: str, finished: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """The ``run`` report of the Epilog's runtime record (the accounting row)."""
+    from .accounting import entry_row
+
+    row = entry_row(finished, env)
+    return make(key, node, "run", row, job=str(row["job_id"]), restart=int(row["restart"] or 0))
+
+
+def instances_report(key: bytes, node: str, state: Any, seq: int) -> str:
+    """The node's instances now (`NodeState` ``state``): jobs and kept instances."""
+    data = {
+        "jobs": [r.to_json() for r in state.jobs()],
+        "kept": [k.to_json() for k in state.kept()],
+    }
+    return make(key, node, "instances", data, seq=seq)
+
+
+def need_path(run_dir: Path, job_id: str) -> Path:
+    """Where ``mig-run`` of the job writes its memory need (the Prolog makes the file,
+    owned by the job's user, in root's ``task/`` directory)."""
+    return Path(run_dir) / "task" / f"{job_id}{NEED_SUFFIX}"
+
+
+def make_need_file(run_dir: Path, job_id: str, uid: int | None) -> None:
+    """The Prolog: an empty need file for the job's user (0600, owned by ``uid``).
+    The user can write it but not replace it: ``task/`` is root's. OSError on failure."""
+    if uid is None or not plain(job_id):
+        return
+    path = need_path(run_dir, job_id)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o600)
+        if uid != os.geteuid():
+            os.fchown(fd, uid, -1)
+    finally:
+        os.close(fd)
+
+
+def write_need(path: Path, key: str, need: int) -> None:
+    """``mig-run`` (the job's user): the learned need into the job's need file, which
+    must exist (the Prolog made it). OSError when it cannot be written."""
+    text = json.dumps({"key": key, "need": int(need)}, sort_keys=True) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def read_need(
+    path: Path, uid: int | None, most_bytes: int, hint_key: str | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The Epilog (root): the job's need file as untrusted input: not followed if a
+    symlink, a regular file of one link owned by the job's user, at most `MAX_NEED_FILE`
+    bytes, ``{"key": str, "need": int}`` with a plain key (the job's hint key when it has
+    one) and 1 <= need <= ``most_bytes``. (the need, None), (None, why not) or
+    (None, None) when there is nothing (no file, empty)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"memory need file {path.name} not read: {_why(exc)}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return None, f"memory need file {path.name} is not a plain file; ignored"
+        if uid is None or st.st_uid != uid:
+            return None, f"memory need file {path.name} is not the job user's; ignored"
+        raw = os.read(fd, MAX_NEED_FILE + 1)
+    except OSError as exc:
+        return None, f"memory need file {path.name} not read: {_why(exc)}"
+    finally:
+        os.close(fd)
+    if not raw.strip():
+        return None, None
+    if len(raw) > MAX_NEED_FILE:
+        return None, f"memory need file {path.name} is over {MAX_NEED_FILE} bytes; ignored"
+    try:
+        data = json.loads(raw.decode("ascii"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None, f"memory need file {path.name} is not JSON; ignored"
+    if not isinstance(data, dict) or set(data) != {"key", "need"}:
+        return None, f"memory need file {path.name} is not {{key, need}}; ignored"
+    key, need = data["key"], data["need"]
+    if not (isinstance(key, str) and 0 < len(key) <= 128 and _KEY_CHARS.issuperset(key)):
+        return None, f"memory need file {path.name}: the key is not a job kind; ignored"
+    if hint_key is not None and key != hint_key:
+        return None, f"memory need file {path.name}: key {key!r} is not the job's; ignored"
+    if not _whole(need) or not 0 < need <= most_bytes:
+        return None, f"memory need file {path.name}: the need is out of range; ignored"
+    return {"key": key, "need": need}, None
+
+
+def after_hook(
+    hook: str,
+    config: Any,
+    node: str,
+    outcome: Any,
+    env: Mapping[str, str],
+    job: Any = None,
+    hint_key: str | None = None,
+) -> None:
+    """What a hook reports, spooled and flushed when ``[planner] reports`` is set: the
+    Epilog's run row and the job's memory need, and the node's instances after every
+    Prolog, Epilog and reclaim; the Prolog of a started job also makes the job's need
+    file. Never raises: problems are warnings on ``outcome``."""
+    from ..config import parse_address
+
+    address = parse_address(getattr(config, "reports", ""))
+    run_dir = config.run_dir_for(node)
+    try:
+        if hook == "prolog" and job is not None and outcome.started:
+            make_need_file(run_dir, job.job_id, job.uid)
+        if address is None:
+            return
+        spool(hook, config, node, outcome, env, job, hint_key)
+        _, failed = Spool(run_dir, warn=outcome.warn).flush(address)
+        if failed:
+            outcome.warn(failed)
+    except Exception as exc:  # reports never fail a hook
+        outcome.warn(f"reports: {type(exc).__name__}: {exc}")
+
+
+def spool(
+    hook: str,
+    config: Any,
+    node: str,
+    outcome: Any,
+    env: Mapping[str, str],
+    job: Any = None,
+    hint_key: str | None = None,
+) -> None:
+    """Spool the hook's reports (see `after_hook`)."""
+    from ..geometry import get_model
+    from .assignment import load_key
+    from .nodestate import NodeState
+
+    key = load_key(config.key_file)
+    run_dir = config.run_dir_for(node)
+    box = Spool(run_dir, warn=outcome.warn)
+    finished = getattr(outcome, "finished", None)
+    if hook == "epilog" and finished is not None:
+        name = f"run.{finished['job_id']}.{finished['restart']}"
+        box.put(name, run_report(key, node, finished, env))
+    if hook == "epilog" and job is not None:
+        path = need_path(run_dir, job.job_id)
+        most = max(get_model(m).memory_bytes for m in config.gpu_models(node))
+        need, problem = read_need(path, job.uid, most, hint_key)
+        if problem:
+            outcome.warn(problem)
+        if need is not None:
+            line = make(key, node, "memory", need, job=job.job_id, restart=job.restart)
+            box.put(f"memory.{job.job_id}.{job.restart}", line)
+        path.unlink(missing_ok=True)
+    seq = time.time_ns()
+    state = NodeState(run_dir, warn=outcome.warn)
+    box.put(f"instances.{seq:020d}", instances_report(key, node, state, seq), "instances.")
