@@ -750,6 +750,10 @@ def main() -> int:
             logger = logging.getLogger("slurm_mig")
             logger.setLevel(logging.INFO)
             logger.addHandler(handler)
+            if args.keep or os.environ.get("SLURM_MIG_E2E_KEEP"):  # the daemon's log too
+                kept = logging.FileHandler(lc.root / "planner.log")
+                kept.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+                logger.addHandler(kept)
             undo_plan = wrap_plan_cycle(tracker)
             client = TimingClient(SlurmClient(env=lc.env), tracker)
             watch.thread.start()

@@ -793,3 +793,15 @@ def test_a_failed_hold_keeps_this_cycles_releases_back():
     assert [j for j, _ in report.failed] == ["9"]
     assert report.released == [] and report.skipped == 3
     assert not [c for c in slurm.calls if c[0] in ("update", "release")]
+
+
+def test_a_job_released_ahead_of_a_job_whose_release_failed_stays_held():
+    from dataclasses import replace as _replace
+
+    first, second, other = _releases(3)
+    ahead = _replace(second, after=(first.job_id,))  # waits for `first` on its slices
+    slurm = _ListSlurm(bad={first.job_id})
+    report = apply_actions([first, ahead, other], slurm, key=b"k" * 32)
+    assert [j for j, _ in report.failed] == [first.job_id]
+    assert report.released == [other.job_id] and report.skipped == 1
+    assert ("release", (other.job_id,)) in slurm.calls

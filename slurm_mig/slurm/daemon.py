@@ -432,10 +432,18 @@ def _apply_slice(
     fail,
     failed_jobs: set[str],
 ) -> None:
-    """Notes or releases: the updates at once, then the releases as one list call."""
+    """Notes or releases: the updates at once, then the releases as one list call. A
+    job released ahead of jobs whose release failed stays held (``failed_jobs``): it
+    would wait for a job that does not run."""
     errors = _write_errors()
-    todo = [a for a in part if a.job_id not in failed_jobs]
-    report.skipped += len(part) - len(todo)
+    todo = []
+    for a in part:
+        if a.job_id in failed_jobs or (isinstance(a, Release) and failed_jobs & set(a.after)):
+            failed_jobs.add(a.job_id)
+            report.skipped += 1
+            log.info("%s: not now (a job before it was not released)", a.describe())
+        else:
+            todo.append(a)
 
     def update(action: Action) -> BaseException | None:
         try:
@@ -458,6 +466,9 @@ def _apply_slice(
     for action, exc in zip(todo, results):
         if exc is not None:
             fail(action.job_id, action.describe(), exc)
+        elif isinstance(action, Release) and failed_jobs & set(action.after):
+            failed_jobs.add(action.job_id)  # its predecessor's update failed just now
+            report.skipped += 1
         elif isinstance(action, Release):
             to_release.append(action)
         else:

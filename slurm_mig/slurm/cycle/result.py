@@ -16,6 +16,7 @@ from ..jobrecord import job_sort_key, record_fields
 from .actions import Action, CycleResult, Release, Requeue
 from .classify import Classified
 from .inputs import Snapshot
+from .reuse import order_key
 
 __all__ = ["cycle_result"]
 
@@ -34,7 +35,11 @@ def cycle_result(
     Standing plans of held jobs are not written to Slurm: they stay in the daemon's
     state (`CycleResult.planned`) until their job is released."""
     releases = []
-    for jid in sorted([*released, *ahead], key=job_sort_key):
+    # the jobs that start now first, then those released ahead in plan order: a job's
+    # predecessors on its slices always go out before it (a cut apply never leaves a
+    # job released ahead of one still held)
+    now_first = sorted(released, key=job_sort_key)
+    for jid in [*now_first, *sorted(ahead, key=lambda j: order_key(final[j]))]:
         a, job = final[jid], view.jobs[jid]
         user = comments.parse(job.comment).with_token(None).with_note(None)
         releases.append(Release(jid, a, user.render(), ahead.get(jid, ()), record_fields(job, a)))

@@ -14,7 +14,7 @@ from .classify import Busy, Classified
 from .inputs import Snapshot
 from .slots import model_slot
 
-__all__ = ["link_reuse", "release_ahead"]
+__all__ = ["link_reuse", "order_key", "release_ahead"]
 
 
 def _linked(a: Assignment, keep: str | None, reuse: str | None) -> Assignment:
@@ -37,7 +37,7 @@ def _linked(a: Assignment, keep: str | None, reuse: str | None) -> Assignment:
     )
 
 
-def _order_key(a: Assignment) -> tuple[int, int, tuple[int, int, str]]:
+def order_key(a: Assignment) -> tuple[int, int, tuple[int, int, str]]:
     return (a.batch, a.order, job_sort_key(a.job_id))
 
 
@@ -52,7 +52,7 @@ def link_reuse(plans: Mapping[str, Assignment], busy: Sequence[Busy]) -> dict[st
         busy_on[(b.node, b.gpu)].append(b)
     links: dict[str, dict[str, str]] = defaultdict(dict)
     for key, lst in per_gpu.items():
-        lst.sort(key=_order_key)
+        lst.sort(key=order_key)
         # a busy job's instance is reused by the first held job on its slices
         for b in busy_on.get(key, []):
             nxt = next((a for a in lst if a.placement.overlaps(b.slot.placement)), None)
@@ -103,7 +103,7 @@ def release_ahead(
         _hold(holding, latest, (b.node, b.gpu), b.slot, b.job_id, b.end)
     out: dict[str, tuple[str, ...]] = {}
     now_released = set(released)
-    for jid in sorted(final, key=lambda j: _order_key(final[j])):
+    for jid in sorted(final, key=lambda j: order_key(final[j])):
         a = final[jid]
         key = (a.node, a.gpu)
         slot = model_slot(a)
