@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 
 from slurm_mig.slurm.client import (
     FAST_FIELDS,
-    FAST_FORMAT,
+    NARROW,
     RECORD_SIZE,
+    WIDE,
     FastReadError,
+    FieldFilled,
+    FixedWidthLayout,
     Job,
     SlurmClient,
     jobs_from_fixed_width,
@@ -78,18 +81,22 @@ def cell(value: str | bytes, width: int, cut: bool = True) -> bytes:
     return raw.ljust(width, b" ")
 
 
-def record(**values: str | bytes) -> bytes:
+def record(layout: FixedWidthLayout = WIDE, **values: str | bytes) -> bytes:
     fields = {**BASE, **values}
     uncut = {"TimeLimit", "ReqNodes", "NodeList"}
-    return b"".join(cell(fields[n], w, n not in uncut) for n, w in FAST_FIELDS) + b"\n"
+    return b"".join(cell(fields[n], w, n not in uncut) for n, w in layout.fields) + b"\n"
 
 
 def test_the_format_names_every_field_once() -> None:
     names = [n for n, _ in FAST_FIELDS]
-    assert len(set(names)) == len(names) and FAST_FORMAT.count(",") == len(names) - 1
-    assert RECORD_SIZE == sum(WIDTHS.values()) + 1
+    assert len(set(names)) == len(names) and WIDE.format.count(",") == len(names) - 1
+    assert RECORD_SIZE == WIDE.record_size == sum(WIDTHS.values()) + 1
+    assert [n for n, _ in NARROW.fields] == names and NARROW.record_size < RECORD_SIZE * 0.6
     # squeue cuts no node list or time limit: those come after every text field
     assert names[-3:] == ["TimeLimit", "ReqNodes", "NodeList"]
+    assert jobs_from_fixed_width(record(NARROW), NARROW) == [BASE_JOB]
+    with pytest.raises(FieldFilled, match="Comment fills its 384"):
+        jobs_from_fixed_width(record(NARROW, Comment="c" * 500), NARROW)
 
 
 def test_a_held_job() -> None:
@@ -236,11 +243,15 @@ def test_any_comment_round_trips_or_falls_back(comment: bytes, name: bytes) -> N
 JSON_JOBS = {"jobs": [{"job_id": 41, "name": "train", "job_state": "PENDING", "priority": 0}]}
 
 
-def fake_squeue(tmp_path: Path, fixed: bytes) -> tuple[dict[str, str], Path]:
-    """A squeue that prints ``fixed`` for -O and JSON for --json, logging its argv."""
+def fake_squeue(
+    tmp_path: Path, fixed: bytes, narrow: bytes | None = None
+) -> tuple[dict[str, str], Path]:
+    """A squeue that prints ``narrow`` (default: ``fixed``) for the narrow -O format,
+    ``fixed`` for the wide one and JSON for --json, logging its argv."""
     bin_dir, log = tmp_path / "bin", tmp_path / "argv"
     bin_dir.mkdir()
-    (tmp_path / "fixed").write_bytes(fixed)
+    (tmp_path / "wide").write_bytes(fixed)
+    (tmp_path / "narrow").write_bytes(fixed if narrow is None else narrow)
     (bin_dir / "squeue").write_text(
         f"#!{sys.executable}\nimport json, os, sys\n"
         f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
@@ -249,7 +260,8 @@ def fake_squeue(tmp_path: Path, fixed: bytes) -> tuple[dict[str, str], Path]:
         "else:\n"
         "    assert os.environ['SLURM_TIME_FORMAT'] == '%s'\n"
         "    assert 'SQUEUE_USERS' not in os.environ\n"
-        f"    sys.stdout.buffer.write(open({str(tmp_path / 'fixed')!r}, 'rb').read())\n"
+        f"    which = 'narrow' if {NARROW.format!r} in sys.argv else 'wide'\n"
+        f"    sys.stdout.buffer.write(open({str(tmp_path)!r} + '/' + which, 'rb').read())\n"
     )
     (bin_dir / "squeue").chmod(0o755)
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SQUEUE_USERS": "nobody"}
@@ -261,11 +273,21 @@ def calls(log: Path) -> list[list[str]]:
 
 
 def test_client_reads_the_fixed_width_output(tmp_path: Path) -> None:
-    env, log = fake_squeue(tmp_path, record(Comment="from -O"))
+    env, log = fake_squeue(tmp_path, b"", record(NARROW, Comment="from -O"))
     client = SlurmClient(env=env)
     (j,) = client.jobs("mig")
     assert j.comment == "from -O" and client.last_read == "fixed-width"
-    assert calls(log) == [["-h", "--states=all", "-r", "-O", FAST_FORMAT, "--partition=mig"]]
+    assert calls(log) == [["-h", "--states=all", "-r", "-O", NARROW.format, "--partition=mig"]]
+
+
+@pytest.mark.parametrize("narrow", [{"Comment": "c" * 400}, {"NodeList": "n" * 70}])
+def test_a_value_too_long_for_the_narrow_layout_is_read_again_wide(
+    tmp_path: Path, narrow: dict[str, str]
+) -> None:
+    env, log = fake_squeue(tmp_path, record(**narrow, Name="wide"), record(NARROW, **narrow))
+    client = SlurmClient(env=env)
+    assert client.jobs()[0].name == "wide" and client.last_read == "fixed-width"
+    assert [c[4] for c in calls(log)] == [NARROW.format, WIDE.format]
 
 
 def test_client_falls_back_to_json_with_one_log_line(
@@ -276,9 +298,11 @@ def test_client_falls_back_to_json_with_one_log_line(
     with caplog.at_level(logging.WARNING, logger="slurm_mig.slurm.client"):
         (j,) = client.jobs()
     assert (j.job_id, j.comment, client.last_read) == ("41", "", "json")
-    assert [c[:2] for c in calls(log)] == [["-h", "--states=all"], ["--json", "--states=all"]]
+    assert [c[:2] for c in calls(log)] == [["-h", "--states=all"]] * 2 + [
+        ["--json", "--states=all"]
+    ]
     (line,) = caplog.messages
-    assert "read as JSON instead" in line and "Comment fills" in line
+    assert "read as JSON instead" in line and "Comment fills its 1025" in line
 
 
 def test_client_falls_back_when_squeue_refuses_the_format(tmp_path: Path) -> None:
@@ -291,7 +315,7 @@ def test_client_falls_back_when_squeue_refuses_the_format(tmp_path: Path) -> Non
 
 
 def test_the_switch_forces_either_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    env, log = fake_squeue(tmp_path, record(Comment="from -O"))
+    env, log = fake_squeue(tmp_path, b"", record(NARROW, Comment="from -O"))
     assert SlurmClient(env=env, fast_read=False).jobs()[0].comment == ""
     assert calls(log) == [["--json", "--states=all"]]
     monkeypatch.setattr(SlurmClient, "fast_read", False)

@@ -437,13 +437,50 @@ FAST_FIELDS: tuple[tuple[str, int], ...] = (
     ("ReqNodes", 128),
     ("NodeList", 128),
 )
-FAST_FORMAT = ",".join(f"{name}:{width}" for name, width in FAST_FIELDS)
-RECORD_SIZE = sum(width for _, width in FAST_FIELDS) + 1
-# One record as struct items: each field but its last byte, then that byte (a space
-# unless the value filled the field), then the newline.
-_RECORD = struct.Struct("".join(f"{width - 1}s1s" for _, width in FAST_FIELDS) + "1s")
+# The first read narrows the long text fields (squeue pads byte by byte: 10,000 jobs of
+# the wide layout are 30 MB); a value that fills a narrow field is read again wide.
+NARROW_WIDTHS = {
+    "Dependency": 128,
+    "Name": 128,
+    "Comment": 384,
+    "admin_comment": 512,
+    "ReqNodes": 64,
+    "NodeList": 64,
+}
+NARROW_FIELDS = tuple((name, NARROW_WIDTHS.get(name, width)) for name, width in FAST_FIELDS)
+
+
+@dataclass(frozen=True)
+class FixedWidthLayout:
+    """One -O format: its fields and widths, and how a record of it unpacks (each
+    field but its last byte, then that byte, a space unless the value filled the
+    field; then the newline)."""
+
+    fields: tuple[tuple[str, int], ...]
+
+    @property
+    def format(self) -> str:
+        return ",".join(f"{name}:{width}" for name, width in self.fields)
+
+    @property
+    def record_size(self) -> int:
+        return sum(width for _, width in self.fields) + 1
+
+    @property
+    def record(self) -> struct.Struct:
+        return _record_struct(self.fields)
+
+
+@lru_cache(maxsize=8)
+def _record_struct(fields: tuple[tuple[str, int], ...]) -> struct.Struct:
+    return struct.Struct("".join(f"{width - 1}s1s" for _, width in fields) + "1s")
+
+
+WIDE = FixedWidthLayout(FAST_FIELDS)
+NARROW = FixedWidthLayout(NARROW_FIELDS)
+FAST_FORMAT = WIDE.format
+RECORD_SIZE = WIDE.record_size
 _PADS = (b" ",) * len(FAST_FIELDS)
-_AT = {name: i for i, (name, _) in enumerate(FAST_FIELDS)}
 _BUFFER_MAX = 31
 _NULL = "(null)"  # what 22.05's printf prints for an unset text field
 _DIGITS_RE = re.compile(r"[0-9]+")
@@ -454,6 +491,15 @@ _EXIT_RE = re.compile(r"(-?[0-9]+)|([0-9]+):([0-9]+)")
 
 class FastReadError(ValueError):
     """squeue's fixed-width output cannot be trusted; the message says why."""
+
+
+class RecordMisfit(FastReadError):
+    """A record of the wrong length: a node list longer than its field (squeue never
+    cuts one) moves the newline."""
+
+
+class FieldFilled(RecordMisfit):
+    """A value filled its whole field: squeue may have cut it."""
 
 
 def _epoch(text: str, field: str) -> float | None:
@@ -516,20 +562,20 @@ def _fast_reason(text: str) -> tuple[str, str]:
     raise FastReadError(f"Reason {text!r} has no known reason code")
 
 
-def jobs_from_fixed_width(out: bytes) -> list[Job]:
-    """Jobs from ``squeue -h --states=all -r -O FAST_FORMAT`` (SLURM_TIME_FORMAT=%s),
-    the same records job_from_json gives for squeue's JSON, in job id order;
-    FastReadError when any byte of it does not fit (then read the JSON)."""
-    if len(out) % RECORD_SIZE:
-        raise FastReadError(
-            f"{len(out)} bytes are not a whole number of {RECORD_SIZE}-byte records"
-        )
+def jobs_from_fixed_width(out: bytes, layout: FixedWidthLayout = WIDE) -> list[Job]:
+    """Jobs from ``squeue -h --states=all -r -O <layout.format>``
+    (SLURM_TIME_FORMAT=%s), the same records job_from_json gives for squeue's JSON, in
+    job id order; FastReadError when any byte of it does not fit (FieldFilled when a
+    value filled its field: it may be cut)."""
+    size = layout.record_size
+    if len(out) % size:
+        raise RecordMisfit(f"{len(out)} bytes are not a whole number of {size}-byte records")
     jobs: dict[str, Job] = {}
     seen: dict[str, tuple[bytes, ...]] = {}
-    for n, items in enumerate(_RECORD.iter_unpack(out)):
+    for n, items in enumerate(layout.record.iter_unpack(out)):
         cells = items[0::2]
         if items[1::2] != _PADS or cells[-1] != b"\n":
-            raise FastReadError(_misfit(n, items))
+            _misfit(n, items, layout)
         try:
             values = [c.rstrip(b" ").decode() for c in cells[:-1]]
         except UnicodeDecodeError:
@@ -544,18 +590,18 @@ def jobs_from_fixed_width(out: bytes) -> list[Job]:
     return sorted(jobs.values(), key=lambda j: int(j.job_id))
 
 
-def _misfit(n: int, items: tuple[bytes, ...]) -> str:
+def _misfit(n: int, items: tuple[bytes, ...], layout: FixedWidthLayout) -> None:
     if items[-1] != b"\n":
-        return f"record {n} does not end in a newline"
-    name = next(name for (name, _), pad in zip(FAST_FIELDS, items[1::2]) if pad != b" ")
-    return f"{name} fills its {dict(FAST_FIELDS)[name]} bytes in record {n} (cut?)"
+        raise RecordMisfit(f"record {n} does not end in a newline")
+    name, width = next(f for f, pad in zip(layout.fields, items[1::2], strict=True) if pad != b" ")
+    raise FieldFilled(f"{name} fills its {width} bytes in record {n} (cut?)")
 
 
 (
     _JOB_ID, _UID, _USER, _PARTITION, _STATE, _REASON, _PRIORITY, _RESTARTS, _EXIT,
     _SUBMIT, _START, _END, _ELIGIBLE, _DEADLINE, _DEPENDENCY, _NAME, _COMMENT, _ADMIN,
     _TIME_LIMIT, _REQ_NODES, _NODES,
-) = (_AT[name] for name, _ in FAST_FIELDS)  # fmt: skip
+) = range(len(FAST_FIELDS))  # fmt: skip
 
 
 def _text_field(value: str) -> str:
@@ -720,21 +766,27 @@ class SlurmClient:
             if not k.startswith("SQUEUE_")  # SQUEUE_USERS etc. would filter the list
         }
         env["SLURM_TIME_FORMAT"] = "%s"  # times as epoch seconds
-        argv = ["squeue", "-h", "--states=all", "-r", "-O", FAST_FORMAT]
-        if partition is not None:
-            argv.append(f"--partition={partition}")
-        try:
-            out = self._exec(argv, env, text=False)
-        except _SlurmUnavailable:
-            raise  # squeue missing or slurmctld silent: the JSON would fare no better
-        except SlurmError as exc:
-            log.warning("squeue -O failed, reading the JSON instead: %s", exc)
-            return None
-        try:
-            jobs = jobs_from_fixed_width(out)
-        except FastReadError as exc:
-            log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
-            return None
+        for layout in (NARROW, WIDE):
+            argv = ["squeue", "-h", "--states=all", "-r", "-O", layout.format]
+            if partition is not None:
+                argv.append(f"--partition={partition}")
+            try:
+                out = self._exec(argv, env, text=False)
+            except _SlurmUnavailable:
+                raise  # squeue missing or slurmctld silent: the JSON would fare no better
+            except SlurmError as exc:
+                log.warning("squeue -O failed, reading the JSON instead: %s", exc)
+                return None
+            try:
+                jobs = jobs_from_fixed_width(out, layout)
+                break
+            except RecordMisfit as exc:  # narrow: read again with the wide layout
+                if layout is WIDE:
+                    log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
+                    return None
+            except FastReadError as exc:
+                log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
+                return None
         self.last_read = "fixed-width"
         return jobs
 
