@@ -178,6 +178,19 @@ def test_fixed_width_reader_equals_json_field_by_field(
     cluster.run("scancel", ids["requeued"])
 
 
+def test_a_comment_too_long_for_the_narrow_fields_is_read_wide(
+    cluster: LocalSlurm, client: SlurmClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    long = ("mig:mem=1G " + "w\n|" * 300)[:1024]  # the most Slurm takes
+    name = "n\t" * 70 + "x"  # longer than the narrow field too
+    jid = cluster.sbatch("true", "--hold", partition="mig", comment=long, name=name)
+    with caplog.at_level("WARNING", logger="slurm_mig.slurm.client"):
+        jobs = _same_jobs_both_ways(cluster, "mig")
+    assert (jobs[jid].comment, jobs[jid].name) == (long, name)
+    assert not caplog.messages  # read wide, not as JSON
+    cluster.run("scancel", jid)
+
+
 # --- changing jobs ---------------------------------------------------------------------
 def test_hold_and_release(cluster: LocalSlurm, client: SlurmClient) -> None:
     jid = cluster.sbatch("echo ran", "--begin=now+1hour", partition="mig")
