@@ -550,7 +550,9 @@ def _fast_exit_code(text: str) -> int | None:
 @lru_cache(maxsize=4096)
 def _fast_reason(text: str) -> tuple[str, str]:
     """(reason code, state description) from squeue's Reason, which is the state
-    description when the job has one and the reason code otherwise."""
+    description when the job has one and the reason code otherwise. A description
+    of one word could not be told from a code; slurmctld's own have several words
+    (HOLD_DESCRIPTIONS) or start with their code ("RaisedSignal:9(Killed)")."""
     if _REASON_CODE_RE.fullmatch(text):
         return text, ""
     code = HOLD_DESCRIPTIONS.get(text)
