@@ -349,6 +349,7 @@ def fake_slurm(tmp_path: Path, comment: str) -> tuple[Path, Path]:
     jobs = {"jobs": [{"job_id": 4242, "name": "train", "job_state": "RUNNING", "comment": comment}]}
     (bin_dir / "squeue").write_text(
         f"#!{sys.executable}\nimport json, sys\n"
+        "if '--json' not in sys.argv: sys.exit('JSON only')\n"  # the client then reads JSON
         f"open({str(log)!r}, 'a').write(json.dumps(['squeue'] + sys.argv[1:]) + '\\n')\n"
         f"print({json.dumps(json.dumps(jobs))})\n"
     )

@@ -9,7 +9,9 @@ Reads accept the JSON of Slurm 22.05 (numbers, ``job_state`` a string, node
 tests/fixtures/slurm holds each release's captured output. Where pyslurm (>= 23.2,
 ``pyslurm.Jobs``) imports and no explicit environment was given, ``jobs()`` reads
 through it instead of squeue, as long as it agrees with squeue (see
-`reason_from_pyslurm`); everything else always uses the commands.
+`reason_from_pyslurm`); everything else always uses the commands. Otherwise ``jobs()``
+reads squeue's fixed-width output (`jobs_from_fixed_width`: 10,000 jobs cost 22.05's
+``squeue --json`` 31 MB) and falls back to the JSON where that cannot be trusted.
 
 What Slurm 22.05.8 does, measured on a loopback cluster (tests/e2e):
 - ``squeue --json`` ignores ``-p``/``--states`` and lists every job slurmctld still
@@ -32,10 +34,14 @@ What Slurm 22.05.8 does, measured on a loopback cluster (tests/e2e):
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
+import struct
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 # Jobs in these states have not ended: no end time, no exit code.
@@ -128,6 +134,7 @@ _NO_VAL32 = 0xFFFFFFFE  # INFINITE / NO_VAL in raw 32-bit fields
 LIST_CHUNK = 256  # job ids per scontrol hold/release call (its command line stays short)
 _JOB_ID_RE = re.compile(r"[0-9]+(?:_[0-9]+)?")
 _FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+log = logging.getLogger(__name__)
 
 
 class SlurmError(RuntimeError):
@@ -137,6 +144,10 @@ class SlurmError(RuntimeError):
         super().__init__(message)
         self.command = tuple(command)
         self.stderr = stderr
+
+
+class _SlurmUnavailable(SlurmError):
+    """The command is missing or did not finish in time."""
 
 
 @dataclass(frozen=True)
@@ -393,31 +404,294 @@ def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
     return records
 
 
+# --- squeue's fixed-width output -----------------------------------------------------
+# `squeue -h --states=all -r -O <name:width,...>` prints every field padded (or cut) to
+# its width in bytes and a newline after each job: records of exactly RECORD_SIZE bytes.
+# Values may hold any byte a user can put in a job name or comment (newlines too), so
+# the output is cut into records by length, never split on a delimiter; anything that
+# does not fit that shape or parse strictly makes the whole read fall back to JSON.
+# Field names exist in 22.05, 24.11 and 26.05 (admin_comment and exit_code are not in
+# the man page but in squeue's opts.c of all three). The fields squeue prints with no
+# cut (TimeLimit, ReqNodes, NodeList: never a newline in them) come last, so one that
+# overflows its width moves only its own record's newline, which is then missing.
+FAST_FIELDS: tuple[tuple[str, int], ...] = (
+    ("JobID", 12),  # the job's own numeric id (what the JSON's job_id is)
+    ("UserID", 12),
+    ("UserName", 32),
+    ("Partition", 32),
+    ("State", 20),
+    ("Reason", 32),  # state_description when set, else the reason code
+    ("PriorityLong", 12),
+    ("RestartCnt", 12),
+    ("exit_code", 16),  # the raw wait status, or status:signal
+    ("SubmitTime", 16),
+    ("StartTime", 16),
+    ("EndTime", 16),
+    ("EligibleTime", 16),
+    ("Deadline", 16),
+    ("Dependency", 256),
+    ("Name", 200),
+    ("Comment", 1025),  # Slurm caps a comment at 1024 bytes
+    ("admin_comment", 1024),  # the planner's records are about 300
+    ("TimeLimit", 16),
+    ("ReqNodes", 128),
+    ("NodeList", 128),
+)
+# The first read narrows the long text fields (squeue pads byte by byte: 10,000 jobs of
+# the wide layout are 30 MB); a value that fills a narrow field is read again wide.
+NARROW_WIDTHS = {
+    "Dependency": 128,
+    "Name": 128,
+    "Comment": 384,
+    "admin_comment": 512,
+    "ReqNodes": 64,
+    "NodeList": 64,
+}
+NARROW_FIELDS = tuple((name, NARROW_WIDTHS.get(name, width)) for name, width in FAST_FIELDS)
+
+
+@dataclass(frozen=True)
+class FixedWidthLayout:
+    """One -O format: its fields and widths, and how a record of it unpacks (each
+    field but its last byte, then that byte, a space unless the value filled the
+    field; then the newline)."""
+
+    fields: tuple[tuple[str, int], ...]
+
+    @property
+    def format(self) -> str:
+        return ",".join(f"{name}:{width}" for name, width in self.fields)
+
+    @property
+    def record_size(self) -> int:
+        return sum(width for _, width in self.fields) + 1
+
+    @property
+    def record(self) -> struct.Struct:
+        return _record_struct(self.fields)
+
+
+@lru_cache(maxsize=8)
+def _record_struct(fields: tuple[tuple[str, int], ...]) -> struct.Struct:
+    return struct.Struct("".join(f"{width - 1}s1s" for _, width in fields) + "1s")
+
+
+WIDE = FixedWidthLayout(FAST_FIELDS)
+NARROW = FixedWidthLayout(NARROW_FIELDS)
+FAST_FORMAT = WIDE.format
+RECORD_SIZE = WIDE.record_size
+_PADS = (b" ",) * len(FAST_FIELDS)
+_BUFFER_MAX = 31
+_NULL = "(null)"  # what 22.05's printf prints for an unset text field
+_DIGITS_RE = re.compile(r"[0-9]+")
+_STATE_RE = re.compile(r"[A-Z][A-Z_]*")
+_TIME_LIMIT_RE = re.compile(r"(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]{2})")
+_EXIT_RE = re.compile(r"(-?[0-9]+)|([0-9]+):([0-9]+)")
+
+
+class FastReadError(ValueError):
+    """squeue's fixed-width output cannot be trusted; the message says why."""
+
+
+class RecordMisfit(FastReadError):
+    """A record of the wrong length: a node list longer than its field (squeue never
+    cuts one) moves the newline."""
+
+
+class FieldFilled(RecordMisfit):
+    """A value filled its whole field: squeue may have cut it."""
+
+
+def _epoch(text: str, field: str) -> float | None:
+    """An epoch time as squeue prints it under SLURM_TIME_FORMAT=%s; None for N/A (0)."""
+    if text == "N/A":
+        return None
+    if not _DIGITS_RE.fullmatch(text):
+        raise FastReadError(f"{field} {text!r} is not an epoch time")
+    return float(text) or None
+
+
+@lru_cache(maxsize=1024)
+def _fast_time_limit(text: str) -> float | None:
+    """TimeLimit ("1-00:00:00", "2:00:00", "30:00", UNLIMITED) in seconds, None for
+    unlimited; 365 days or more (INVALID: over 365 days) is unlimited, as `_time_limit`."""
+    if text in ("UNLIMITED", "INFINITE", "NOT_SET", "INVALID"):
+        return None
+    m = _TIME_LIMIT_RE.fullmatch(text)
+    if m is None:
+        raise FastReadError(f"TimeLimit {text!r} does not parse")
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    if (m.group(2) and hours > 23) or minutes > 59 or seconds > 59:
+        raise FastReadError(f"TimeLimit {text!r} does not parse")
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total % 60:
+        raise FastReadError(f"TimeLimit {text!r} is not whole minutes")
+    return _time_limit(total // 60)
+
+
+@lru_cache(maxsize=1024)
+def _fast_exit_code(text: str) -> int | None:
+    """exit_code as job_from_json reads it: the raw wait status (22.05) or
+    "status:signal"; 128 + signal when killed."""
+    m = _EXIT_RE.fullmatch(text)
+    if m is None:
+        raise FastReadError(f"exit_code {text!r} does not parse")
+    if m.group(1) is not None:
+        raw = int(m.group(1))
+        if raw in (-1, -2):  # INFINITE / NO_VAL printed as int
+            return None
+        if raw < 0:
+            raise FastReadError(f"exit_code {text!r} does not parse")
+        return _exit_code(raw)
+    status, sig = int(m.group(2)), int(m.group(3))
+    return 128 + sig if sig else status
+
+
+@lru_cache(maxsize=4096)
+def _fast_reason(text: str) -> tuple[str, str]:
+    """(reason code, state description) from squeue's Reason, which is the state
+    description when the job has one and the reason code otherwise. A description
+    of one word could not be told from a code; slurmctld's own have several words
+    (HOLD_DESCRIPTIONS) or start with their code ("RaisedSignal:9(Killed)")."""
+    if _REASON_CODE_RE.fullmatch(text):
+        return text, ""
+    code = HOLD_DESCRIPTIONS.get(text)
+    if code is not None:
+        return code, text
+    m = re.match(r"([A-Za-z0-9_]+)[,:]", text)  # "ReqNodeNotAvail, UnavailableNodes:n1"
+    if m:
+        return m.group(1), text
+    raise FastReadError(f"Reason {text!r} has no known reason code")
+
+
+def jobs_from_fixed_width(out: bytes, layout: FixedWidthLayout = WIDE) -> list[Job]:
+    """Jobs from ``squeue -h --states=all -r -O <layout.format>``
+    (SLURM_TIME_FORMAT=%s), the same records job_from_json gives for squeue's JSON, in
+    job id order; FastReadError when any byte of it does not fit (FieldFilled when a
+    value filled its field: it may be cut)."""
+    size = layout.record_size
+    if len(out) % size:
+        raise RecordMisfit(f"{len(out)} bytes are not a whole number of {size}-byte records")
+    jobs: dict[str, Job] = {}
+    seen: dict[str, tuple[bytes, ...]] = {}
+    for n, items in enumerate(layout.record.iter_unpack(out)):
+        cells = items[0::2]
+        if items[1::2] != _PADS or cells[-1] != b"\n":
+            _misfit(n, items, layout)
+        try:
+            values = [c.rstrip(b" ").decode() for c in cells[:-1]]
+        except UnicodeDecodeError:
+            raise FastReadError(f"record {n} is not UTF-8") from None
+        job_id = values[_JOB_ID]
+        if job_id in seen:  # -r: a pending array's tasks, one record in slurmctld
+            if seen[job_id] != items:
+                raise FastReadError(f"job {job_id} is listed twice with different fields")
+            continue
+        seen[job_id] = items
+        jobs[job_id] = _job_from_fields(values)
+    return sorted(jobs.values(), key=lambda j: int(j.job_id))
+
+
+def _misfit(n: int, items: tuple[bytes, ...], layout: FixedWidthLayout) -> None:
+    if items[-1] != b"\n":
+        raise RecordMisfit(f"record {n} does not end in a newline")
+    name, width = next(f for f, pad in zip(layout.fields, items[1::2], strict=True) if pad != b" ")
+    raise FieldFilled(f"{name} fills its {width} bytes in record {n} (cut?)")
+
+
+(
+    _JOB_ID, _UID, _USER, _PARTITION, _STATE, _REASON, _PRIORITY, _RESTARTS, _EXIT,
+    _SUBMIT, _START, _END, _ELIGIBLE, _DEADLINE, _DEPENDENCY, _NAME, _COMMENT, _ADMIN,
+    _TIME_LIMIT, _REQ_NODES, _NODES,
+) = range(len(FAST_FIELDS))  # fmt: skip
+
+
+def _text_field(value: str) -> str:
+    return "" if value == _NULL else value
+
+
+def _job_from_fields(v: Sequence[str]) -> Job:
+    if not _DIGITS_RE.fullmatch(v[_JOB_ID]):
+        raise FastReadError(f"JobID {v[_JOB_ID]!r} is not a number")
+    for i in (_PARTITION, _REASON):  # squeue copies these through a 32-byte buffer
+        if len(v[i].encode()) >= _BUFFER_MAX:
+            raise FastReadError(
+                f"{FAST_FIELDS[i][0]} {v[i]!r} may be cut by squeue's 32-byte buffer"
+            )
+    state = v[_STATE]
+    if not _STATE_RE.fullmatch(state):
+        raise FastReadError(f"State {state!r} is not a job state")
+    reason, detail = _fast_reason(v[_REASON])
+    for i in (_PRIORITY, _RESTARTS, _UID):
+        if not _DIGITS_RE.fullmatch(v[i]):
+            raise FastReadError(f"{FAST_FIELDS[i][0]} {v[i]!r} is not a number")
+    user = v[_USER]
+    if not user or (user == "nobody" and v[_UID] != "65534"):
+        raise FastReadError(f"uid {v[_UID]} has no user name")
+    held = state == "PENDING" and (v[_PRIORITY] == "0" or reason in HELD_REASONS)
+    ended = state not in UNFINISHED_STATES
+    return Job(
+        job_id=v[_JOB_ID],
+        name=_text_field(v[_NAME]),
+        user=user,
+        partition=v[_PARTITION],
+        state=state,
+        reason=reason,
+        held=held,
+        comment=_text_field(v[_COMMENT]),
+        admin_comment=_text_field(v[_ADMIN]),
+        nodes=_text_field(v[_NODES]),
+        required_nodes=_text_field(v[_REQ_NODES]),
+        time_limit=_fast_time_limit(v[_TIME_LIMIT]),
+        submit_time=_epoch(v[_SUBMIT], "SubmitTime"),
+        start_time=None if state == "PENDING" else _epoch(v[_START], "StartTime"),
+        end_time=_epoch(v[_END], "EndTime") if ended else None,
+        restart_count=int(v[_RESTARTS]),
+        exit_code=_fast_exit_code(v[_EXIT]) if ended else None,
+        reason_detail=detail,
+        dependency=_text_field(v[_DEPENDENCY]),
+        eligible_time=_epoch(v[_ELIGIBLE], "EligibleTime"),
+        deadline=_epoch(v[_DEADLINE], "Deadline"),
+    )
+
+
 # --- the client ----------------------------------------------------------------------
 class SlurmClient:
     """Reads jobs and nodes and makes slurm-mig's changes (hold, release, requeue,
     job updates, drain) through Slurm's commands."""
 
-    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 30.0) -> None:
+    # Read jobs from squeue's fixed-width output (`jobs_from_fixed_width`) before the
+    # JSON; False: always the JSON (a test, or an instance, may set either).
+    fast_read: bool = True
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 30.0,
+        fast_read: bool | None = None,
+    ) -> None:
         self.env = dict(env) if env is not None else None
         self.timeout = timeout
+        if fast_read is not None:
+            self.fast_read = fast_read
+        self.last_read = ""  # "pyslurm", "fixed-width" or "json": how jobs() last read
         self._pyslurm = _load_pyslurm() if env is None else None
         self._version: tuple[int, ...] | None = None
 
     def _run(self, *argv: str) -> str:
-        cmd = list(argv)
+        return self._exec(list(argv), self.env, text=True)
+
+    def _exec(self, cmd: list[str], env: Mapping[str, str] | None, text: bool) -> Any:
         try:
-            res = subprocess.run(
-                cmd, env=self.env, capture_output=True, text=True, timeout=self.timeout
-            )
+            res = subprocess.run(cmd, env=env, capture_output=True, text=text, timeout=self.timeout)
         except FileNotFoundError:
-            raise SlurmError(
+            raise _SlurmUnavailable(
                 f"'{cmd[0]}' not found: Slurm's client tools are not installed or not on "
                 "PATH (install slurm-client, e.g. apt-get install slurm-client)",
                 cmd,
             ) from None
         except subprocess.TimeoutExpired:
-            raise SlurmError(
+            raise _SlurmUnavailable(
                 f"'{' '.join(cmd)}' did not finish within {self.timeout:.0f} s "
                 "(is slurmctld up and reachable?)",
                 cmd,
@@ -425,8 +699,10 @@ class SlurmClient:
         except ValueError as exc:  # e.g. an embedded NUL byte
             raise SlurmError(f"'{' '.join(cmd)}': invalid argument: {exc}", cmd) from None
         if res.returncode != 0:
-            err = res.stderr.strip() or res.stdout.strip() or f"exit status {res.returncode}"
-            raise SlurmError(f"'{' '.join(cmd)}' failed: {err}", cmd, res.stderr)
+            stderr = res.stderr if text else res.stderr.decode(errors="replace")
+            stdout = res.stdout if text else res.stdout.decode(errors="replace")
+            err = stderr.strip() or stdout.strip() or f"exit status {res.returncode}"
+            raise SlurmError(f"'{' '.join(cmd)}' failed: {err}", cmd, stderr)
         return res.stdout
 
     def _json(self, *argv: str) -> dict[str, Any]:
@@ -460,19 +736,60 @@ class SlurmClient:
         """Every job slurmctld knows (finished ones too, for MinJobAge), optionally
         only those of one partition."""
         records = None
+        jobs = None
         if self._pyslurm is not None:
             try:
                 records = _pyslurm_job_records(self._pyslurm)
+                self.last_read = "pyslurm"
             except Exception:  # out of step with libslurm, or disagrees: the commands
                 records = None
-        if records is None:
+        if records is None and self.fast_read:
+            jobs = self._fast_jobs(partition)
+        if records is None and jobs is None:
             argv = ["squeue", "--json", "--states=all"]
             if partition is not None and self.version() >= _SQUEUE_HONOURS_PARTITION:
                 argv.append(f"--partition={partition}")  # slurmctld reads only that one
             records = self._json(*argv).get("jobs") or []
-        jobs = [job_from_json(r) for r in records]
+            self.last_read = "json"
+        if jobs is None:
+            jobs = [job_from_json(r) for r in records or ()]
         if partition is not None:
             jobs = [j for j in jobs if j.partition == partition]
+        return jobs
+
+    def _fast_jobs(self, partition: str | None) -> list[Job] | None:
+        """Jobs from squeue's fixed-width output, or None (with one log line saying
+        why) when squeue refused the format or its output cannot be trusted: the
+        caller then reads the JSON. A missing squeue or a timeout raises SlurmError,
+        as the JSON path would."""
+        env = {
+            k: v
+            for k, v in (os.environ if self.env is None else self.env).items()
+            if not k.startswith("SQUEUE_")  # SQUEUE_USERS etc. would filter the list
+        }
+        env["SLURM_TIME_FORMAT"] = "%s"  # times as epoch seconds
+        for layout in (NARROW, WIDE):
+            argv = ["squeue", "-h", "--states=all", "-r", "-O", layout.format]
+            if partition is not None:
+                argv.append(f"--partition={partition}")
+            try:
+                out = self._exec(argv, env, text=False)
+            except _SlurmUnavailable:
+                raise  # squeue missing or slurmctld silent: the JSON would fare no better
+            except SlurmError as exc:
+                log.warning("squeue -O failed, reading the JSON instead: %s", exc)
+                return None
+            try:
+                jobs = jobs_from_fixed_width(out, layout)
+                break
+            except RecordMisfit as exc:  # narrow: read again with the wide layout
+                if layout is WIDE:
+                    log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
+                    return None
+            except FastReadError as exc:
+                log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
+                return None
+        self.last_read = "fixed-width"
         return jobs
 
     def nodes(self, partition: str | None = None) -> list[Node]:

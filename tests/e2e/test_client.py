@@ -95,6 +95,102 @@ def test_running_job_and_partition_filter(cluster: LocalSlurm, client: SlurmClie
     cluster.run("scancel", jid)
 
 
+def _same_jobs_both_ways(cluster: LocalSlurm, partition: str | None) -> dict[str, Job]:
+    """The jobs squeue's fixed-width output gives, after checking they equal the JSON
+    path's field by field (read until two fixed-width reads around the JSON agree)."""
+    fast = SlurmClient(env=cluster.env, fast_read=True)
+    slow = SlurmClient(env=cluster.env, fast_read=False)
+    for _ in range(10):
+        before = fast.jobs(partition)
+        assert fast.last_read == "fixed-width"
+        by_json = slow.jobs(partition)
+        assert slow.last_read == "json"
+        if fast.jobs(partition) == before:  # nothing changed meanwhile
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the jobs kept changing")
+    assert [j.job_id for j in before] == [j.job_id for j in by_json]
+    diffs = [
+        f"job {a.job_id} {name}: fixed-width {getattr(a, name)!r} != JSON {getattr(b, name)!r}"
+        for a, b in zip(before, by_json, strict=True)
+        for name in Job.__dataclass_fields__
+        if getattr(a, name) != getattr(b, name)
+        # squeue pads with spaces: a comment's trailing ones cannot be seen
+        and not (name == "comment" and a.comment == b.comment.rstrip(" "))
+    ]
+    assert not diffs, "\n".join(diffs)
+    return {j.job_id: j for j in before}
+
+
+def test_fixed_width_reader_equals_json_field_by_field(
+    cluster: LocalSlurm, client: SlurmClient
+) -> None:
+    evil = "x\ny AdminComment=evil | tab\there NodeList=n2 mig:mem=1G"
+    name = "a b\tc  |d"
+    ids = {
+        "held": cluster.sbatch(
+            "true", "--hold", "--time=30:00", partition="mig", name=name, comment=evil
+        ),
+        "released": cluster.sbatch("sleep 300", "--hold", "--time=1-00:00:00", partition="mig"),
+        "ok": cluster.sbatch("true", partition="debug"),
+        "failed": cluster.sbatch("exit 3", partition="debug"),
+        "killed": cluster.sbatch("kill -9 $$", partition="debug"),
+        "array": cluster.sbatch("true", "--array=1-3", "--hold", partition="mig"),
+        "spaces": cluster.sbatch("true", "--hold", partition="mig", comment="  lead trail  "),
+    }
+    ids["dep"] = cluster.sbatch(
+        "true", f"--dependency=afterok:{ids['released']}", "--begin=now+1hour",
+        "--deadline=now+3hours", "--time=90", partition="mig",
+    )  # fmt: skip
+    client.update_job(ids["held"], AdminComment='slurm-mig:{"gpu": 1} \n x')
+    client.release(ids["released"])
+    for key in ("ok", "failed", "killed"):
+        cluster.wait_job(ids[key], ["COMPLETED", "FAILED"])
+    ids["requeued"] = cluster.sbatch("true", "--nodelist=n2", partition="mig")
+    cluster.wait_job(ids["requeued"], ["COMPLETED"])
+    client.requeue(ids["requeued"], hold=True)
+    wait_job(cluster, client, ids["released"], lambda j: j.state == "RUNNING", "running")
+    wait_job(cluster, client, ids["requeued"], lambda j: j.state == "PENDING", "requeued")
+
+    jobs = _same_jobs_both_ways(cluster, None)
+    assert _same_jobs_both_ways(cluster, "mig").keys() <= jobs.keys()
+    held = jobs[ids["held"]]
+    assert (held.comment, held.name, held.held) == (evil, name, True)
+    assert held.admin_comment == 'slurm-mig:{"gpu": 1} \n x' and held.time_limit == 1800.0
+    assert jobs[ids["released"]].state == "RUNNING" and jobs[ids["released"]].nodes
+    assert (jobs[ids["killed"]].exit_code, jobs[ids["failed"]].exit_code) == (137, 3)
+    requeued = jobs[ids["requeued"]]
+    assert (requeued.restart_count, requeued.held, requeued.reason_detail) == (
+        1, True, "job requeued in held state",
+    )  # fmt: skip
+    dep = jobs[ids["dep"]]
+    assert dep.dependency == f"afterok:{ids['released']}(unfulfilled)"
+    assert dep.eligible_time and dep.deadline and dep.time_limit == 5400.0
+    assert jobs[ids["array"]].held  # a pending array is one record, as in the JSON
+    # the one difference: squeue pads with spaces, so a comment's trailing ones are lost
+    assert jobs[ids["spaces"]].comment == "  lead trail"
+    assert job(SlurmClient(env=cluster.env, fast_read=False), ids["spaces"]).comment == (
+        "  lead trail  "
+    )
+    for jid in (ids["released"], ids["dep"], ids["held"], ids["array"], ids["spaces"]):
+        cluster.run("scancel", jid)
+    cluster.run("scancel", ids["requeued"])
+
+
+def test_a_comment_too_long_for_the_narrow_fields_is_read_wide(
+    cluster: LocalSlurm, client: SlurmClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    long = ("mig:mem=1G " + "w\n|" * 300)[:1024]  # the most Slurm takes
+    name = "n\t" * 70 + "x"  # longer than the narrow field too
+    jid = cluster.sbatch("true", "--hold", partition="mig", comment=long, name=name)
+    with caplog.at_level("WARNING", logger="slurm_mig.slurm.client"):
+        jobs = _same_jobs_both_ways(cluster, "mig")
+    assert (jobs[jid].comment, jobs[jid].name) == (long, name)
+    assert not caplog.messages  # read wide, not as JSON
+    cluster.run("scancel", jid)
+
+
 # --- changing jobs ---------------------------------------------------------------------
 def test_hold_and_release(cluster: LocalSlurm, client: SlurmClient) -> None:
     jid = cluster.sbatch("echo ran", "--begin=now+1hour", partition="mig")
@@ -197,7 +293,7 @@ def test_squeue_reads_one_partition_where_slurm_honours_it(
     os.chmod(tmp_path / "squeue", 0o755)
     env = {**cluster.env, "PATH": f"{tmp_path}:{cluster.env['PATH']}"}
     jid = cluster.sbatch("true", "--hold", partition="debug")
-    client = SlurmClient(env=env)
+    client = SlurmClient(env=env, fast_read=False)  # the JSON path (-O always passes -p)
     assert jid not in {j.job_id for j in client.jobs("mig")}
     assert jid in {j.job_id for j in client.jobs()}
     asked = log.read_text().splitlines()

@@ -1,0 +1,323 @@
+"""squeue's fixed-width job list (`jobs_from_fixed_width`): records cut by length, never
+split on a delimiter; anything that does not fit falls back to the JSON."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_mig.slurm.client import (
+    FAST_FIELDS,
+    NARROW,
+    RECORD_SIZE,
+    WIDE,
+    FastReadError,
+    FieldFilled,
+    FixedWidthLayout,
+    Job,
+    SlurmClient,
+    jobs_from_fixed_width,
+)
+
+WIDTHS = dict(FAST_FIELDS)
+BASE = {
+    "JobID": "41",
+    "UserID": "0",
+    "UserName": "root",
+    "Partition": "mig",
+    "State": "PENDING",
+    "Reason": "JobHeldUser",
+    "PriorityLong": "0",
+    "RestartCnt": "0",
+    "exit_code": "0",
+    "SubmitTime": "1795633577",
+    "StartTime": "N/A",
+    "EndTime": "N/A",
+    "EligibleTime": "N/A",
+    "Deadline": "N/A",
+    "Dependency": "(null)",
+    "Name": "train",
+    "Comment": "mig:mem=4G",
+    "admin_comment": "(null)",
+    "TimeLimit": "10:00",
+    "ReqNodes": "",
+    "NodeList": "",
+}
+BASE_JOB = Job(
+    job_id="41",
+    name="train",
+    user="root",
+    partition="mig",
+    state="PENDING",
+    reason="JobHeldUser",
+    held=True,
+    comment="mig:mem=4G",
+    admin_comment="",
+    nodes="",
+    required_nodes="",
+    time_limit=600.0,
+    submit_time=1795633577.0,
+    start_time=None,
+    end_time=None,
+    restart_count=0,
+    exit_code=None,
+)
+
+
+def cell(value: str | bytes, width: int, cut: bool = True) -> bytes:
+    """One field as squeue's _print_str prints it: cut to ``width`` bytes (unless
+    ``cut`` is False, as for node lists and time limits) and padded with spaces."""
+    raw = value.encode() if isinstance(value, str) else value
+    if cut:
+        raw = raw[:width]
+    return raw.ljust(width, b" ")
+
+
+def record(layout: FixedWidthLayout = WIDE, **values: str | bytes) -> bytes:
+    fields = {**BASE, **values}
+    uncut = {"TimeLimit", "ReqNodes", "NodeList"}
+    return b"".join(cell(fields[n], w, n not in uncut) for n, w in layout.fields) + b"\n"
+
+
+def test_the_format_names_every_field_once() -> None:
+    names = [n for n, _ in FAST_FIELDS]
+    assert len(set(names)) == len(names) and WIDE.format.count(",") == len(names) - 1
+    assert RECORD_SIZE == WIDE.record_size == sum(WIDTHS.values()) + 1
+    assert [n for n, _ in NARROW.fields] == names and NARROW.record_size < RECORD_SIZE * 0.6
+    # squeue cuts no node list or time limit: those come after every text field
+    assert names[-3:] == ["TimeLimit", "ReqNodes", "NodeList"]
+    assert jobs_from_fixed_width(record(NARROW), NARROW) == [BASE_JOB]
+    with pytest.raises(FieldFilled, match="Comment fills its 384"):
+        jobs_from_fixed_width(record(NARROW, Comment="c" * 500), NARROW)
+
+
+def test_a_held_job() -> None:
+    assert jobs_from_fixed_width(record()) == [BASE_JOB]
+    assert jobs_from_fixed_width(b"") == []
+
+
+def test_spaces_bars_tabs_newlines_and_a_fake_field_stay_in_the_comment() -> None:
+    evil = "x\ny AdminComment=evil | \t NodeList=n9 JobID=7\n\n"
+    name = "a b\tc | d\n"
+    out = record(Comment=evil, Name=name) + record(JobID="42")
+    one, two = jobs_from_fixed_width(out)
+    assert one == replace(BASE_JOB, comment=evil, name=name)
+    assert two == replace(BASE_JOB, job_id="42")
+    # a comment that holds a whole record of its own is still one comment
+    fake = "\n" + record(JobID="99", Name="fake").decode()[: WIDTHS["Comment"] - 10] + "|"
+    (job,) = jobs_from_fixed_width(record(Comment=fake))
+    assert job == replace(BASE_JOB, comment=fake)
+
+
+def test_a_running_finished_and_requeued_job() -> None:
+    running = record(
+        State="RUNNING", Reason="None", PriorityLong="4294901756", StartTime="1795633578",
+        EndTime="1795719978", TimeLimit="1-00:00:00", NodeList="n1", ReqNodes="n1",
+        EligibleTime="1795633577",
+    )  # fmt: skip
+    (j,) = jobs_from_fixed_width(running)
+    assert (j.state, j.held, j.start_time, j.end_time, j.exit_code) == (
+        "RUNNING", False, 1795633578.0, None, None,
+    )  # fmt: skip
+    assert (j.time_limit, j.nodes, j.required_nodes) == (86400.0, "n1", "n1")
+    done = dict(State="FAILED", Reason="NonZeroExitCode", StartTime="1795633578")
+    done |= dict(EndTime="1795633579", TimeLimit="365-00:00:00", PriorityLong="7")
+    assert jobs_from_fixed_width(record(**done, exit_code="768"))[0].exit_code == 3
+    assert jobs_from_fixed_width(record(**done, exit_code="9"))[0].exit_code == 137
+    assert jobs_from_fixed_width(record(**done, exit_code="3:0"))[0].exit_code == 3
+    assert jobs_from_fixed_width(record(**done, exit_code="0:15"))[0].exit_code == 143
+    (j,) = jobs_from_fixed_width(record(**done, exit_code="0"))
+    assert (j.time_limit, j.end_time, j.finished) == (None, 1795633579.0, True)
+    requeued = record(Reason="job requeued in held state", RestartCnt="1", StartTime="1795633578")
+    (j,) = jobs_from_fixed_width(requeued)
+    assert (j.reason, j.reason_detail, j.held, j.restart_count, j.start_time) == (
+        "JobHeldUser", "job requeued in held state", True, 1, None,
+    )  # fmt: skip
+    (j,) = jobs_from_fixed_width(record(Reason="RaisedSignal:9(Killed)", PriorityLong="3"))
+    assert (j.reason, j.reason_detail, j.held) == ("RaisedSignal", "RaisedSignal:9(Killed)", False)
+
+
+def test_times_limits_dependency_and_deadline() -> None:
+    (j,) = jobs_from_fixed_width(
+        record(
+            Dependency="afterok:5(unfulfilled)", EligibleTime="1795637177",
+            Deadline="1795644377", TimeLimit="UNLIMITED", PriorityLong="12",
+            Reason="Dependency",
+        )
+    )  # fmt: skip
+    assert (j.dependency, j.eligible_time, j.deadline, j.time_limit, j.held) == (
+        "afterok:5(unfulfilled)", 1795637177.0, 1795644377.0, None, False,
+    )  # fmt: skip
+    for text, seconds in (("30:00", 1800.0), ("2:00:00", 7200.0), ("0:00", 0.0)):
+        assert jobs_from_fixed_width(record(TimeLimit=text))[0].time_limit == seconds
+    for text in ("INVALID", "NOT_SET"):
+        assert jobs_from_fixed_width(record(TimeLimit=text))[0].time_limit is None
+
+
+def test_a_pending_array_printed_per_task_is_one_record() -> None:
+    out = record(JobID="7") * 3 + record(JobID="8")
+    assert [j.job_id for j in jobs_from_fixed_width(out)] == ["7", "8"]
+    with pytest.raises(FastReadError, match="listed twice"):
+        jobs_from_fixed_width(record(JobID="7") + record(JobID="7", Name="other"))
+
+
+@pytest.mark.parametrize(
+    "out, why",
+    [
+        (record()[:-1], "whole number"),
+        (record() + b"x", "whole number"),
+        (record()[:-1] + b" ", "newline"),
+        (record(Comment="c" * WIDTHS["Comment"]), "Comment fills"),
+        (record(admin_comment="a" * 5000), "admin_comment fills"),
+        (record(Name="n" * 300), "Name fills"),
+        (record(Dependency="afterok:1," * 60), "Dependency fills"),
+        (record(Reason="R" * 31), "buffer"),
+        (record(Partition="p" * 31), "buffer"),
+        (record(JobID="7_1"), "JobID"),
+        (record(State="pending"), "State"),
+        (record(PriorityLong="-1"), "PriorityLong"),
+        (record(SubmitTime="Unknown"), "SubmitTime"),
+        (record(SubmitTime="2026-11-25T18:50:21"), "SubmitTime"),
+        (record(TimeLimit="1:2:3:4"), "TimeLimit"),
+        (record(TimeLimit="0:30"), "whole minutes"),
+        (record(State="FAILED", exit_code="x"), "exit_code"),
+        (record(Reason="some free text"), "reason code"),
+        (record(UserName="nobody", UserID="1234"), "user name"),
+        (record(Comment=b"\xff\xfe"), "UTF-8"),
+    ],
+)
+def test_what_falls_back(out: bytes, why: str) -> None:
+    with pytest.raises(FastReadError, match=why):
+        jobs_from_fixed_width(out)
+
+
+@pytest.mark.parametrize("overflow", [1, 5, 300])
+def test_a_node_list_longer_than_its_field_is_caught_in_its_own_record(overflow: int) -> None:
+    """squeue never cuts a node list: the record grows. A newline planted in a comment
+    where the record should end cannot line up, since nothing after the comment holds
+    one."""
+    nodes = "n" * (WIDTHS["NodeList"] + overflow)
+    comment = "\n" * 1000
+    out = record(NodeList=nodes, Comment=comment) + record(JobID="42") * overflow
+    with pytest.raises(FastReadError):
+        jobs_from_fixed_width(out)
+    grown = record(NodeList=nodes)
+    with pytest.raises(FastReadError):
+        jobs_from_fixed_width(grown + record(JobID="42")[overflow:])
+
+
+_NO_NUL = st.binary(max_size=1024).map(lambda b: b.replace(b"\0", b""))
+
+
+@settings(max_examples=400, deadline=None)
+@given(comment=_NO_NUL, name=st.binary(max_size=300).map(lambda b: b.replace(b"\0", b"")))
+def test_any_comment_round_trips_or_falls_back(comment: bytes, name: bytes) -> None:
+    """Any comment up to job_submit's 1024 bytes (and any name): read back as it was,
+    less the trailing spaces squeue's padding hides, or refused; never a change to
+    another field or another job."""
+    out = record(JobID="1") + record(JobID="2", Comment=comment, Name=name) + record(JobID="3")
+    assert len(out) == 3 * RECORD_SIZE
+    try:
+        one, two, three = jobs_from_fixed_width(out)
+    except FastReadError:
+        return
+    assert one == replace(BASE_JOB, job_id="1") and three == replace(BASE_JOB, job_id="3")
+    unpad = comment.rstrip(b" ").decode()
+    assert two.comment == ("" if unpad == "(null)" else unpad)
+    unpad = name.rstrip(b" ").decode()
+    assert two.name == ("" if unpad == "(null)" else unpad)
+    assert replace(two, comment=BASE_JOB.comment, name=BASE_JOB.name) == replace(
+        BASE_JOB, job_id="2"
+    )
+
+
+# --- SlurmClient: which path reads -----------------------------------------------------
+JSON_JOBS = {"jobs": [{"job_id": 41, "name": "train", "job_state": "PENDING", "priority": 0}]}
+
+
+def fake_squeue(
+    tmp_path: Path, fixed: bytes, narrow: bytes | None = None
+) -> tuple[dict[str, str], Path]:
+    """A squeue that prints ``narrow`` (default: ``fixed``) for the narrow -O format,
+    ``fixed`` for the wide one and JSON for --json, logging its argv."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "argv"
+    bin_dir.mkdir()
+    (tmp_path / "wide").write_bytes(fixed)
+    (tmp_path / "narrow").write_bytes(fixed if narrow is None else narrow)
+    (bin_dir / "squeue").write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "if '--json' in sys.argv:\n"
+        f"    print({json.dumps(json.dumps(JSON_JOBS))})\n"
+        "else:\n"
+        "    assert os.environ['SLURM_TIME_FORMAT'] == '%s'\n"
+        "    assert 'SQUEUE_USERS' not in os.environ\n"
+        f"    which = 'narrow' if {NARROW.format!r} in sys.argv else 'wide'\n"
+        f"    sys.stdout.buffer.write(open({str(tmp_path)!r} + '/' + which, 'rb').read())\n"
+    )
+    (bin_dir / "squeue").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SQUEUE_USERS": "nobody"}
+    return env, log
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_client_reads_the_fixed_width_output(tmp_path: Path) -> None:
+    env, log = fake_squeue(tmp_path, b"", record(NARROW, Comment="from -O"))
+    client = SlurmClient(env=env)
+    (j,) = client.jobs("mig")
+    assert j.comment == "from -O" and client.last_read == "fixed-width"
+    assert calls(log) == [["-h", "--states=all", "-r", "-O", NARROW.format, "--partition=mig"]]
+
+
+@pytest.mark.parametrize("narrow", [{"Comment": "c" * 400}, {"NodeList": "n" * 70}])
+def test_a_value_too_long_for_the_narrow_layout_is_read_again_wide(
+    tmp_path: Path, narrow: dict[str, str]
+) -> None:
+    env, log = fake_squeue(tmp_path, record(**narrow, Name="wide"), record(NARROW, **narrow))
+    client = SlurmClient(env=env)
+    assert client.jobs()[0].name == "wide" and client.last_read == "fixed-width"
+    assert [c[4] for c in calls(log)] == [NARROW.format, WIDE.format]
+
+
+def test_client_falls_back_to_json_with_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env, log = fake_squeue(tmp_path, record(Comment="c" * 2000))
+    client = SlurmClient(env=env)
+    with caplog.at_level(logging.WARNING, logger="slurm_mig.slurm.client"):
+        (j,) = client.jobs()
+    assert (j.job_id, j.comment, client.last_read) == ("41", "", "json")
+    assert [c[:2] for c in calls(log)] == [["-h", "--states=all"]] * 2 + [
+        ["--json", "--states=all"]
+    ]
+    (line,) = caplog.messages
+    assert "read as JSON instead" in line and "Comment fills its 1025" in line
+
+
+def test_client_falls_back_when_squeue_refuses_the_format(tmp_path: Path) -> None:
+    env, log = fake_squeue(tmp_path, b"")
+    script = (tmp_path / "bin" / "squeue").read_text()
+    script = script.replace("else:\n", "else:\n    sys.exit('Invalid job format specification')\n")
+    (tmp_path / "bin" / "squeue").write_text(script)
+    client = SlurmClient(env=env)
+    assert [j.job_id for j in client.jobs()] == ["41"] and client.last_read == "json"
+
+
+def test_the_switch_forces_either_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env, log = fake_squeue(tmp_path, b"", record(NARROW, Comment="from -O"))
+    assert SlurmClient(env=env, fast_read=False).jobs()[0].comment == ""
+    assert calls(log) == [["--json", "--states=all"]]
+    monkeypatch.setattr(SlurmClient, "fast_read", False)
+    assert SlurmClient(env=env).last_read == "" and SlurmClient(env=env).jobs()[0].comment == ""
+    assert SlurmClient(env=env, fast_read=True).jobs()[0].comment == "from -O"
