@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .geometry import GpuModel
+from .safefs import make_private
 
 SCHEMA_VERSION = 2  # 2: the pcie and pcie_alpha tables (PCIe model, slurm_mig.pcie)
 BUSY_TIMEOUT_S = 30.0
@@ -219,7 +220,7 @@ class RuntimeStore:
             fresh = not self.path.exists()
             db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             if fresh:
-                _private(self.path)  # SQLite gives its -wal and -shm files this mode too
+                make_private(self.path)  # SQLite gives its -wal and -shm files this mode too
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{self.path}: cannot open the runtime store ({exc})") from None
         try:
@@ -282,14 +283,6 @@ def prepare_state_dir(path: Path) -> None:
     st = path.stat()
     if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o007:
         os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o007)
-
-
-def _private(path: Path) -> None:
-    try:
-        if path.stat().st_uid == os.geteuid():
-            os.chmod(path, 0o600)
-    except OSError:
-        pass
 
 
 class GuardedStore:

@@ -98,3 +98,13 @@ def _make_parents(path: Path) -> None:
 
 def _who() -> str:
     return "root" if os.geteuid() == 0 else f"uid {os.geteuid()} (this process)"
+
+
+def make_private(path: Path) -> None:
+    """Mode 0600 on a file this process owns (a database and the files SQLite makes
+    beside it with the same mode); nothing when it is another's or missing."""
+    try:
+        if path.stat().st_uid == os.geteuid():
+            os.chmod(path, 0o600)
+    except OSError:
+        pass

@@ -383,12 +383,9 @@ def _apply_holds(holds: Sequence[Hold], client: Client, report: ApplyReport, fai
     if not holds:
         return
     errors = _write_errors()
-    ids = list(dict.fromkeys(h.job_id for h in holds))
-    try:
-        report.calls += 1
-        failed = _list_call(client, "hold", ids)
-    except errors as exc:
-        failed = {jid: str(exc) for jid in ids}
+    failed = _list_or_all_failed(
+        client, "hold", list(dict.fromkeys(h.job_id for h in holds)), report
+    )
     for h in holds:
         if h.job_id in failed:
             fail(h.job_id, h.describe(), RuntimeError(failed[h.job_id]))
@@ -402,6 +399,17 @@ def _apply_holds(holds: Sequence[Hold], client: Client, report: ApplyReport, fai
                 continue
         report.applied += 1
         log.info("%s", h.describe())
+
+
+def _list_or_all_failed(
+    client: Client, verb: str, ids: Sequence[str], report: ApplyReport
+) -> dict[str, str]:
+    """`_list_call`, counted; an error of the call itself fails every job of it."""
+    report.calls += 1
+    try:
+        return _list_call(client, verb, ids)
+    except _write_errors() as exc:
+        return {jid: str(exc) for jid in ids}
 
 
 def _list_call(client: Client, verb: str, ids: Sequence[str]) -> dict[str, str]:
@@ -476,12 +484,7 @@ def _apply_slice(
             log.warning("%s", action.describe())
     if not to_release:
         return
-    ids = [a.job_id for a in to_release]
-    try:
-        report.calls += 1
-        failed = _list_call(client, "release", ids)
-    except errors as exc:
-        failed = {jid: str(exc) for jid in ids}
+    failed = _list_or_all_failed(client, "release", [a.job_id for a in to_release], report)
     for action in to_release:
         if action.job_id in failed:
             fail(action.job_id, action.describe(), RuntimeError(failed[action.job_id]))

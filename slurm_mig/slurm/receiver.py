@@ -29,7 +29,6 @@ instances) for ``slurm-mig status`` and the web page, and when each node last re
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import sqlite3
 import threading
@@ -38,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..safefs import make_private
 from . import reports
 from .accounting import INSERT_RUN, RUNS_TABLE, STORE, row
 from .reports import ReportError, open_report
@@ -87,12 +87,12 @@ class ReportDB:
         fresh = not self.path.exists()
         db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
         if fresh:
-            _private(self.path)
+            make_private(self.path)
         acct = self.state_dir / STORE
         fresh_acct = not acct.exists()
         db.execute("ATTACH DATABASE ? AS acct", (str(acct),))
         if fresh_acct:
-            _private(acct)
+            make_private(acct)
         db.executescript(_SCHEMA)
         db.execute(RUNS_TABLE.format(schema="acct."))
         db.execute("INSERT OR IGNORE INTO meta VALUES ('started', ?)", (time.time(),))
@@ -220,14 +220,6 @@ class ReportDB:
             except (ValueError, KeyError, TypeError):
                 continue
         return out
-
-
-def _private(path: Path) -> None:
-    try:
-        if path.stat().st_uid == os.geteuid():
-            os.chmod(path, 0o600)
-    except OSError:
-        pass
 
 
 def _need(b: Mapping[str, Any]) -> bool:
