@@ -29,6 +29,12 @@ from .cluster import LocalSlurm, skip_reason
 
 _SHARED: dict[str, list[LocalSlurm]] = {}  # module name -> its shared clusters
 SLURM = os.environ.get("SLURM_MIG_SLURM", "host")
+# What a site looks like: each node a host of its own (its slurmd, hooks and jobs in a
+# mount namespace where the node-local paths are its own), jobs of an unprivileged user
+# (nobody, by number: 26.05 refuses --uid=<name>). A test that is about root's jobs
+# submits with user="0"; one that inspects a node reads cluster.node_path(node, path).
+JOB_USER = "65534"
+E2E_DEFAULTS = {"private_nodes": True, "job_user": JOB_USER}
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -69,7 +75,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def _factory(clusters: list[LocalSlurm], install: SlurmInstall) -> Callable[..., LocalSlurm]:
     def start(**kwargs) -> LocalSlurm:
-        cluster = LocalSlurm(**{"slurm": install, **kwargs})
+        cluster = LocalSlurm(**{"slurm": install, **E2E_DEFAULTS, **kwargs})
         clusters.append(cluster)
         return cluster.start()
 
