@@ -35,6 +35,9 @@ SLURM = os.environ.get("SLURM_MIG_SLURM", "host")
 # submits with user="0"; one that inspects a node reads cluster.node_path(node, path).
 JOB_USER = "65534"
 E2E_DEFAULTS = {"private_nodes": True, "job_user": JOB_USER}
+# the same for a whole slurm-mig installation (slurm_mig.demo.live.LiveCluster), whose
+# job_submit.lua then refuses root's jobs in the MIG partition, as at a site
+LIVE_DEFAULTS = {**E2E_DEFAULTS, "allow_root_jobs": False}
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -27,7 +27,7 @@ from slurm_mig.geometry import get_model
 from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm import gres
 
-from .conftest import require_local_slurm
+from .conftest import LIVE_DEFAULTS, require_local_slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = "65534"  # nobody: root's jobs are refused in the MIG partition
@@ -74,7 +74,7 @@ def isolated():
             slurm=install,
             model=MODEL,
             latency_scale=0.0,
-            allow_root_jobs=False,
+            **LIVE_DEFAULTS,
             slurm_options={
                 "task_plugin": "task/cgroup",
                 "proctrack_type": "proctrack/cgroup",
@@ -228,6 +228,6 @@ def token_of(lc: LiveCluster, job: str) -> str | None:
     return comments.parse(res.stdout.strip()).token
 
 
-def hooks_log(lc: LiveCluster) -> str:
-    path = lc.root / "hooks.log"
+def hooks_log(lc: LiveCluster, node: str = "iso2") -> str:
+    path = lc.node_path(node, lc.log_file)  # the node's own log
     return path.read_text() if path.exists() else ""
