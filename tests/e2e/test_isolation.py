@@ -120,7 +120,7 @@ def test_each_job_opens_its_own_instance_only(isolated):
     python, dev = "/usr/bin/python3", lc.cluster.dev_dir("iso1")
     wrap = f"{python} {probe} {dev} batch; srun -n1 {python} {probe} {dev} srun; sleep 3"
     # root's jobs and a job's own GRES are refused at sbatch
-    refused = lc.cluster.try_sbatch(wrap, partition="mig", comment="mig:time=20")
+    refused = lc.cluster.try_sbatch(wrap, partition="mig", comment="mig:time=20", user="0")
     assert refused.returncode != 0 and "jobs of root" in refused.stderr
     refused = lc.cluster.try_sbatch("true", "--gres=gpu:1", partition="mig", user=USER)
     assert refused.returncode != 0 and "remove --gres/--gpus" in refused.stderr
