@@ -17,6 +17,22 @@ each node's hierarchy slurm_<node>: such clusters running at once need distinct 
 names). ``gres`` gives nodes a MIG gres.conf (slurm_mig.slurm.gres) over fake device
 nodes made with mknod under ``<root>/dev/<node>``; LiveCluster always does.
 
+``private_nodes`` makes each node a host of its own, as the e2e fixtures do: its slurmd
+(and so its Prologs, Epilogs and jobs) starts under ``unshare --mount --propagation
+private`` with a preamble that bind-mounts ``<root>/nodes/<node>/<name>`` over each
+node-local path (SlurmdSpoolDir, one path for all nodes then, and every ``node_dirs``
+path; a root's release adds its own namespace and chroot inside, whose rbind of /tmp
+carries these mounts). The same configured path then shows each node its own files and
+the host, where slurmctld, the planner daemon and the tests run, an empty mount point;
+the mounts vanish with the node's processes. `node_path` says where a node's file lies
+on the host, `node_argv`/`run_on` run a command as on the node. Left shared, as a site
+shares or distributes them: the configuration (etc), the munge socket, the jobs' output
+directory, /tmp, and the daemons' logs and pid files (the harness reads them). No network
+namespaces: slurmctld reaches every slurmd on 127.0.0.1 at its own port, and the hooks
+the planner's listeners on 127.0.0.1; per-node addresses would need veth pairs and
+routes for a separation that the ports already give. ``job_user`` is who ``sbatch``
+submits as when a call names nobody (None: root; the e2e fixtures: nobody).
+
 24.11 and 26.05 behave as listed below too (the same tests pass), except: a
 ``job_modify`` refusal's message reaches the user (22.05: only slurmctld's log), and
 plain ``sinfo --json`` groups nodes (the client asks for ``-N``).

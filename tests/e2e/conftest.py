@@ -8,7 +8,10 @@
 ``slurm`` starts clusters for one test; ``slurm_shared`` for all tests of a module
 (faster; the tests must then leave the nodes as they found them). Every cluster is
 stopped afterwards, also when a test fails, and a failing test's report carries its
-daemons' logs. Skipped where LocalSlurm cannot run (not root, Slurm not installed);
+daemons' logs. Every cluster looks like a site (`E2E_DEFAULTS`): each node a host of its
+own (``private_nodes``: a test inspecting a node reads ``cluster.node_path(node, path)``,
+never for what the controller side should know) and jobs of nobody unless a test asks
+for root (``user="0"``). Skipped where LocalSlurm cannot run (not root, Slurm not installed);
 on CI ($CI set) as root, missing Slurm is a failure instead.
 
 Which Slurm: $SLURM_MIG_SLURM, "host" (the default: Debian 12's 22.05) or the suite of
