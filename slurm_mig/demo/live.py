@@ -51,6 +51,11 @@ class LiveCluster:
     # the demo's and most tests' jobs run as root: job_submit.lua's ALLOW_ROOT_JOBS set
     # in the cluster's copy (a site keeps it false: root can leave its device cgroup)
     allow_root_jobs: bool = True
+    # nodes as hosts of their own (LocalSlurm.private_nodes): the run, state, simulated
+    # GPU and log directories are each node's own, the daemon's are the host's; the
+    # config's run_dir is then one path (as at a site) instead of one per node (%n)
+    private_nodes: bool = False
+    job_user: str | None = None  # who `submit` submits as by default (None: root)
     # more LocalSlurm fields (task_plugin, cgroup_conf, ... for a device-isolation test)
     slurm_options: Mapping[str, object] = field(default_factory=dict)
     cluster: LocalSlurm | None = field(default=None, init=False)
@@ -72,6 +77,31 @@ class LiveCluster:
     @property
     def state_dir(self) -> Path:
         return self.root / "state"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def log_file(self) -> Path:
+        """[paths] log_file: the daemon's on the host, each node's hooks' on the node
+        (`node_path`) with private nodes, one file for all without."""
+        return self.log_dir / "slurm-mig.log"
+
+    def node_path(self, node: str, path: str | Path) -> Path:
+        """Where ``path`` as ``node`` sees it lies on the host (LocalSlurm.node_path):
+        for a test that inspects a node, never for what the controller should know."""
+        assert self.cluster is not None
+        return self.cluster.node_path(node, path)
+
+    def run_dir(self, node: str) -> Path:
+        """The node's slurm-mig run_dir (node state, runtimes.jsonl, node-metrics.prom),
+        where the host reaches it."""
+        return self.node_path(node, self.run_root if self.private_nodes else self.run_root / node)
+
+    def sim_dir(self, node: str) -> Path:
+        """The node's simulated GPUs (its "hardware"), where the host reaches them."""
+        return self.node_path(node, self.sim_root / node)
 
     @property
     def job_log(self) -> Path:
@@ -96,7 +126,8 @@ class LiveCluster:
     # --- life cycle ----------------------------------------------------------------------
     def start(self) -> LiveCluster:
         self.root.mkdir(parents=True, exist_ok=True)
-        for d in (self.root, self.root / "etc", self.sim_root, self.run_root, self.state_dir):
+        dirs = (self.root, self.root / "etc", self.sim_root, self.run_root, self.state_dir)
+        for d in (*dirs, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
             os.chmod(d, 0o755)  # the TaskProlog runs as the job's user
         self.job_log.touch()
@@ -117,6 +148,9 @@ class LiveCluster:
             root=self.root / "slurm",
             slurm=self.slurm,
             gres={n: [self.model] * self.gpus for n in self.nodes},
+            private_nodes=self.private_nodes,
+            node_dirs=(self.run_root, self.state_dir, self.sim_root, self.log_dir),
+            job_user=self.job_user,
             **self.slurm_options,
         )
         self.cluster.start()
@@ -165,9 +199,9 @@ class LiveCluster:
             "",
             "[paths]",
             f'state_dir = "{self.state_dir}"',
-            f'run_dir = "{self.run_root}/%n"',
+            f'run_dir = "{self.run_root}{"" if self.private_nodes else "/%n"}"',
             f'key_file = "{key}"',
-            f'log_file = "{self.root / "hooks.log"}"',
+            f'log_file = "{self.log_file}"',
             f'public_file = "{self.root / "public" / "plan.json"}"',
             "",
             "[planner]",
@@ -216,7 +250,7 @@ class LiveCluster:
         """The Epilogs' records of every node (runtimes.jsonl)."""
         out = []
         for node in self.nodes:
-            private = self.run_root / node / "private"  # root's alone since issue 10
+            private = self.run_dir(node) / "private"  # root's alone since issue 10
             for path in (private / "runtimes.jsonl.1", private / "runtimes.jsonl"):
                 if path.exists():
                     out += [json.loads(line) for line in path.read_text().splitlines() if line]
@@ -261,8 +295,10 @@ class LiveCluster:
         """Submit a kernel of the profiled set (``hints``: more ``mig:`` settings, e.g.
         ``deadline=10m``; ``args``: more sbatch options, e.g. ``--deadline=now+1hour``)."""
         assert self.cluster is not None
+        user = self.job_user if user is None else user
+        python = self.cluster.job_python(user)
         wrap = (
-            f"SLURM_MIG_T0=$(date +%s.%N) exec env PYTHONPATH={ROOT} {self.cluster.python} "
+            f"SLURM_MIG_T0=$(date +%s.%N) exec env PYTHONPATH={ROOT} {python} "
             f"-m slurm_mig.demo.job {kernel} {scale} {self.sim_root} {self.job_log}"
         )
         comment = f"mig:key={kernel}" + (f",{hints}" if hints else "")
@@ -304,7 +340,7 @@ class LiveCluster:
         """Every create and destroy on every node's simulated GPUs, in time order."""
         out = []
         for node in self.nodes:
-            path = self.sim_root / node / "audit.jsonl"
+            path = self.sim_dir(node) / "audit.jsonl"
             if path.exists():
                 for ln in path.read_text().splitlines():
                     if ln.strip():
@@ -317,8 +353,8 @@ class LiveCluster:
         return [
             (node, inst)
             for node in self.nodes
-            if (self.sim_root / node / "state.json").exists()
-            for inst in SimulatedBackend(self.sim_root / node).instances()
+            if (self.sim_dir(node) / "state.json").exists()
+            for inst in SimulatedBackend(self.sim_dir(node)).instances()
         ]
 
 

@@ -17,6 +17,22 @@ each node's hierarchy slurm_<node>: such clusters running at once need distinct 
 names). ``gres`` gives nodes a MIG gres.conf (slurm_mig.slurm.gres) over fake device
 nodes made with mknod under ``<root>/dev/<node>``; LiveCluster always does.
 
+``private_nodes`` makes each node a host of its own, as the e2e fixtures do: its slurmd
+(and so its Prologs, Epilogs and jobs) starts under ``unshare --mount --propagation
+private`` with a preamble that bind-mounts ``<root>/nodes/<node>/<name>`` over each
+node-local path (SlurmdSpoolDir, one path for all nodes then, and every ``node_dirs``
+path; a root's release adds its own namespace and chroot inside, whose rbind of /tmp
+carries these mounts). The same configured path then shows each node its own files and
+the host, where slurmctld, the planner daemon and the tests run, an empty mount point;
+the mounts vanish with the node's processes. `node_path` says where a node's file lies
+on the host, `node_argv`/`run_on` run a command as on the node. Left shared, as a site
+shares or distributes them: the configuration (etc), the munge socket, the jobs' output
+directory, /tmp, and the daemons' logs and pid files (the harness reads them). No network
+namespaces: slurmctld reaches every slurmd on 127.0.0.1 at its own port, and the hooks
+the planner's listeners on 127.0.0.1; per-node addresses would need veth pairs and
+routes for a separation that the ports already give. ``job_user`` is who ``sbatch``
+submits as when a call names nobody (None: root; the e2e fixtures: nobody).
+
 24.11 and 26.05 behave as listed below too (the same tests pass), except: a
 ``job_modify`` refusal's message reaches the user (22.05: only slurmctld's log), and
 plain ``sinfo --json`` groups nodes (the client asks for ``-N``).
@@ -137,6 +153,18 @@ def _pids_with_env(entry: str) -> list[int]:
     return pids
 
 
+def _world_reachable(path: Path) -> bool:
+    """Every user may run ``path`` (links followed): each directory on the way lets
+    others through, the file lets them execute."""
+    try:
+        real = path.resolve(strict=True)
+        if not os.stat(real).st_mode & 0o001:
+            return False
+        return all(os.stat(d).st_mode & 0o001 for d in real.parents)
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now (the kernel's choice)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -174,6 +202,13 @@ class LocalSlurm:
     # node -> GPU models: gres.conf from slurm_mig.slurm.gres (one gpu record per
     # possible MIG instance) over fake device nodes under `dev_dir` (see `gres_conf`)
     gres: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # Nodes as separate hosts: each slurmd (and with it its hooks and jobs) runs in a
+    # mount namespace of its own where SlurmdSpoolDir and every path of `node_dirs`
+    # show that node's own directory (`node_path`); the host, where the controller and
+    # the tests run, sees those paths empty. Off: every node shares one file system.
+    private_nodes: bool = False
+    node_dirs: Sequence[Path] = ()  # the node-local paths (e.g. slurm-mig's run_dir)
+    job_user: str | None = None  # who `sbatch` submits as when no user is given (None: root)
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False, repr=False)
     _own_root: bool = field(default=False, init=False, repr=False)
 
@@ -229,6 +264,76 @@ class LocalSlurm:
     def _argv(self, argv: Sequence[str], user: str | None = None) -> list[str]:
         return self.install.argv(argv, user)
 
+    def job_python(self, user: str | None = None) -> str:
+        """An interpreter a job of ``user`` can run: `python` for root or where every
+        user reaches it, else the node's own /usr/bin/python3 (no packages: enough for
+        slurm_mig's standard-library paths, the hooks' and slurm_mig.demo.job's)."""
+        if user in (None, "0", "root") or _world_reachable(Path(self.python)):
+            return self.python
+        return "/usr/bin/python3"
+
+    # --- nodes as hosts of their own (private_nodes) ------------------------------------
+    @property
+    def spool_dir(self) -> Path:
+        """SlurmdSpoolDir: one path, each node's own, with `private_nodes`; else
+        ``<spool_dir>/<node>`` (%n)."""
+        return self.root / "spool"
+
+    def private_dirs(self) -> list[Path]:
+        """The paths each node has to itself ([] without `private_nodes`)."""
+        if not self.private_nodes:
+            return []
+        return [self.spool_dir, *(Path(d) for d in self.node_dirs)]
+
+    def node_path(self, node: str, path: str | Path) -> Path:
+        """Where ``path`` as node ``node`` sees it lies on the host: under the node's
+        backing directory when ``path`` is node-local, else ``path`` itself. For a test
+        that inspects a node as an admin logged in there would; never for what the
+        controller side is supposed to know."""
+        path = Path(path)
+        for d in self.private_dirs():
+            if path == d or d in path.parents:
+                return self.root / "nodes" / node / d.name / path.relative_to(d)
+        return path
+
+    def node_argv(self, node: str, argv: Sequence[str]) -> list[str]:
+        """``argv`` run as on node ``node``: in a mount namespace of its own with the
+        node's private directories mounted, like its slurmd (``argv`` unchanged
+        without `private_nodes`)."""
+        dirs = self.private_dirs()
+        if not dirs:
+            return list(argv)
+        lines = ["set -e"]
+        for d in dirs:
+            back = shlex.quote(str(self.node_path(node, d)))
+            lines.append(f"mount --bind {back} {shlex.quote(str(d))}")
+        lines.append('exec "$@"')
+        return [
+            "unshare", "--mount", "--propagation", "private",
+            "/bin/sh", "-c", "\n".join(lines), "sh", *argv,
+        ]  # fmt: skip
+
+    def _make_private_dirs(self) -> None:
+        """Each private path on the host (an empty mount point) and each node's
+        directory for it (same mode and owner), under ``<root>/nodes/<node>/``."""
+        dirs = self.private_dirs()
+        names = [d.name for d in dirs]
+        if len(set(names)) != len(names):
+            raise ClusterError(f"node_dirs need distinct last components: {names}")
+        for d in dirs:
+            if not d.is_absolute() or d == self.root or d in self.root.parents:
+                raise ClusterError(f"node_dirs: {d} must be absolute and not hold {self.root}")
+            d.mkdir(parents=True, exist_ok=True)
+            st = d.stat()
+            for node in self.nodes:
+                back = self.node_path(node, d)
+                back.mkdir(parents=True, exist_ok=True)
+                os.chmod(back.parent, 0o755)
+                os.chmod(back, st.st_mode & 0o7777)
+                os.chown(back, st.st_uid, st.st_gid)
+        if dirs:
+            os.chmod(self.root / "nodes", 0o755)
+
     # --- life cycle ----------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> LocalSlurm:
         """Write the configuration, start munged, slurmctld and the slurmds, and wait
@@ -245,12 +350,14 @@ class LocalSlurm:
             self._write_wrappers()
             self._start_munge()
             self._write_conf()
+            self._make_private_dirs()
             self._spawn("slurmctld", [self._binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
             for node in self.nodes:
                 self._spawn(
                     f"slurmd-{node}",
                     [self._binary("slurmd"), "-D", "-N", node, "-f", str(self.conf)],
                     extra_env=self.slurmd_env,
+                    node=node,
                 )
             self.wait_idle(timeout)
         except BaseException:
@@ -312,7 +419,8 @@ class LocalSlurm:
     def _write_conf(self) -> None:
         etc = self.root / "etc"
         etc.mkdir(exist_ok=True)
-        for sub in ("state", "log", "spool", *(f"spool/{n}" for n in self.nodes)):
+        spools = () if self.private_nodes else tuple(f"spool/{n}" for n in self.nodes)
+        for sub in ("state", "log", "spool", *spools):
             (self.root / sub).mkdir(exist_ok=True)
         self.out_dir.mkdir(exist_ok=True)
         os.chmod(self.out_dir, 0o1777)
@@ -327,7 +435,7 @@ class LocalSlurm:
             "CredType=cred/munge",
             f"AuthInfo=socket={self.munge_socket},cred_expire={self.requeue_delay}",
             f"StateSaveLocation={self.root / 'state'}",
-            f"SlurmdSpoolDir={self.root / 'spool' / '%n'}",
+            f"SlurmdSpoolDir={self.spool_dir if self.private_nodes else self.spool_dir / '%n'}",
             f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
             f"SlurmdPidFile={self.root / 'slurmd-%n.pid'}",
             f"SlurmctldLogFile={self.root / 'log' / 'slurmctld.log'}",
@@ -407,17 +515,24 @@ class LocalSlurm:
         return terms
 
     def _spawn(
-        self, name: str, argv: list[str | None], extra_env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        argv: list[str | None],
+        extra_env: Mapping[str, str] | None = None,
+        node: str | None = None,
     ) -> None:
+        """Start a daemon (a node's in that node's namespace, see `node_argv`)."""
         if any(a is None for a in argv):
             raise ClusterError(f"{name}: program not found ({skip_reason()})")
         env = self.env
         env.update(extra_env or {})
+        cmd = self._argv(argv)  # a root's release: its own namespace and chroot inside
+        if node is not None:
+            cmd = self.node_argv(node, cmd)
         with open(self.root / f"{name}.out", "wb") as out:
             self._procs[name] = subprocess.Popen(
-                self._argv(argv), stdout=out, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True,
-            )  # fmt: skip
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
 
     def stop(self) -> None:
         """Kill every daemon this cluster started (slurmds first, munged last) and
@@ -485,6 +600,15 @@ class LocalSlurm:
             raise ClusterError(f"{shown} exited {res.returncode}: {res.stderr.strip()}")
         return res
 
+    def run_on(self, node: str, *argv: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        """Run a host program as on node ``node`` (as root, with `env`; see `node_argv`),
+        as an admin logged in there would; ClusterError if it fails."""
+        cmd = self.node_argv(node, argv)
+        res = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if res.returncode != 0:
+            raise ClusterError(f"{' '.join(argv)} on {node} exited {res.returncode}: {res.stderr}")
+        return res
+
     def try_sbatch(
         self,
         wrap: str = "true",
@@ -502,6 +626,7 @@ class LocalSlurm:
             cmd.append(f"--comment={comment}")
         if name is not None:
             cmd.append(f"--job-name={name}")
+        user = self.job_user if user is None else user
         if user is not None:  # numeric: 26.05 refuses --uid=<name>
             uid = user if user.isdigit() else str(pwd.getpwnam(user).pw_uid)
             cmd.append(f"--uid={uid}")

@@ -8,7 +8,10 @@
 ``slurm`` starts clusters for one test; ``slurm_shared`` for all tests of a module
 (faster; the tests must then leave the nodes as they found them). Every cluster is
 stopped afterwards, also when a test fails, and a failing test's report carries its
-daemons' logs. Skipped where LocalSlurm cannot run (not root, Slurm not installed);
+daemons' logs. Every cluster looks like a site (`E2E_DEFAULTS`): each node a host of its
+own (``private_nodes``: a test inspecting a node reads ``cluster.node_path(node, path)``,
+never for what the controller side should know) and jobs of nobody unless a test asks
+for root (``user="0"``). Skipped where LocalSlurm cannot run (not root, Slurm not installed);
 on CI ($CI set) as root, missing Slurm is a failure instead.
 
 Which Slurm: $SLURM_MIG_SLURM, "host" (the default: Debian 12's 22.05) or the suite of
@@ -29,6 +32,15 @@ from .cluster import LocalSlurm, skip_reason
 
 _SHARED: dict[str, list[LocalSlurm]] = {}  # module name -> its shared clusters
 SLURM = os.environ.get("SLURM_MIG_SLURM", "host")
+# What a site looks like: each node a host of its own (its slurmd, hooks and jobs in a
+# mount namespace where the node-local paths are its own), jobs of an unprivileged user
+# (nobody, by number: 26.05 refuses --uid=<name>). A test that is about root's jobs
+# submits with user="0"; one that inspects a node reads cluster.node_path(node, path).
+JOB_USER = "65534"
+E2E_DEFAULTS = {"private_nodes": True, "job_user": JOB_USER}
+# the same for a whole slurm-mig installation (slurm_mig.demo.live.LiveCluster), whose
+# job_submit.lua then refuses root's jobs in the MIG partition, as at a site
+LIVE_DEFAULTS = {**E2E_DEFAULTS, "allow_root_jobs": False}
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -69,7 +81,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def _factory(clusters: list[LocalSlurm], install: SlurmInstall) -> Callable[..., LocalSlurm]:
     def start(**kwargs) -> LocalSlurm:
-        cluster = LocalSlurm(**{"slurm": install, **kwargs})
+        cluster = LocalSlurm(**{"slurm": install, **E2E_DEFAULTS, **kwargs})
         clusters.append(cluster)
         return cluster.start()
 

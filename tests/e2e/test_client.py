@@ -55,7 +55,7 @@ def test_held_pending_job_fields(cluster: LocalSlurm, client: SlurmClient) -> No
         "true", "--hold", "--time=10", partition="mig", name="held", comment="mig:key=a  two"
     )
     j = job(client, jid)
-    assert (j.name, j.user, j.partition) == ("held", "root", "mig")
+    assert (j.name, j.user, j.partition) == ("held", "nobody", "mig")  # the e2e job_user
     assert (j.state, j.reason, j.held) == ("PENDING", "JobHeldUser", True)
     assert j.comment == "mig:key=a  two"
     assert (j.admin_comment, j.nodes, j.required_nodes) == ("", "", "")
@@ -598,8 +598,8 @@ def test_hook_environments(hooked: tuple[LocalSlurm, Path]) -> None:
     assert (prolog["SLURMD_NODENAME"], prolog["SLURM_JOB_PARTITION"]) == ("h1", "mig")
     assert (prolog["SLURM_JOB_ID"], prolog["SLURM_JOB_UID"], prolog["SLURM_JOB_USER"]) == (
         jid,
-        "0",
-        "root",
+        "65534",
+        "nobody",
     )
     assert prolog["SLURM_SCRIPT_CONTEXT"] == "prolog_slurmd"
     assert "SLURM_JOB_NAME" not in prolog

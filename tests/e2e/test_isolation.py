@@ -27,7 +27,7 @@ from slurm_mig.geometry import get_model
 from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm import gres
 
-from .conftest import require_local_slurm
+from .conftest import LIVE_DEFAULTS, require_local_slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = "65534"  # nobody: root's jobs are refused in the MIG partition
@@ -74,7 +74,7 @@ def isolated():
             slurm=install,
             model=MODEL,
             latency_scale=0.0,
-            allow_root_jobs=False,
+            **LIVE_DEFAULTS,
             slurm_options={
                 "task_plugin": "task/cgroup",
                 "proctrack_type": "proctrack/cgroup",
@@ -120,7 +120,7 @@ def test_each_job_opens_its_own_instance_only(isolated):
     python, dev = "/usr/bin/python3", lc.cluster.dev_dir("iso1")
     wrap = f"{python} {probe} {dev} batch; srun -n1 {python} {probe} {dev} srun; sleep 3"
     # root's jobs and a job's own GRES are refused at sbatch
-    refused = lc.cluster.try_sbatch(wrap, partition="mig", comment="mig:time=20")
+    refused = lc.cluster.try_sbatch(wrap, partition="mig", comment="mig:time=20", user="0")
     assert refused.returncode != 0 and "jobs of root" in refused.stderr
     refused = lc.cluster.try_sbatch("true", "--gres=gpu:1", partition="mig", user=USER)
     assert refused.returncode != 0 and "remove --gres/--gpus" in refused.stderr
@@ -228,6 +228,6 @@ def token_of(lc: LiveCluster, job: str) -> str | None:
     return comments.parse(res.stdout.strip()).token
 
 
-def hooks_log(lc: LiveCluster) -> str:
-    path = lc.root / "hooks.log"
+def hooks_log(lc: LiveCluster, node: str = "iso2") -> str:
+    path = lc.node_path(node, lc.log_file)  # the node's own log
     return path.read_text() if path.exists() else ""

@@ -347,12 +347,12 @@ def test_a_user_cannot_add_gres_to_a_mig_job_later(cluster: LocalSlurm) -> None:
 
 
 def test_root_jobs_are_refused_in_the_mig_partition(cluster: LocalSlurm) -> None:
-    res = cluster.try_sbatch("true", partition="mig", comment="mig:mem=1G")
+    res = cluster.try_sbatch("true", partition="mig", comment="mig:mem=1G", user="0")
     assert res.returncode != 0
     assert "sbatch: error: slurm-mig: jobs of root cannot run in the mig partition" in res.stderr
     res = cluster.try_sbatch("true", partition="mig", user="0")
     assert res.returncode != 0 and "jobs of root" in res.stderr
-    assert cluster.sbatch("true", partition="debug")  # root elsewhere: untouched
+    assert cluster.sbatch("true", partition="debug", user="0")  # root elsewhere: untouched
 
 
 def test_a_passed_deadline_date_is_refused_at_sbatch_but_not_at_a_later_update(

@@ -29,7 +29,7 @@ from slurm_mig.geometry import get_model
 from slurm_mig.slurm import comment as comments
 from slurm_mig.workload import load_task_source
 
-from .conftest import require_local_slurm
+from .conftest import LIVE_DEFAULTS, require_local_slurm
 
 A100 = get_model("A100-40GB")
 RODINIA = load_task_source("rodinia-a100", A100)
@@ -46,7 +46,7 @@ def live():
         # not under pytest's 0700 tmp dirs: jobs of other users must read the config
         root = Path(tempfile.mkdtemp(prefix="slurm-mig-live-"))
         os.chmod(root, 0o755)
-        lc = LiveCluster(root, slurm=install, **kw).start()
+        lc = LiveCluster(root, slurm=install, **{**LIVE_DEFAULTS, **kw}).start()
         clusters.append(lc)
         return lc
 
@@ -217,7 +217,7 @@ def test_device_error_on_create_drains_the_node_with_the_message(live):
     lc = live()
     lc.learn(RODINIA[:1], SCALE)
     fault = {"op": "create", "error": "DeviceUnavailable", "message": "GPU 0: NVML GPU is lost"}
-    sim = lc.sim_root / "node1"
+    sim = lc.sim_dir("node1")  # the node's "hardware": an admin breaks it there
     sim.mkdir(parents=True, exist_ok=True)
     (sim / "fault.json").write_text(json.dumps(fault))
     job = lc.submit(RODINIA[0].id, SCALE)
@@ -249,8 +249,10 @@ def test_epilog_run_twice_destroys_once(live):
         "SLURM_JOB_RESTART_COUNT": "0",
         "SLURM_JOB_COMMENT": "mig:key=x",
     }
+    # the node's state is the node's: the host has none of it, the admin runs it there
+    assert list(lc.run_root.iterdir()) == [] and lc.run_dir("node1").is_dir()
     res = subprocess.run(
-        [sys.executable, str(ROOT / "epilog" / "slurm-mig-epilog")],
+        lc.cluster.node_argv("node1", [sys.executable, str(ROOT / "epilog" / "slurm-mig-epilog")]),
         env={**env, "PATH": os.environ.get("PATH", "")},
         capture_output=True,
         text=True,
@@ -267,7 +269,9 @@ def test_mig_run_requeues_a_job_whose_forecast_outgrows_its_slice(live):
     requeued run again."""
     from slurm_mig.profiles import RuntimeStore
 
-    lc = live()
+    # root's job: mig-run needs this venv's numpy, whose interpreter may live under
+    # root's home (0700) here, out of a user's reach
+    lc = live(job_user=None, allow_root_jobs=True)
     workload = ROOT / "tests" / "workloads" / "growing_batch.py"
     python = lc.cluster.python
     wrap = (
@@ -331,11 +335,14 @@ def test_an_instance_kept_for_a_job_that_never_comes_is_reclaimed_without_anothe
     )  # fmt: skip
     lc.cluster.run("scontrol", "release", job)
     assert lc.cluster.wait_job(job, ["COMPLETED"], timeout=60) == "COMPLETED"
-    lc.cluster.wait_for(
-        lambda: "kept 1g.5gb at 2:1 on gpu 0" in (lc.root / "hooks.log").read_text(), 30, "a keep"
-    )
+    hooks_log = lc.node_path("node1", lc.log_file)  # the node's own log
+
+    def logged() -> str:
+        return hooks_log.read_text() if hooks_log.exists() else ""
+
+    lc.cluster.wait_for(lambda: "kept 1g.5gb at 2:1 on gpu 0" in logged(), 30, "a keep")
     assert len(lc.live_instances()) == 1
     lc.cluster.wait_for(lambda: lc.live_instances() == [], 30, "the kept instance reclaimed")
     # the reclaim logs once it is done, a moment after the instance is gone
     said = "slurm-mig reclaim job -: reclaimed 1g.5gb at 2:1 on gpu 0"
-    lc.cluster.wait_for(lambda: said in (lc.root / "hooks.log").read_text(), 10, "its log line")
+    lc.cluster.wait_for(lambda: said in logged(), 10, "its log line")

@@ -23,7 +23,7 @@ from slurm_mig.demo.live import LiveCluster
 from slurm_mig.geometry import get_model
 from slurm_mig.workload import load_task_source
 
-from .conftest import require_local_slurm
+from .conftest import LIVE_DEFAULTS, require_local_slurm
 
 A100 = get_model("A100-40GB")
 RODINIA = load_task_source("rodinia-a100", A100)
@@ -46,7 +46,7 @@ def lc():
     install = require_local_slurm()
     root = Path(tempfile.mkdtemp(prefix="slurm-mig-obs-"))
     os.chmod(root, 0o755)
-    cluster = LiveCluster(root, slurm=install, planner={"batch_window": 1.0})
+    cluster = LiveCluster(root, slurm=install, planner={"batch_window": 1.0}, **LIVE_DEFAULTS)
     try:
         cluster.start()
         cluster.learn(RODINIA, SCALE)
@@ -113,7 +113,7 @@ def test_daemon_metrics_scraped_and_parsed(lc):
 
 
 def test_hooks_write_node_metrics_in_textfile_format(lc):
-    path = lc.run_root / "node1" / "node-metrics.prom"
+    path = lc.run_dir("node1") / "node-metrics.prom"  # node_exporter reads it on the node
     _wait(path.exists, 30, "the hooks' metrics file")
     fams = _families(path.read_text())
     creates = fams["slurm_mig_node_instance_creates"]
@@ -352,4 +352,4 @@ def test_report_bills_finished_runs_gathered_from_the_epilogs(lc):
         check=True,
     ).stdout.splitlines()
     assert csv[0].startswith("user,model,runs,restarts,seconds,slice_seconds,gpu_hours")
-    assert any(line.startswith("root,A100-40GB,") for line in csv[1:])
+    assert any(line.startswith("nobody,A100-40GB,") for line in csv[1:])  # the jobs' user

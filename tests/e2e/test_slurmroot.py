@@ -43,7 +43,8 @@ def test_nothing_stays_mounted_on_the_host(slurm) -> None:
 def test_jobs_run_this_python_with_the_checkouts_packages(slurm) -> None:
     cluster: LocalSlurm = slurm(nodes=("p1",))
     probe = "import sys, slurm_mig.memory.forecast; print(sys.version_info[:2])"
-    jid = cluster.sbatch(f"{cluster.python} -c '{probe}'", partition="mig")
+    # as root: this interpreter may live under root's home (0700), out of a user's reach
+    jid = cluster.sbatch(f"{cluster.python} -c '{probe}'", partition="mig", user="0")
     assert cluster.wait_job(jid, ["COMPLETED", "FAILED"]) == "COMPLETED", cluster.job_output(jid)
     assert cluster.job_output(jid) == f"{sys.version_info[:2]}\n"
 
