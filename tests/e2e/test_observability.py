@@ -208,7 +208,7 @@ def test_report_and_status_from_what_the_nodes_reported(lc):
     finally:
         db.close()
     assert kinds.get("run", 0) >= 1 and snapshots == [("node1",)]
-    spool = lc.run_root / "node1" / "private" / "reports"
+    spool = lc.run_dir("node1") / "private" / "reports"  # on the node: as an admin there
     _wait(lambda: not any(spool.iterdir()), 30, "the node's spool to empty")
 
 
