@@ -28,10 +28,16 @@ Figures:
   plan and apply, not the status file written after it) split into read (the proxy's
   ``jobs``/``nodes`` calls: squeue + sinfo), plan (``plan_cycle``, timed by wrapping it
   in slurm_mig.slurm.daemon), apply (every other client call: scontrol hold / update /
-  release / requeue, or whatever methods a newer client has) and other (the rest:
-  building the snapshot, the runtime store, logging); p50 and max over all cycles and
-  over the busy ones (cycles that saw held jobs without an assignment, or made writes),
+  release / requeue, or whatever methods a newer client has; summed over the
+  ``write_concurrency`` threads, so above the apply's wall time) and other (the rest:
+  building the snapshot, the runtime store, logging); the daemon thread's CPU seconds
+  in the cycle and plan_cycle's (what the cycle costs whatever the load); p50 and max
+  over all cycles, over those that wrote to Slurm, and over the steady ones (no write),
   and the first cycle that saw jobs on its own line; the three slowest cycles;
+- CPUs: the nodes (slurmds, hooks, jobs) run in a cgroup limited to ``--node-cpus``
+  (half the machine's by default), so that slurmctld and the daemon have the other
+  half, as on a controller host of their own (`slurm_mig.demo.cpugroup`; where no
+  cgroup can be made, the output says why and all share every CPU);
 - RPCs: slurmctld's "Remote Procedure Call statistics by message type" from ``sdiag``
   (reset when the daemon starts, read before it stops) per job that started and per job
   submitted, with their average time in slurmctld. They include every client's RPCs of the run: the daemon's,
@@ -137,6 +143,8 @@ class Cycle:
     read: float = 0.0
     plan: float = 0.0
     apply: float = 0.0
+    cpu: float = 0.0  # the daemon's main thread's CPU seconds (planning, snapshot, status)
+    plan_cpu: float = 0.0
     reads: int = 0
     writes: int = 0
     jobs_seen: int = 0
@@ -149,7 +157,9 @@ class Cycle:
 
     @property
     def busy(self) -> bool:
-        return self.unplanned > 0 or self.writes > 0
+        """It wrote to Slurm (held jobs past [planner] max_planned stay unplanned by design:
+        they do not make a cycle busy)."""
+        return self.writes > 0
 
 
 @dataclass
@@ -168,6 +178,7 @@ class Tracker:
     final_jobs: dict[str, Any] = field(default_factory=dict)  # id -> last Job seen
     cut_short: list[tuple[int, int]] = field(default_factory=list)  # (cycle, actions left)
     overhead: float = 0.0  # this script's own bookkeeping inside the daemon's cycles
+    cpu_mark: float | None = None  # the main thread's CPU clock at the last cycle's end
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def call(self, name: str, args: tuple, kwargs: dict, t0: float, t1: float, result: Any):
@@ -240,14 +251,21 @@ class Tracker:
                     if released:
                         self.released_at.setdefault(jid, at)
 
-    def plan(self, seconds: float) -> None:
+    def plan(self, seconds: float, cpu: float) -> None:
         with self.lock:
             self.current.plan += seconds
+            self.current.plan_cpu += cpu
 
     def cycle_done(self, number: int, seconds: float) -> None:
+        """Called on the daemon's (main) thread: its CPU time since the last cycle's end
+        is this cycle's (waiting between cycles costs none)."""
+        cpu = time.thread_time()
         with self.lock:
             c = self.current
             c.number, c.seconds = number, seconds
+            if self.cpu_mark is not None:
+                c.cpu = cpu - self.cpu_mark
+            self.cpu_mark = cpu
             self.cycles.append(c)
             self.current = Cycle()
 
@@ -315,11 +333,11 @@ def wrap_plan_cycle(tracker: Tracker) -> Callable[[], None]:
 
     @functools.wraps(original)
     def timed(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return original(*args, **kwargs)
         finally:
-            tracker.plan(time.perf_counter() - t0)
+            tracker.plan(time.perf_counter() - t0, time.thread_time() - c0)
 
     daemon_module.plan_cycle = timed
     return lambda: setattr(daemon_module, "plan_cycle", original)
@@ -499,8 +517,8 @@ def split_rows(cycles: list[Cycle]) -> list[tuple[str, list[Cycle]]]:
     first = next((c for c in cycles if c.jobs_seen), None)
     if first is not None:
         rows.append((f"first (#{first.number})", [first]))
-    busy = [c for c in cycles if c.busy and c is not first]
-    rows.append(("busy, after first", busy))
+    rows.append(("with writes, after first", [c for c in cycles if c.busy and c is not first]))
+    rows.append(("steady (no writes)", [c for c in cycles if not c.busy and c is not first]))
     rows.append(("all", cycles))
     return rows
 
@@ -512,6 +530,14 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
         f"x {fig['gpus']} simulated {MODEL} (Slurm {fig['slurm']}), cycle {fig['cycle']:g} s, "
         f"{os.cpu_count()} CPUs; ended: {fig['ended']}"
     )
+    if fig["node_cpus"]:
+        p(
+            f"nodes (slurmds, hooks, jobs) limited to {fig['node_cpus']:g} CPUs together (a "
+            "cgroup); slurmctld and the daemon have the rest, as on a host of their own"
+        )
+    else:
+        why = fig["node_cpu_group_error"] or "--node-cpus 0"
+        p(f"nodes share every CPU with slurmctld and the daemon ({why})")
     p(
         f"load average 1/5/15 min: start {'/'.join(f'{x:.2f}' for x in fig['load_start'])}, "
         f"end {'/'.join(f'{x:.2f}' for x in fig['load_end'])}"
@@ -538,18 +564,19 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
         p(f"all planned: not reached ({fig['planned']} of {fig['submitted']} planned)")
     p(
         f"cycles: {len(tracker.cycles)}; seconds per part (p50 / max); other = snapshot, "
-        "runtime store, logging"
+        "runtime store, logging; cpu = the daemon thread's CPU seconds in the cycle (status "
+        "file included), plan cpu = plan_cycle's"
     )
     p(
         f"{'cycles':>22} {'n':>4} {'total':>13} {'read':>13} {'plan':>13} {'apply':>13} "
-        f"{'other':>13} {'writes':>7} {'jobs':>6}"
+        f"{'other':>13} {'cpu':>13} {'plan cpu':>13} {'writes':>7} {'jobs':>6}"
     )
     for label, cs in split_rows(tracker.cycles):
         if not cs:
             p(f"{label:>22} {0:>4}")
             continue
         cells = []
-        for part in ("seconds", "read", "plan", "apply", "other"):
+        for part in ("seconds", "read", "plan", "apply", "other", "cpu", "plan_cpu"):
             vals = [getattr(c, part) for c in cs]
             cells.append(f"{pct(vals, 0.5):>6.2f} /{max(vals):>6.2f}")
         writes = max(c.writes for c in cs)
@@ -648,6 +675,15 @@ def main() -> int:
         help="start the daemon before submitting (default: submit all, then start it)",
     )
     ap.add_argument("--submit-parallel", type=int, default=8, help="sbatch processes at a time (8)")
+    ap.add_argument(
+        "--node-cpus",
+        type=float,
+        default=max(1.0, (os.cpu_count() or 2) / 2),
+        metavar="N",
+        help="CPUs the nodes (slurmds, hooks, jobs) use at most together, in a cgroup "
+        "(default: half the machine's, at least 1): slurmctld and the daemon have the rest, "
+        "as on a controller host of their own; 0: no cgroup, all share every CPU",
+    )
     ap.add_argument("--slurm", default="host", help="host (default), trixie or sid")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory")
     ap.add_argument("--json", action="store_true", help="also print one JSON line")
@@ -679,7 +715,10 @@ def main() -> int:
         planner={"cycle": args.cycle, "batch_window": args.batch_window},
         slurm=install,
         # Slurm's default MaxJobCount (10,000) would make the last sbatch wait forever
-        slurm_options={"extra_conf": [f"MaxJobCount={max(10_000, 2 * args.jobs + 100)}"]},
+        slurm_options={
+            "extra_conf": [f"MaxJobCount={max(10_000, 2 * args.jobs + 100)}"],
+            "node_cpus": args.node_cpus,
+        },
     )
     tracker = Tracker()
     procs = ProcessCounter()
@@ -874,6 +913,8 @@ def figures(
                 "read": round(c.read, 4),
                 "plan": round(c.plan, 4),
                 "apply": round(c.apply, 4),
+                "cpu": round(c.cpu, 4),
+                "plan_cpu": round(c.plan_cpu, 4),
                 "writes": c.writes,
                 "jobs": c.jobs_seen,
                 "unplanned": c.unplanned,
@@ -892,6 +933,8 @@ def figures(
         "all_completed": bool(ids) and len(completed) == len(ids),
         "per_minute": (60.0 * len(completed) / span) if span > 0 else 0.0,
         "daemon_seconds": t_end - state["t_daemon"],
+        "node_cpus": args.node_cpus if lc.cluster and lc.cluster.cpu_group else 0,
+        "node_cpu_group_error": lc.cluster.cpu_group_error if lc.cluster else "",
     }
 
 

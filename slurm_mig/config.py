@@ -73,6 +73,7 @@ class Config:
     reports: str = ""  # the planner's node-report receiver, host:port; "" off
     web: bool = False
     standby: bool = False
+    max_planned: int = 2000  # held jobs with a standing plan at most (0: no limit)
     lease_ttl: float = 30.0
     public_file: Path | None = None
     metrics_file: Path | None = None
@@ -182,6 +183,7 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         "algorithm": _Field("algorithm", "policy", "far", '"far"'),
         "batch_window": _Field("batch_window", "float", 30.0, "30.0", _NON_NEGATIVE),
         "batch_size": _Field("batch_size", "int", 0, "0 (all waiting jobs)", _NON_NEGATIVE),
+        "max_planned": _Field("max_planned", "int", 2000, "2000 (0: no limit)", _NON_NEGATIVE),
         "cycle": _Field("cycle", "float", 5.0, "5.0", _POSITIVE),
         "token_ttl": _Field("token_ttl", "float", 3600.0, "3600.0", _POSITIVE),
         "release_ahead": _Field("release_ahead", "float", 600.0, "600.0", _NON_NEGATIVE),

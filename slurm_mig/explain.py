@@ -32,6 +32,14 @@ def _span(seconds: float) -> str:
     return f"{s // 3600} h {(s % 3600) // 60} min"
 
 
+def _count(value: object) -> int:
+    """A count from the public summary (anyone's file to read, not to trust): 0 unless
+    a whole number from 0 to 10^9."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**9:
+        return 0
+    return value
+
+
 def _gib(n: int) -> str:
     return f"{n / 1024**3:.1f} GiB"
 
@@ -199,6 +207,13 @@ def explain(
             lines.append(
                 "held, waiting for the planner to take it (the planner's cycle has not "
                 "seen it yet, or the planner is not running)"
+            )
+        elif public is not None and _count(public.get("beyond")):
+            lines.append(
+                f"waiting: the planner keeps plans for the first "
+                f"{_count(public.get('max_planned'))} held jobs of the partition by "
+                f"submission time ([planner] max_planned); {_count(public.get('beyond'))} "
+                "more wait unplanned until those start"
             )
         else:
             lines.append("waiting for the planner's next batch")

@@ -321,3 +321,20 @@ def test_the_switch_forces_either_path(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(SlurmClient, "fast_read", False)
     assert SlurmClient(env=env).last_read == "" and SlurmClient(env=env).jobs()[0].comment == ""
     assert SlurmClient(env=env, fast_read=True).jobs()[0].comment == "from -O"
+
+
+def test_a_record_read_before_is_not_parsed_again_and_a_changed_one_is() -> None:
+    first = record(JobID="41") + record(JobID="42", Comment="mig:mem=8G")
+    keep: dict[bytes, Job] = {}
+    jobs = jobs_from_fixed_width(first, WIDE, None, keep)
+    assert len(keep) == 2
+    again: dict[bytes, Job] = {}
+    changed = record(JobID="41") + record(JobID="42", Comment="mig:mem=16G", State="RUNNING")
+    later = jobs_from_fixed_width(changed, WIDE, keep, again)
+    assert later[0] is jobs[0]  # the same bytes: the same job, not parsed anew
+    assert later[1] is not jobs[1] and later[1].comment == "mig:mem=16G"
+    assert later == jobs_from_fixed_width(changed)  # what a fresh parse gives
+    assert set(again) == {changed[:RECORD_SIZE], changed[RECORD_SIZE:]}  # only this read's
+    # a record that fills a field is refused whatever was read before
+    with pytest.raises(FieldFilled):
+        jobs_from_fixed_width(record(Comment="c" * 2000), WIDE, again, {})

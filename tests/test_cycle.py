@@ -379,6 +379,64 @@ def test_a_steady_cycle_writes_nothing_and_a_restarted_daemon_plans_again():
     w.check_safe()
 
 
+def test_at_most_max_planned_held_jobs_have_a_plan_the_first_by_submission():
+    w = held_world(40)
+    late_id_early_submit = "139"  # the last id, submitted before every other job
+    w.jobs[late_id_early_submit].submit_time = T0 - 60
+    first, _ = w.cycle(max_planned=12)
+    order = sorted(w.jobs, key=lambda j: (w.jobs[j].submit_time, int(j)))
+    assert set(first.planned) == set(order[:12])
+    assert late_id_early_submit in first.planned
+    assert first.beyond == 28 and first.waiting >= 28
+    # unlimited: every job is planned in one batch
+    assert len(plan_cycle(w.snapshot(max_planned=0)).planned) == 40 - len(first.released)
+
+
+def test_plans_refill_a_quarter_of_max_planned_at_a_time_and_every_job_runs():
+    w = held_world(40)
+    limit, ran = 8, set()
+    for _ in range(400):
+        result, _ = w.cycle(max_planned=limit)
+        held_plans = [j for j in result.planned if w.jobs[j].held]
+        assert len(held_plans) <= limit
+        w.check_safe()
+        for jid in w.startable():
+            if w.start(jid):
+                ran.add(jid)
+        w.now += 400
+        for j in list(w.jobs.values()):
+            if j.state == "RUNNING" and w.now - j.start_time >= 600:
+                w.finish(j.job_id)
+                w.complete(j.job_id)
+        if all(j.state == "COMPLETED" for j in w.jobs.values()):
+            break
+    assert ran == set(w.jobs)  # no job is left behind the limit
+    assert all(j.state == "COMPLETED" for j in w.jobs.values())
+
+
+def test_release_ahead_goes_at_most_ahead_depth_jobs_deep_on_a_slice():
+    """Six whole-GPU jobs in a row: one starts now, two (AHEAD_DEPTH) wait on afterany, the
+    rest stay held however far the release_ahead window reaches; the chain moves on
+    as jobs end, never deeper."""
+    w = World({"gpu01": ("A100-40GB",)})
+    for _ in range(6):
+        w.submit(100.0, est=Estimate("big", {A100.name: {7: 100.0}}))
+    for step in range(6):
+        result, _ = w.cycle(release_ahead=3000.0)
+        w.check_safe()
+        for jid in w.startable():
+            w.start(jid)
+        waiting_ahead = [
+            j for j in w.jobs.values() if j.state == "PENDING" and not j.held and j.dependency
+        ]
+        running = [j for j in w.jobs.values() if j.state == "RUNNING"]
+        assert len(running) == 1 and len(waiting_ahead) == min(2, 5 - step)
+        w.now += 100.0
+        w.finish(running[0].job_id)
+        w.complete(running[0].job_id)
+    assert all(j.state == "COMPLETED" for j in w.jobs.values())
+
+
 def test_a_users_hold_is_left_alone_and_costs_no_write():
     w = held_world(3, nodes={"gpu01": ("A100-40GB",)})
     for j in w.jobs.values():
@@ -658,6 +716,29 @@ def test_no_double_booking_over_random_events_and_restarts(steps, window, ahead)
             break
     left = {j: s.state for j, s in w.jobs.items() if s.state not in ("COMPLETED", "FAILED")}
     assert not left, f"jobs never ran: {left}"
+
+
+def test_the_begin_time_slurm_sets_at_release_is_not_a_delay():
+    """Slurm sets a job's begin time when it becomes eligible (released, its afterany
+    met), in whole seconds, and squeue runs after the cycle read its clock: a begin time
+    a moment after ``now`` is Slurm's own, not the owner's (seen on 22.05 at 10,000
+    jobs: released jobs held again, and those released ahead of them with them)."""
+    w = held_world(12, nodes={"gpu01": ("A100-40GB",)})
+    first, _ = w.cycle(release_ahead=3600.0)
+    for jid in w.startable():
+        assert w.start(jid)
+    waiting = [j for j in first.released if w.jobs[j].state == "PENDING"]
+    assert waiting
+    for jid in waiting:
+        w.jobs[jid].eligible_time = w.now + 1.0
+    w.now += 0.5
+    result, _ = w.cycle(release_ahead=3600.0)
+    assert not of_type(result, Hold) and not result.deferred
+    w.jobs[waiting[0]].eligible_time = w.now + 3600  # the owner's: held, deferred
+    w.now += 1
+    result, _ = w.cycle(release_ahead=3600.0)
+    assert [h.job_id for h in of_type(result, Hold)][:1] == [waiting[0]]
+    assert result.deferred[waiting[0]].startswith("waits for its begin time")
 
 
 @pytest.mark.parametrize("change", ["begin", "owner hold"])

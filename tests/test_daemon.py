@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from slurm_mig.geometry import can_coexist, get_model
+from slurm_mig.config import load_config
+from slurm_mig.geometry import Placement, can_coexist, get_model
 from slurm_mig.profiles import RuntimeStore
 from slurm_mig.slurm import comment as comments
-from slurm_mig.slurm.assignment import generate_key, load_key, verify
+from slurm_mig.slurm.assignment import Assignment, generate_key, load_key, verify
 from slurm_mig.slurm.client import Job, Node, SlurmClient
 from slurm_mig.slurm.cycle import Learn, plan_cycle
 from slurm_mig.slurm.daemon import (
@@ -32,7 +33,7 @@ from slurm_mig.slurm.daemon import (
     run_planner,
     usable_nodes,
 )
-from slurm_mig.slurm.jobrecord import parse_admin_comment
+from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 
 ROOT = Path(__file__).resolve().parents[1]
 A100 = get_model("A100-40GB")
@@ -140,6 +141,43 @@ def test_learning_is_recorded_once_per_run(tmp_path):
     again = apply_actions([learn], client=None, key=b"k" * 32, store=store)
     assert (first.learned, again.learned) == (1, 0)
     assert store.observations("resnet", A100.name) == {3: [95.0]}
+
+
+def test_a_finished_run_goes_to_the_store_once_while_squeue_still_shows_it(tmp_path):
+    """squeue shows a finished job for minutes (MinJobAge): the daemon offers its
+    runtime to the store in one cycle, not in every cycle until it leaves."""
+    cfg = load_config(write_config(tmp_path, {"gpu01": ["A100-40GB"]}))
+    a = admin_comment_for(
+        Assignment("7", 0, "gpu01", 0, A100.name, "3g.20gb", Placement(0, 4), 0, 0, 90.0, 900.0)
+    )
+    done = job("7", state="COMPLETED", held=False, reason="None", admin_comment=a,
+               start_time=1000.0, end_time=1095.0, exit_code=0)  # fmt: skip
+
+    class Calls(RuntimeStore):
+        offered = 0
+
+        def record(self, *args, **kwargs):
+            Calls.offered += 1
+            return super().record(*args, **kwargs)
+
+    class Slurm:
+        shown = [done]
+
+        def jobs(self, partition=None):
+            return list(self.shown)
+
+        def nodes(self, partition=None):
+            return [node("gpu01", "MIXED")]
+
+    slurm = Slurm()
+    store = Calls(tmp_path / "profiles.sqlite")
+    daemon = PlannerDaemon(cfg, slurm, store, b"k" * 32, clock=lambda: 2000.0)
+    for _ in range(3):
+        assert daemon.run_cycle().error is None
+    assert Calls.offered == 1 and store.observations("train", A100.name) == {3: [95.0]}
+    slurm.shown = []  # it left squeue: forgotten, the memory stays bounded
+    daemon.run_cycle()
+    assert daemon.stored == set()
 
 
 def test_cli_errors_are_one_line(tmp_path):

@@ -190,6 +190,26 @@ def test_explain_a_held_job_whose_plan_slurm_has_not_heard_of():
     assert explain(j, None, NOW)["where"] is None  # no summary: nothing is made up
 
 
+def test_explain_a_held_job_beyond_max_planned_says_it_waits_for_the_first_ones():
+    from dataclasses import replace
+
+    jobs = [job(str(i), comment="mig:time=600,mem=15G") for i in range(1, 21)]
+    snap = replace(_snapshot(jobs, NOW), max_planned=8)
+    result = plan_cycle(snap)
+    assert len(result.planned) == 8 and result.beyond == 12
+    report = CycleReport(1, NOW, NOW + 0.25, result, None, policy="far", max_planned=8)
+    report.extra = {"projected": project_jobs(result.snapshots, result.decisions)}
+    pub = summary(report)
+    assert (pub["max_planned"], pub["beyond"]) == (8, 12)
+    waiting = next(j for j in jobs if j.job_id not in result.planned)
+    text = "\n".join(explain(waiting, pub, NOW)["lines"])
+    assert "keeps plans for the first 8 held jobs" in text and "12 more wait unplanned" in text
+    # the summary is anyone's to write: a forged count is not repeated
+    forged = {**pub, "beyond": "12; rm -rf /", "max_planned": 10**12}
+    text = "\n".join(explain(waiting, forged, NOW)["lines"])
+    assert "rm -rf" not in text and "keeps plans" not in text
+
+
 def test_grafana_dashboard_uses_only_metrics_that_exist():
     dash = json.loads((ROOT / "contrib" / "grafana-slurm-mig.json").read_text())
     names = set()

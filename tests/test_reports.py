@@ -10,6 +10,7 @@ import os
 import socket
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from slurm_mig.profiles import RuntimeStore
+from slurm_mig.slurm import receiver as receiver_module
 from slurm_mig.slurm import reports
 from slurm_mig.slurm.accounting import report as accounting_report
 from slurm_mig.slurm.receiver import Receiver, ReportDB, node_records, silent_nodes
@@ -293,7 +295,10 @@ def test_a_refusal_is_logged_on_one_line_without_control_characters(receiver, ca
     assert all("\x1b" not in x and "\r" not in x and "\n" not in x for x in lines)
 
 
-def test_slow_clients_neither_stall_others_nor_exceed_the_connection_bound(tmp_path, state):
+def test_slow_clients_neither_stall_others_nor_exceed_the_connection_bound(
+    tmp_path, state, monkeypatch
+):
+    monkeypatch.setattr(receiver_module, "SLOT_WAIT", 0.3)  # below the clients' timeout
     r = Receiver(("127.0.0.1", 0), KEY, ReportDB(state), max_connections=3, timeout=1.0)
     r.start()
     idle = []
@@ -312,9 +317,11 @@ def test_slow_clients_neither_stall_others_nor_exceed_the_connection_bound(tmp_p
         s.sendall(b"R")
         idle.append(s)
         time.sleep(0.1)
-        extra = socket.create_connection(r.address)  # a fourth: closed at once
-        extra.settimeout(0.5)
+        extra = socket.create_connection(r.address)  # a fourth: closed after SLOT_WAIT
+        extra.settimeout(2.0)
+        began = time.monotonic()
         assert extra.recv(10) == b""
+        assert 0.2 <= time.monotonic() - began < 0.9  # before any idle one timed out
         extra.close()
         for s in idle:  # the receiver gives up on each within its timeout
             s.settimeout(3.0)
@@ -536,3 +543,27 @@ def test_a_memory_need_replayed_with_other_content_changes_nothing(receiver, sta
         f"no {NODE}/memory/7/0/0 conflict"
     ]
     assert RuntimeStore(state / "profiles.sqlite").memory_need("resnet") == 4 << 30
+
+
+def test_a_burst_of_more_nodes_than_slots_is_served_not_refused(tmp_path, state):
+    """Epilogs of many jobs ending at once: the ones over the bound wait for a slot."""
+    r = Receiver(("127.0.0.1", 0), KEY, ReportDB(state), max_connections=2, timeout=1.0)
+    r.start()
+    results = []
+    try:
+
+        def send(i: int) -> None:
+            box = Spool(tmp_path / f"run{i}")
+            box.put(f"run.{i}.0", run_line(job=str(100 + i)))
+            results.append(box.flush(r.address, seconds=5.0))
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        counts = r.take_counts()
+    finally:
+        r.close()
+    assert results == [(1, None)] * 12
+    assert counts["refused"] == 0 and len(runs(state)) == 12

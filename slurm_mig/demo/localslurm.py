@@ -96,7 +96,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cpugroup import CpuGroup, CpuGroupError
 from .slurmroot import SlurmInstall, find_install, host_install, make_job_python, python_in_usr
+
+_GROUPS = itertools.count()  # distinct cgroup names for the clusters of one process
 
 SLURM_BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "munged")
 SBIN_PATHS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
@@ -209,8 +212,14 @@ class LocalSlurm:
     private_nodes: bool = False
     node_dirs: Sequence[Path] = ()  # the node-local paths (e.g. slurm-mig's run_dir)
     job_user: str | None = None  # who `sbatch` submits as when no user is given (None: root)
+    # CPUs the slurmds (and so the hooks and jobs) use at most together: the
+    # controller's processes have the rest, as on a host of their own (benchmarks;
+    # `cpugroup`); 0: no limit
+    node_cpus: float = 0.0
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False, repr=False)
     _own_root: bool = field(default=False, init=False, repr=False)
+    cpu_group: CpuGroup | None = field(default=None, init=False, repr=False)
+    cpu_group_error: str = field(default="", init=False)  # why node_cpus is not in effect
 
     # --- paths and environment -----------------------------------------------------------
     @property
@@ -351,6 +360,7 @@ class LocalSlurm:
             self._start_munge()
             self._write_conf()
             self._make_private_dirs()
+            self._make_cpu_group()
             self._spawn("slurmctld", [self._binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
             for node in self.nodes:
                 self._spawn(
@@ -529,6 +539,9 @@ class LocalSlurm:
         cmd = self._argv(argv)  # a root's release: its own namespace and chroot inside
         if node is not None:
             cmd = self.node_argv(node, cmd)
+            if self.cpu_group is not None:  # in the group before it runs
+                move = f"echo $$ > {shlex.quote(str(self.cpu_group.path / 'cgroup.procs'))}"
+                cmd = ["/bin/sh", "-c", f'{move} && exec "$@"', "sh", *cmd]
         with open(self.root / f"{name}.out", "wb") as out:
             self._procs[name] = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -564,9 +577,23 @@ class LocalSlurm:
                 except ProcessLookupError:
                     pass
         self._remove_cgroups()
+        if self.cpu_group is not None:
+            self.cpu_group.remove()
+            self.cpu_group = None
         atexit.unregister(self.stop)
         if self._own_root and self.root is not None and not os.environ.get("SLURM_MIG_E2E_KEEP"):
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _make_cpu_group(self) -> None:
+        """The nodes' CPU cgroup (``node_cpus``), or why there is none in
+        ``cpu_group_error`` (the nodes then share the CPUs with the controller)."""
+        if not self.node_cpus:
+            return
+        name = f"slurm-mig-nodes-{os.getpid()}-{next(_GROUPS)}"
+        try:
+            self.cpu_group = CpuGroup.create(name, self.node_cpus)
+        except CpuGroupError as exc:
+            self.cpu_group_error = str(exc)
 
     def _remove_cgroups(self) -> None:
         """Remove the (empty, once its processes are gone) cgroup v1 directories each

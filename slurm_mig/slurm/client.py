@@ -564,32 +564,50 @@ def _fast_reason(text: str) -> tuple[str, str]:
     raise FastReadError(f"Reason {text!r} has no known reason code")
 
 
-def jobs_from_fixed_width(out: bytes, layout: FixedWidthLayout = WIDE) -> list[Job]:
+def jobs_from_fixed_width(
+    out: bytes,
+    layout: FixedWidthLayout = WIDE,
+    previous: Mapping[bytes, Job] | None = None,
+    keep: dict[bytes, Job] | None = None,
+) -> list[Job]:
     """Jobs from ``squeue -h --states=all -r -O <layout.format>``
     (SLURM_TIME_FORMAT=%s), the same records job_from_json gives for squeue's JSON, in
     job id order; FastReadError when any byte of it does not fit (FieldFilled when a
-    value filled its field: it may be cut)."""
+    value filled its field: it may be cut). A record found byte for byte in
+    ``previous`` (the last read's ``keep``) is that job again, not parsed anew; ``keep``
+    gets every record of this read (a steady cycle reads the same 10,000 records)."""
     size = layout.record_size
     if len(out) % size:
         raise RecordMisfit(f"{len(out)} bytes are not a whole number of {size}-byte records")
     jobs: dict[str, Job] = {}
-    seen: dict[str, tuple[bytes, ...]] = {}
-    for n, items in enumerate(layout.record.iter_unpack(out)):
-        cells = items[0::2]
-        if items[1::2] != _PADS or cells[-1] != b"\n":
-            _misfit(n, items, layout)
-        try:
-            values = [c.rstrip(b" ").decode() for c in cells[:-1]]
-        except UnicodeDecodeError:
-            raise FastReadError(f"record {n} is not UTF-8") from None
-        job_id = values[_JOB_ID]
+    seen: dict[str, bytes] = {}
+    for n in range(len(out) // size):
+        raw = out[n * size : (n + 1) * size]
+        job = previous.get(raw) if previous is not None else None
+        if job is None:
+            job = _job_from_record(n, raw, layout)
+        job_id = job.job_id
         if job_id in seen:  # -r: a pending array's tasks, one record in slurmctld
-            if seen[job_id] != items:
+            if seen[job_id] != raw:
                 raise FastReadError(f"job {job_id} is listed twice with different fields")
             continue
-        seen[job_id] = items
-        jobs[job_id] = _job_from_fields(values)
+        seen[job_id] = raw
+        jobs[job_id] = job
+        if keep is not None:
+            keep[raw] = job
     return sorted(jobs.values(), key=lambda j: int(j.job_id))
+
+
+def _job_from_record(n: int, raw: bytes, layout: FixedWidthLayout) -> Job:
+    items = layout.record.unpack(raw)
+    cells = items[0::2]
+    if items[1::2] != _PADS or cells[-1] != b"\n":
+        _misfit(n, items, layout)
+    try:
+        values = [c.rstrip(b" ").decode() for c in cells[:-1]]
+    except UnicodeDecodeError:
+        raise FastReadError(f"record {n} is not UTF-8") from None
+    return _job_from_fields(values)
 
 
 def _misfit(n: int, items: tuple[bytes, ...], layout: FixedWidthLayout) -> None:
@@ -675,6 +693,7 @@ class SlurmClient:
         if fast_read is not None:
             self.fast_read = fast_read
         self.last_read = ""  # "pyslurm", "fixed-width" or "json": how jobs() last read
+        self._records: dict[bytes, Job] = {}  # the last fixed-width read's, by record
         self._pyslurm = _load_pyslurm() if env is None else None
         self._version: tuple[int, ...] | None = None
 
@@ -779,8 +798,10 @@ class SlurmClient:
             except SlurmError as exc:
                 log.warning("squeue -O failed, reading the JSON instead: %s", exc)
                 return None
+            keep: dict[bytes, Job] = {}
             try:
-                jobs = jobs_from_fixed_width(out, layout)
+                jobs = jobs_from_fixed_width(out, layout, self._records, keep)
+                self._records = keep
                 break
             except RecordMisfit as exc:  # narrow: read again with the wide layout
                 if layout is WIDE:

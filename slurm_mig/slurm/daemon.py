@@ -232,6 +232,7 @@ def build_snapshot(
         algorithm=config.algorithm,
         batch_window=config.batch_window,
         batch_size=config.batch_size,
+        max_planned=getattr(config, "max_planned", 0),
         previous_nodes=previous_nodes,
         release_ahead=config.release_ahead,
         start_timeout=config.start_timeout,
@@ -249,6 +250,8 @@ class ApplyReport:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (job id, error)
     skipped: int = 0  # later actions of a job whose earlier action failed, or stopped
     learned: int = 0
+    # (job id, restart) of the runs whose runtime the store now holds (new or known)
+    stored: list[tuple[str, int]] = field(default_factory=list)
     released: list[str] = field(default_factory=list)  # jobs whose release went through
     cut: int = 0  # actions left for the next cycle: the apply budget was spent
     calls: int = 0  # Slurm commands run
@@ -530,6 +533,7 @@ def _learn(action: Learn, store: Any, report: ApplyReport) -> None:
         ):
             report.learned += 1
             log.info("%s", action.describe())
+        report.stored.append((action.job_id, action.restart))
     except Exception as exc:  # e.g. sqlite errors while learning: log, go on
         log.error("%s: not recorded: %s", action.describe(), exc)
 
@@ -549,6 +553,7 @@ class CycleReport:
     policy: str = ""
     batch_window: float = 30.0
     batch_size: int = 0
+    max_planned: int = 0
     # per job projections, running drift, next batch (`projection`); status and explain
     extra: dict = field(default_factory=dict)
 
@@ -577,12 +582,14 @@ class CycleReport:
             "replanned": list(r.replanned) if r else [],
             "busy": r.busy if r else 0,
             "waiting": r.waiting if r else 0,
+            "beyond": r.beyond if r else 0,
             "noted": r.noted if r else 0,
             "makespan": round(r.makespan, 3) if r else 0.0,
             "nodes": sorted(r.nodes) if r else [],
             "policy": self.policy,
             "batch_window": self.batch_window,
             "batch_size": self.batch_size,
+            "max_planned": self.max_planned,
             "state": [s.to_json() for s in r.snapshots] if r else [],
         }
 
@@ -647,6 +654,9 @@ class PlannerDaemon:
         # held jobs' standing plans (Slurm hears of a plan at release only); None until
         # the first cycle: a restarted daemon plans them again
         self.plans: dict[str, Any] | None = None
+        # finished runs whose runtime the store holds: squeue shows a finished job for
+        # minutes (MinJobAge), and each cycle would offer it to the store again
+        self.stored: set[tuple[str, int]] = set()
 
     def status_path(self) -> Path:
         return Path(self.config.state_dir) / STATUS_FILE
@@ -676,14 +686,19 @@ class PlannerDaemon:
             self._write_status(report)
             return report
         _log_repartitions(self.cycles, result)
+        actions = [
+            a
+            for a in result.actions
+            if not (isinstance(a, Learn) and (a.job_id, a.restart) in self.stored)
+        ]
         if self.dry_run:
-            for action in result.actions:
+            for action in actions:
                 print(action.describe(), file=self.out)
             applied = None
         else:
             assert self.key is not None, "a key is needed to release jobs"
             applied = apply_actions(
-                result.actions,
+                actions,
                 self.client,
                 key=self.key,
                 store=self.store,
@@ -696,13 +711,15 @@ class PlannerDaemon:
             self.previous_nodes = result.nodes
             took = set(applied.released)
             self.plans = {j: a for j, a in result.planned.items() if j not in took}
+            seen = {j.job_id for j in jobs}
+            self.stored = {r for r in self.stored if r[0] in seen} | set(applied.stored)
         report = self._report(started, result, applied, None)
         log.info(
             "cycle %d done in %.2f s: %d actions, %d failed; %d planned, %d released, "
             "%d waiting, %d noted, %d busy; plan ends in %.0f s%s",
             self.cycles,
             report.finished - report.started,
-            len(result.actions),
+            len(actions),
             len(applied.failed) if applied else 0,
             len(result.planned),
             len(applied.released) if applied else len(result.released),
@@ -794,6 +811,7 @@ class PlannerDaemon:
             c.algorithm,
             c.batch_window,
             c.batch_size,
+            getattr(c, "max_planned", 0),
         )
 
     def _write_status(self, report: CycleReport) -> None:
@@ -807,7 +825,9 @@ class PlannerDaemon:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+            # compact: json's C encoder (indent= falls back to the pure-Python one, the
+            # costliest step of a cycle at 10,000 jobs); `slurm-mig status --json` pretty-prints
+            tmp.write_text(json.dumps(report.to_json(), separators=(",", ":")) + "\n")
             tmp.replace(path)
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)

@@ -53,6 +53,8 @@ def summary(report: Any) -> dict[str, Any]:
         "policy": report.policy,
         "batch_window": report.batch_window,
         "next_batch_at": report.extra.get("next_batch_at") if report.extra else None,
+        "max_planned": getattr(report, "max_planned", 0),
+        "beyond": r.beyond if r is not None else 0,
         "jobs": dict(list(jobs.items())[:MAX_JOBS]),
     }
 

@@ -2,7 +2,8 @@
 on ``[planner] reports`` and the store it writes.
 
 Each connection is handled in a thread of its own, at most `MAX_CONNECTIONS` at once (one
-more is closed at once), within `TIMEOUT` seconds from accept to close, reading at most
+more waits up to `SLOT_WAIT` for a slot, then is closed: a burst of Epilogs is served,
+a flood is not), within `TIMEOUT` seconds from accept to close, reading at most
 `BATCH_BYTES` and `reports.BATCH` lines: a slow, idle or flooding client costs a thread
 for a few seconds and never the daemon's cycle, which neither waits for the receiver
 nor makes a Slurm call for it. Each line is checked (length, alphabet, then the MAC
@@ -46,6 +47,7 @@ log = logging.getLogger("slurm_mig.planner")
 
 DB = "reports.sqlite"
 MAX_CONNECTIONS = 16
+SLOT_WAIT = 1.0  # seconds a connection over the bound waits for a slot
 TIMEOUT = 5.0  # seconds a connection may take, accept to close
 BATCH_BYTES = 1 << 20  # read from one connection
 RATE = 20.0  # reports a second per node, sustained
@@ -296,6 +298,7 @@ class Receiver:
         self.stored = {k: 0 for k in reports.KINDS}  # since the last `take_counts`
         self.refused = 0
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._max = max_connections
         self._write = threading.Lock()  # one writer at a time (sqlite's rule anyway)
         self._counts = threading.Lock()
         self._buckets: dict[str, _Bucket] = {}
@@ -339,9 +342,12 @@ class Receiver:
                     return
                 time.sleep(0.05)
                 continue
-            if not self._slots.acquire(blocking=False):
+            # the others queue in the listen backlog meanwhile
+            if not self._slots.acquire(timeout=SLOT_WAIT):
                 conn.close()
-                self._refuse(peer, f"more than {MAX_CONNECTIONS} connections at once; closed")
+                self._refuse(
+                    peer, f"more than {self._max} connections at once for {SLOT_WAIT:g} s; closed"
+                )
                 continue
             threading.Thread(
                 target=self._serve, args=(conn, peer), name="report", daemon=True

@@ -108,6 +108,7 @@ class CycleResult:
     replanned: tuple[str, ...]  # why standing plans were made again ('' none)
     busy: int  # jobs holding or about to hold slices
     waiting: int  # held jobs left for a later batch
+    beyond: int  # of them: held jobs past ``max_planned`` (not planned yet)
     noted: int  # held jobs that cannot be planned
     makespan: float  # seconds from now until all busy and planned work ends (projected)
     nodes: frozenset[str]  # pass as the next snapshot's previous_nodes

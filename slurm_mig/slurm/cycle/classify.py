@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ...geometry import Slot, get_model
 from .. import comment as comments
@@ -37,6 +38,10 @@ __all__ = [
 OVERDUE_SECONDS = 1.0  # an overdue busy job is expected to end this soon
 LATE_FRACTION = 0.10  # a job ending this far off its plan (and LATE_SECONDS) re-plans
 LATE_SECONDS = 2.0
+# a begin time less than this far ahead counts as now: Slurm sets a job's begin time
+# itself, in whole seconds, when it becomes eligible (released, its afterany met), and
+# squeue may run for seconds after the cycle's clock was read
+BEGIN_SLACK = 30.0
 
 
 def _late_threshold(planned: float) -> float:
@@ -70,7 +75,8 @@ class Classified:
     learns: list[Learn] = field(default_factory=list)
     busy: list[Busy] = field(default_factory=list)
     kept: dict[str, Assignment] = field(default_factory=dict)  # standing plans
-    waiting: list[JobLike] = field(default_factory=list)  # held, no plan
+    waiting: list[JobLike] = field(default_factory=list)  # held, no plan, to plan
+    beyond: int = 0  # held, no plan, past ``max_planned``: planned as the first start
     events: list[tuple[float, str, str | None, int | None]] = field(default_factory=list)
     max_batch: int = -1
     no_gpu: int = 0  # held jobs no usable GPU can run
@@ -245,7 +251,32 @@ def classify(snap: Snapshot) -> Classified:
     if snap.previous_nodes is not None and nodes != snap.previous_nodes:
         out.events.append((now, "usable nodes changed", None, None))
     _not_started(snap, out)
+    _within_horizon(snap, out)
     return out
+
+
+def _within_horizon(snap: Snapshot, out: Classified) -> None:
+    """At most ``snap.max_planned`` held jobs have a plan (standing or to make): the
+    waiting jobs first by submission join the plans, the rest wait unplanned (counted
+    in ``out.beyond``), as Slurm's backfill looks at its first ``bf_max_job_test`` jobs.
+    A cycle's work then grows with the plans it keeps, not with the queue. Room is
+    filled once a quarter of the limit is free: FAR plans one large batch better than
+    many small ones."""
+    limit = snap.max_planned
+    room = limit - len(out.kept)
+    if limit <= 0 or len(out.waiting) <= room:
+        return
+    if room < max(1, limit // 4):
+        room = 0
+    order = sorted(
+        out.waiting,
+        key=lambda j: (
+            j.submit_time if j.submit_time is not None else snap.now,
+            job_sort_key(j.job_id),
+        ),
+    )
+    out.waiting = order[:room]
+    out.beyond = len(order) - room
 
 
 def _cannot_start_yet(job: JobLike, now: float, own_dependency: bool = False) -> str | None:
@@ -254,7 +285,7 @@ def _cannot_start_yet(job: JobLike, now: float, own_dependency: bool = False) ->
     about once a minute and empties the field once they are met), or None. Such a job
     is not planned: released, it would keep its slices idle. ``own_dependency``: the
     dependency is the planner's, being cleared."""
-    if job.eligible_time is not None and job.eligible_time > now:
+    if job.eligible_time is not None and job.eligible_time > now + BEGIN_SLACK:
         return f"waits for its begin time ({_clock(job.eligible_time)})"
     if job.dependency and not own_dependency:
         return f"waits for its dependency ({job.dependency[:80]})"
@@ -265,7 +296,7 @@ def _squatting(job: JobLike, a: Assignment, jobs: Mapping[str, JobLike], now: fl
     """Why a released job cannot start though its slices are held for it: its owner
     moved its begin time ahead, or gave it a dependency other than the planner's own;
     None when nothing the job's owner set keeps it from starting."""
-    if job.eligible_time is not None and job.eligible_time > now:
+    if job.eligible_time is not None and job.eligible_time > now + BEGIN_SLACK:
         return f"its begin time is {_clock(job.eligible_time)}"
     if job.dependency and not _planners_dependency(job.dependency, a, jobs):
         return f"it has a dependency of its own ({job.dependency[:80]})"
@@ -355,9 +386,11 @@ def _orphaned(job: JobLike, held: set[str]) -> bool:
     return False
 
 
+@lru_cache(maxsize=1 << 16)
 def _comment_problem(raw: str) -> str | None:
     """Why the job's Comment leaves no room for the planner's token (a Comment written
-    before job_submit.lua refused long ones, or by root), with the fix; or None."""
+    before job_submit.lua refused long ones, or by root), with the fix; or None.
+    Memoised: a steady cycle reads the same comments again."""
     text = comments.parse(raw).text
     size = len(text.encode())
     if size <= comments.MAX_USER_COMMENT:

@@ -40,6 +40,8 @@ class Snapshot:
     algorithm: str = "far"  # any registered policy name
     batch_window: float = 30.0
     batch_size: int = 0  # jobs per batch (0: every waiting job)
+    # held jobs planned (standing plans) at most, the first by submission (0: no limit)
+    max_planned: int = 0
     previous_nodes: frozenset[str] | None = None  # usable nodes of the last cycle, if any
     release_ahead: float = 0.0  # seconds (0: off); see `release_ahead`
     start_timeout: float = 120.0  # a released job not started this long after it could

@@ -46,7 +46,7 @@ def cycle_result(
     stats = [d.stats for d in decisions]
     batches = sorted({b for a in final.values() for b in [a.batch] if b > view.max_batch})
     why = tuple(dict.fromkeys(w for s in stats for w in s.get("replanned", ())))
-    waiting = sum(int(s.get("waiting", 0)) for s in stats) + view.no_gpu
+    waiting = sum(int(s.get("waiting", 0)) for s in stats) + view.no_gpu + view.beyond
     actions: tuple[Action, ...] = (
         *view.holds,
         *view.notes,
@@ -62,6 +62,7 @@ def cycle_result(
         replanned=why,
         busy=len(view.busy) + len(released) + len(ahead),
         waiting=waiting,
+        beyond=view.beyond,
         noted=view.noted,
         makespan=_makespan(groups, decisions),
         nodes=_seen_nodes(snap, view, bool(why)),

@@ -4,6 +4,7 @@ on an instance runs on the identical one) and the jobs released ahead of their s
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -14,7 +15,14 @@ from .classify import Busy, Classified
 from .inputs import Snapshot
 from .slots import model_slot
 
-__all__ = ["link_reuse", "order_key", "release_ahead"]
+__all__ = ["AHEAD_DEPTH", "link_reuse", "order_key", "release_ahead"]
+
+# jobs released ahead in a row on a slice at most: the next job after a running one, and
+# the one after it (a hand-off takes milliseconds while a cycle, woken by the Prolog,
+# releases the next in time); deeper chains of short jobs would turn a queue of
+# thousands into that many releases at once for nothing
+AHEAD_DEPTH = 2
+_AFTER = re.compile(r"after[a-z]*:([0-9:]+)")
 
 
 def _linked(a: Assignment, keep: str | None, reuse: str | None) -> Assignment:
@@ -90,7 +98,8 @@ def release_ahead(
     In plan order, a job goes ahead when every job before it on its slices is running,
     completing or released (now or ahead), and they are projected to be through within
     ``snapshot.release_ahead`` seconds (kept below the token's lifetime, so that the
-    token is still valid when the job starts). A job with a dependency of its own is
+    token is still valid when the job starts), and it would wait behind at most
+    `AHEAD_DEPTH` - 1 other jobs released ahead. A job with a dependency of its own is
     not released ahead."""
     if snap.release_ahead <= 0:
         return {}
@@ -101,6 +110,7 @@ def release_ahead(
     latest: dict[tuple[str, int], list[float]] = defaultdict(lambda: [-math.inf] * 8)
     for b in view.busy:
         _hold(holding, latest, (b.node, b.gpu), b.slot, b.job_id, b.end)
+    depth = _depths(view)
     out: dict[str, tuple[str, ...]] = {}
     now_released = set(released)
     for jid in sorted(final, key=lambda j: order_key(final[j])):
@@ -121,11 +131,39 @@ def release_ahead(
             and ready - now <= snap.release_ahead
         ):
             before = {h[1] for h in holding[key] if h[0].placement.overlaps(p)}
-            out[jid] = tuple(sorted(before, key=job_sort_key))
-            _hold(holding, latest, key, slot, jid, ready + create + a.planned_seconds)
-        else:
-            _hold(holding, latest, key, slot, jid, math.inf)  # later jobs wait for this one
+            level = 1 + max((depth.get(b, 0) for b in before), default=0)
+            if level <= AHEAD_DEPTH:
+                out[jid] = tuple(sorted(before, key=job_sort_key))
+                depth[jid] = level
+                _hold(holding, latest, key, slot, jid, ready + create + a.planned_seconds)
+                continue
+        _hold(holding, latest, key, slot, jid, math.inf)  # later jobs wait for this one
     return out
+
+
+def _depths(view: Classified) -> dict[str, int]:
+    """Each busy job's place in a chain of jobs released ahead: 0 when it runs or may
+    start now, else 1 + that of the deepest job it waits for (Slurm's ``afterany``),
+    counted up to `AHEAD_DEPTH` + 1."""
+    busy = {b.job_id: b for b in view.busy}
+    depth: dict[str, int] = {}
+
+    def of(jid: str, level: int) -> int:
+        if jid in depth:
+            return depth[jid]
+        b, job = busy.get(jid), view.jobs.get(jid)
+        if b is None or b.started or job is None or not job.dependency:
+            return depth.setdefault(jid, 0)
+        if level > AHEAD_DEPTH:  # deep enough (or a cycle): no need to look further
+            return AHEAD_DEPTH + 1
+        names = [n for m in _AFTER.finditer(job.dependency) for n in m.group(1).split(":")]
+        got = 1 + max((of(n, level + 1) for n in names if n), default=0)
+        depth[jid] = min(got, AHEAD_DEPTH + 1)
+        return depth[jid]
+
+    for jid in busy:
+        of(jid, 0)
+    return depth
 
 
 def _hold(holding, latest, key, slot: Slot, jid: str, end: float) -> None:
