@@ -305,6 +305,15 @@ def test_client_falls_back_to_json_with_one_log_line(
     assert "read as JSON instead" in line and "Comment fills its 1025" in line
 
 
+def test_a_reason_that_fills_its_field_goes_to_json_without_a_wide_read(tmp_path: Path) -> None:
+    """Reason is as wide in both layouts (squeue copies it through a 32-byte buffer):
+    reading it wide again would cost a squeue of 30 MB at 10,000 jobs for nothing."""
+    env, log = fake_squeue(tmp_path, b"", record(NARROW, Reason="R" * 40))
+    client = SlurmClient(env=env)
+    assert [j.job_id for j in client.jobs()] == ["41"] and client.last_read == "json"
+    assert [c[:2] for c in calls(log)] == [["-h", "--states=all"], ["--json", "--states=all"]]
+
+
 def test_client_falls_back_when_squeue_refuses_the_format(tmp_path: Path) -> None:
     env, log = fake_squeue(tmp_path, b"")
     script = (tmp_path / "bin" / "squeue").read_text()

@@ -501,6 +501,10 @@ class RecordMisfit(FastReadError):
 class FieldFilled(RecordMisfit):
     """A value filled its whole field: squeue may have cut it."""
 
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field  # the field's -O name
+
 
 def _epoch(text: str, field: str) -> float | None:
     """An epoch time as squeue prints it under SLURM_TIME_FORMAT=%s; None for N/A (0)."""
@@ -614,7 +618,7 @@ def _misfit(n: int, items: tuple[bytes, ...], layout: FixedWidthLayout) -> None:
     if items[-1] != b"\n":
         raise RecordMisfit(f"record {n} does not end in a newline")
     name, width = next(f for f, pad in zip(layout.fields, items[1::2], strict=True) if pad != b" ")
-    raise FieldFilled(f"{name} fills its {width} bytes in record {n} (cut?)")
+    raise FieldFilled(f"{name} fills its {width} bytes in record {n} (cut?)", name)
 
 
 (
@@ -804,7 +808,9 @@ class SlurmClient:
                 self._records = keep
                 break
             except RecordMisfit as exc:  # narrow: read again with the wide layout
-                if layout is WIDE:
+                field = getattr(exc, "field", "")
+                if layout is WIDE or (field and field not in NARROW_WIDTHS):
+                    # wide, or a field no wider there (Reason): a second squeue is no use
                     log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
                     return None
             except FastReadError as exc:
