@@ -18,8 +18,32 @@ def test_v1_group_gets_its_cpu_quota_and_its_processes_go_back_on_removal(tmp_pa
     assert (group.path / "cpu.cfs_quota_us").read_text() == "150000"  # 1.5 CPUs
     group.add(4242)
     assert (group.path / "cgroup.procs").read_text() == "4242"
-    group.remove()
+    # a plain directory keeps its files, as a group keeps a dying process: given up
+    # after the wait, its processes moved to the parent
+    assert group.remove(wait=0.2) is False
     assert (tmp_path / "cpu" / "cgroup.procs").read_text() == "4242"
+
+
+def test_a_group_is_removed_once_its_last_process_is_gone(tmp_path, monkeypatch):
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.shares").write_text("1024\n")
+    group = CpuGroup.create("nodes", 1, root=tmp_path)
+    for knob in group.path.iterdir():
+        knob.unlink()
+    (group.path / "cgroup.procs").write_text("")
+    tries = []
+    real_rmdir = type(group.path).rmdir
+
+    def rmdir(path):  # busy twice (a process still exiting), then empty
+        tries.append(path)
+        if len(tries) < 3:
+            raise OSError(16, "Device or resource busy")
+        (path / "cgroup.procs").unlink()
+        real_rmdir(path)
+
+    monkeypatch.setattr(type(group.path), "rmdir", rmdir)
+    assert group.remove(wait=5.0) is True and len(tries) == 3
+    assert not group.path.exists()
 
 
 def test_v2_group_enables_the_cpu_controller_and_sets_its_quota(tmp_path):

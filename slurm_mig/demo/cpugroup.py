@@ -12,6 +12,7 @@ share the CPUs with the controller, as before."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,22 +65,28 @@ class CpuGroup:
         """Move process ``pid`` (all its threads) into the group; its children follow."""
         _write(self.path / "cgroup.procs", str(pid))
 
-    def remove(self) -> None:
-        """Move what is left to the parent and remove the group (errors ignored: the
-        processes are being stopped)."""
-        try:
-            left = (self.path / "cgroup.procs").read_text().split()
-        except OSError:
-            return
-        for pid in left:
+    def remove(self, wait: float = 3.0) -> bool:
+        """Move what is left to the parent and remove the group, trying again for up to
+        ``wait`` seconds while killed processes still exit (a dying one can neither be
+        moved nor let the group go); whether it is gone."""
+        deadline = time.monotonic() + wait
+        while True:
             try:
-                _write(self.path.parent / "cgroup.procs", pid)
+                left = (self.path / "cgroup.procs").read_text().split()
             except OSError:
-                pass
-        try:
-            self.path.rmdir()
-        except OSError:
-            pass
+                return not self.path.exists()
+            for pid in left:
+                try:
+                    _write(self.path.parent / "cgroup.procs", pid)
+                except OSError:
+                    pass
+            try:
+                self.path.rmdir()
+                return True
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.1)
 
 
 def _write(path: Path, text: str) -> None:
