@@ -375,15 +375,16 @@ _AFTER = re.compile(r"after[a-z]*:([0-9:]+)")
 _PLANNER_DEP = re.compile(r"afterany:([0-9]+(?::[0-9]+)*)(?:\(unfulfilled\))?")
 
 
+def dependency_ids(dependency: str) -> list[str]:
+    """The job ids an ``after*`` dependency names (Slurm shows
+    ``afterany:41(unfulfilled),afterany:42``)."""
+    return [n for m in _AFTER.finditer(dependency) for n in m.group(1).split(":") if n]
+
+
 def _orphaned(job: JobLike, held: set[str]) -> bool:
     """A job released ahead whose dependency names a job that is held again (requeued):
     it would wait for that job's next run, wherever that runs."""
-    if not job.dependency:
-        return False
-    for m in _AFTER.finditer(job.dependency):
-        if any(n in held for n in m.group(1).split(":")):
-            return True
-    return False
+    return any(n in held for n in dependency_ids(job.dependency))
 
 
 @lru_cache(maxsize=1 << 16)

@@ -4,14 +4,13 @@ on an instance runs on the identical one) and the jobs released ahead of their s
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from ...geometry import Slot, get_model
 from ..assignment import Assignment
 from ..jobrecord import job_sort_key
-from .classify import Busy, Classified
+from .classify import Busy, Classified, dependency_ids
 from .inputs import Snapshot
 from .slots import model_slot
 
@@ -22,7 +21,6 @@ __all__ = ["AHEAD_DEPTH", "link_reuse", "order_key", "release_ahead"]
 # releases the next in time); deeper chains of short jobs would turn a queue of
 # thousands into that many releases at once for nothing
 AHEAD_DEPTH = 2
-_AFTER = re.compile(r"after[a-z]*:([0-9:]+)")
 
 
 def _linked(a: Assignment, keep: str | None, reuse: str | None) -> Assignment:
@@ -156,8 +154,7 @@ def _depths(view: Classified) -> dict[str, int]:
             return depth.setdefault(jid, 0)
         if level > AHEAD_DEPTH:  # deep enough (or a cycle): no need to look further
             return AHEAD_DEPTH + 1
-        names = [n for m in _AFTER.finditer(job.dependency) for n in m.group(1).split(":")]
-        got = 1 + max((of(n, level + 1) for n in names if n), default=0)
+        got = 1 + max((of(n, level + 1) for n in dependency_ids(job.dependency)), default=0)
         depth[jid] = min(got, AHEAD_DEPTH + 1)
         return depth[jid]
 
