@@ -32,12 +32,15 @@ Figures:
   ``write_concurrency`` threads, so above the apply's wall time) and other (the rest:
   building the snapshot, the runtime store, logging); the daemon thread's CPU seconds
   in the cycle and plan_cycle's (what the cycle costs whatever the load); p50 and max
-  over all cycles, over those that wrote to Slurm, and over the steady ones (no write),
-  and the first cycle that saw jobs on its own line; the three slowest cycles;
+  over all cycles, over those that wrote to Slurm, and over the steady ones (no write;
+  split into those that re-planned for an event, such as a job running late, and those
+  with nothing new), and the first cycle that saw jobs on its own line; the three slowest cycles;
 - CPUs: the nodes (slurmds, hooks, jobs) run in a cgroup limited to ``--node-cpus``
   (half the machine's by default), so that slurmctld and the daemon have the other
   half, as on a controller host of their own (`slurm_mig.demo.cpugroup`; where no
-  cgroup can be made, the output says why and all share every CPU);
+  cgroup can be made, the output says why and all share every CPU); as the nodes
+  share so few CPUs, ``MessageTimeout`` is 30 s (Slurm's default 10 s drained
+  nodes whose slurmd waited over 20 s for the prolog-launch message);
 - RPCs: slurmctld's "Remote Procedure Call statistics by message type" from ``sdiag``
   (reset when the daemon starts, read before it stops) per job that started and per job
   submitted, with their average time in slurmctld. They include every client's RPCs of the run: the daemon's,
@@ -117,6 +120,8 @@ STARTED_STATES = frozenset(
 SBATCH_TIMEOUT = 120.0
 _STOPPING = re.compile(r"stopping: (\d+) actions left")
 _CYCLE_DONE = re.compile(r"cycle (\d+) done in ([0-9.]+) s")
+# seconds; see main(): simulated nodes that share a CPU answer slowly
+MESSAGE_TIMEOUT = 30
 _LOCAL = threading.local()  # .bench: a thread of this script (its processes not counted)
 
 
@@ -150,6 +155,7 @@ class Cycle:
     jobs_seen: int = 0
     unplanned: int = 0  # held jobs without an assignment in this cycle's squeue
     started: float = 0.0
+    replanned: bool = False  # the daemon re-planned its standing plans (an event)
 
     @property
     def other(self) -> float:
@@ -256,13 +262,13 @@ class Tracker:
             self.current.plan += seconds
             self.current.plan_cpu += cpu
 
-    def cycle_done(self, number: int, seconds: float) -> None:
+    def cycle_done(self, number: int, seconds: float, replanned: bool = False) -> None:
         """Called on the daemon's (main) thread: its CPU time since the last cycle's end
         is this cycle's (waiting between cycles costs none)."""
         cpu = time.thread_time()
         with self.lock:
             c = self.current
-            c.number, c.seconds = number, seconds
+            c.number, c.seconds, c.replanned = number, seconds, replanned
             if self.cpu_mark is not None:
                 c.cpu = cpu - self.cpu_mark
             self.cpu_mark = cpu
@@ -312,17 +318,19 @@ class CycleLog(logging.Handler):
                 number = len(self.tracker.cycles) + 1
                 self.tracker.cut_short.append((number, int(m[1])))
             return
+        text = record.getMessage()
+        replanned = "; re-planned: " in text
         if not msg.startswith("cycle %d done in"):
-            m = _CYCLE_DONE.match(record.getMessage())
+            m = _CYCLE_DONE.match(text)
             if m:
-                self.tracker.cycle_done(int(m[1]), float(m[2]))
+                self.tracker.cycle_done(int(m[1]), float(m[2]), replanned)
             return
         try:  # the unrounded seconds
-            self.tracker.cycle_done(int(record.args[0]), float(record.args[1]))
+            self.tracker.cycle_done(int(record.args[0]), float(record.args[1]), replanned)
         except (TypeError, IndexError, ValueError):
-            m = _CYCLE_DONE.match(record.getMessage())
+            m = _CYCLE_DONE.match(text)
             if m:
-                self.tracker.cycle_done(int(m[1]), float(m[2]))
+                self.tracker.cycle_done(int(m[1]), float(m[2]), replanned)
 
 
 def wrap_plan_cycle(tracker: Tracker) -> Callable[[], None]:
@@ -518,7 +526,10 @@ def split_rows(cycles: list[Cycle]) -> list[tuple[str, list[Cycle]]]:
     if first is not None:
         rows.append((f"first (#{first.number})", [first]))
     rows.append(("with writes, after first", [c for c in cycles if c.busy and c is not first]))
-    rows.append(("steady (no writes)", [c for c in cycles if not c.busy and c is not first]))
+    quiet = [c for c in cycles if not c.busy and c is not first]
+    rows.append(("steady (no writes)", quiet))
+    rows.append(("  of them re-planning", [c for c in quiet if c.replanned]))
+    rows.append(("  of them nothing new", [c for c in quiet if not c.replanned]))
     rows.append(("all", cycles))
     return rows
 
@@ -533,7 +544,8 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
     if fig["node_cpus"]:
         p(
             f"nodes (slurmds, hooks, jobs) limited to {fig['node_cpus']:g} CPUs together (a "
-            "cgroup); slurmctld and the daemon have the rest, as on a host of their own"
+            "cgroup); slurmctld and the daemon have the rest, as on a host of their own; "
+            f"MessageTimeout={MESSAGE_TIMEOUT} (Slurm's default: 10)"
         )
     else:
         why = fig["node_cpu_group_error"] or "--node-cpus 0"
@@ -714,9 +726,15 @@ def main() -> int:
         latency_scale=args.latency_scale,
         planner={"cycle": args.cycle, "batch_window": args.batch_window},
         slurm=install,
-        # Slurm's default MaxJobCount (10,000) would make the last sbatch wait forever
+        # Slurm's default MaxJobCount (10,000) would make the last sbatch wait forever.
+        # MessageTimeout: the nodes share a CPU or two, and a slurmd that waits longer
+        # than 2 x MessageTimeout for slurmctld's prolog-launch message fails the job
+        # and drains itself (seen at 1,000 jobs with 8 nodes on one CPU: 39 requeues)
         slurm_options={
-            "extra_conf": [f"MaxJobCount={max(10_000, 2 * args.jobs + 100)}"],
+            "extra_conf": [
+                f"MaxJobCount={max(10_000, 2 * args.jobs + 100)}",
+                f"MessageTimeout={MESSAGE_TIMEOUT}",
+            ],
             "node_cpus": args.node_cpus,
         },
     )

@@ -178,8 +178,7 @@ def test_a_pending_array_printed_per_task_is_one_record() -> None:
         (record(Comment="c" * WIDTHS["Comment"]), "Comment fills"),
         (record(admin_comment="a" * 5000), "admin_comment fills"),
         (record(Name="n" * 300), "Name fills"),
-        (record(Dependency="afterok:1," * 60), "Dependency fills"),
-        (record(Reason="R" * 31), "buffer"),
+        (record(Dependency="afterok:1," * 120), "Dependency fills"),
         (record(Partition="p" * 31), "buffer"),
         (record(JobID="7_1"), "JobID"),
         (record(State="pending"), "State"),
@@ -305,13 +304,39 @@ def test_client_falls_back_to_json_with_one_log_line(
     assert "read as JSON instead" in line and "Comment fills its 1025" in line
 
 
-def test_a_reason_that_fills_its_field_goes_to_json_without_a_wide_read(tmp_path: Path) -> None:
-    """Reason is as wide in both layouts (squeue copies it through a 32-byte buffer):
-    reading it wide again would cost a squeue of 30 MB at 10,000 jobs for nothing."""
-    env, log = fake_squeue(tmp_path, b"", record(NARROW, Reason="R" * 40))
+def test_a_field_no_wider_in_the_wide_layout_goes_to_json_without_a_wide_read(
+    tmp_path: Path,
+) -> None:
+    """A field as wide in both layouts that fills its width (State): reading it wide
+    again would cost a squeue of 30 MB at 10,000 jobs for nothing."""
+    env, log = fake_squeue(tmp_path, b"", record(NARROW, State="P" * 20))
     client = SlurmClient(env=env)
     assert [j.job_id for j in client.jobs()] == ["41"] and client.last_read == "json"
     assert [c[:2] for c in calls(log)] == [["-h", "--states=all"], ["--json", "--states=all"]]
+
+
+def test_a_long_reason_is_read_whole_from_the_wide_layout(tmp_path: Path) -> None:
+    """A pending job's Reason names the nodes it cannot have (seen at 1,000 jobs when a
+    node drained: every cycle read 31 MB of JSON at 10,000 jobs): longer than the
+    narrow field, it is read again wide, never cut and never JSON."""
+    reason = "ReqNodeNotAvail, UnavailableNodes:" + ",".join(f"gpu-node-{i:03d}" for i in range(9))
+    assert 96 <= len(reason) < 1024
+    env, log = fake_squeue(tmp_path, record(WIDE, Reason=reason), record(NARROW, Reason=reason))
+    client = SlurmClient(env=env)
+    (j,) = client.jobs()
+    assert (j.reason, j.reason_detail, client.last_read) == (
+        "ReqNodeNotAvail",
+        reason,
+        "fixed-width",
+    )
+    assert len(calls(log)) == 2 and not any("--json" in c for c in calls(log))
+
+
+def test_an_end_time_of_none_is_no_end_time() -> None:
+    """squeue prints EndTime NONE for a job with no time limit whose end is ahead (a
+    job a node failure ended while Slurm requeues it): no end, not a fallback."""
+    (j,) = jobs_from_fixed_width(record(State="NODE_FAIL", EndTime="NONE", StartTime="1795633578"))
+    assert j.state == "NODE_FAIL" and j.end_time is None
 
 
 def test_client_falls_back_when_squeue_refuses_the_format(tmp_path: Path) -> None:

@@ -127,3 +127,25 @@ def test_status_gap_counts_from_the_start_and_to_the_end(tmp_path):
     assert watch.longest_gap(100.0, 120.0) == (10.0, 0)  # still open at the end
     watch.writes = []
     assert watch.longest_gap(100.0, 101.5) == (1.5, 0)
+
+
+def test_quiet_cycles_are_split_by_whether_they_re_planned():
+    """A cycle without writes that re-planned for an event (a job running late) is
+    told apart from one with nothing new: the daemon's log line says which."""
+    tracker = scale.Tracker()
+    log = scale.CycleLog(tracker)
+    for number, tail in ((1, ""), (2, "; re-planned: job 7 runs late"), (3, "")):
+        record = logging.LogRecord(
+            "slurm_mig.planner",
+            logging.INFO,
+            "",
+            0,
+            "cycle %d done in %.2f s: x%s",
+            (number, 0.25 * number, tail),
+            None,
+        )
+        log.emit(record)
+    rows = dict(scale.split_rows(tracker.cycles))
+    assert [c.number for c in rows["steady (no writes)"]] == [1, 2, 3]
+    assert [c.number for c in rows["  of them re-planning"]] == [2]
+    assert [c.number for c in rows["  of them nothing new"]] == [1, 3]

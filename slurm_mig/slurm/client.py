@@ -420,7 +420,7 @@ FAST_FIELDS: tuple[tuple[str, int], ...] = (
     ("UserName", 32),
     ("Partition", 32),
     ("State", 20),
-    ("Reason", 32),  # state_description when set, else the reason code
+    ("Reason", 1024),  # state_description when set (node lists too), else the reason code
     ("PriorityLong", 12),
     ("RestartCnt", 12),
     ("exit_code", 16),  # the raw wait status, or status:signal
@@ -429,7 +429,7 @@ FAST_FIELDS: tuple[tuple[str, int], ...] = (
     ("EndTime", 16),
     ("EligibleTime", 16),
     ("Deadline", 16),
-    ("Dependency", 256),
+    ("Dependency", 1024),
     ("Name", 200),
     ("Comment", 1025),  # Slurm caps a comment at 1024 bytes
     ("admin_comment", 1024),  # the planner's records are about 300
@@ -440,6 +440,7 @@ FAST_FIELDS: tuple[tuple[str, int], ...] = (
 # The first read narrows the long text fields (squeue pads byte by byte: 10,000 jobs of
 # the wide layout are 30 MB); a value that fills a narrow field is read again wide.
 NARROW_WIDTHS = {
+    "Reason": 96,  # "ReqNodeNotAvail, UnavailableNodes:<node list>"
     "Dependency": 128,
     "Name": 128,
     "Comment": 384,
@@ -507,8 +508,10 @@ class FieldFilled(RecordMisfit):
 
 
 def _epoch(text: str, field: str) -> float | None:
-    """An epoch time as squeue prints it under SLURM_TIME_FORMAT=%s; None for N/A (0)."""
-    if text == "N/A":
+    """An epoch time as squeue prints it under SLURM_TIME_FORMAT=%s; None for N/A (0)
+    and for the EndTime NONE (no time limit and an end still ahead: seen for jobs
+    that a node failure ended while Slurm requeues them)."""
+    if text == "N/A" or (text == "NONE" and field == "EndTime"):
         return None
     if not _DIGITS_RE.fullmatch(text):
         raise FastReadError(f"{field} {text!r} is not an epoch time")
@@ -635,7 +638,7 @@ def _text_field(value: str) -> str:
 def _job_from_fields(v: Sequence[str]) -> Job:
     if not _DIGITS_RE.fullmatch(v[_JOB_ID]):
         raise FastReadError(f"JobID {v[_JOB_ID]!r} is not a number")
-    for i in (_PARTITION, _REASON):  # squeue copies these through a 32-byte buffer
+    for i in (_PARTITION,):  # squeue copies it through a 32-byte buffer (Reason: no)
         if len(v[i].encode()) >= _BUFFER_MAX:
             raise FastReadError(
                 f"{FAST_FIELDS[i][0]} {v[i]!r} may be cut by squeue's 32-byte buffer"
@@ -810,7 +813,7 @@ class SlurmClient:
             except RecordMisfit as exc:  # narrow: read again with the wide layout
                 field = getattr(exc, "field", "")
                 if layout is WIDE or (field and field not in NARROW_WIDTHS):
-                    # wide, or a field no wider there (Reason): a second squeue is no use
+                    # wide, or a field no wider there (State): a second squeue is no use
                     log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
                     return None
             except FastReadError as exc:

@@ -273,11 +273,12 @@ def apply_actions(
     budget: float | None = None,
     elapsed: Callable[[], float] = time.monotonic,
 ) -> ApplyReport:
-    """Apply ``actions`` with few Slurm calls: holds as one list call, notes and the
-    releases' updates ``workers`` at a time, the releases of each slice of
-    `RELEASE_CHUNK` jobs as one list call after their updates went through. A failure
-    is logged and skips only that job's later actions (a release never follows a
-    failed update). Stops between slices once ``stop`` is set, or once ``budget``
+    """Apply ``actions`` with few Slurm calls: holds as one list call, the updates of
+    jobs re-planned in place one by one, notes and the releases' updates ``workers``
+    at a time, the releases of each slice of `RELEASE_CHUNK` jobs as one list call
+    after their updates went through. A failure is logged and skips only that job's
+    later actions (a release never follows a failed update); a failed hold or move
+    skips every release. Stops between slices once ``stop`` is set, or once ``budget``
     seconds are spent (``report.cut``: the next cycle reads Slurm afresh and goes on).
     ``gres``: a released job gets its instance's GRES record (``slurm.gres``) in the
     update that writes its token."""
@@ -303,15 +304,23 @@ def apply_actions(
         report.failed.append((job_id, text))
         log.error("%s: failed: %s", what, text)
 
+    moved = [a for a in releases if a.in_place]
+    releases = [a for a in releases if not a.in_place]
     pool = _Pool(workers)
     try:
         _apply_holds(holds, client, report, fail)
+        if not report.failed:
+            _apply_in_place(moved, client, key, clock, gres, report, fail)
+        elif moved:
+            report.skipped += len(moved)
+            log.warning("a hold failed: %d moves wait for the next cycle's fresh read", len(moved))
         if report.failed and releases:
             # a job that was to give its slices back still holds them: this cycle's
             # plan may have handed them on, so its releases wait for a fresh read
             report.skipped += len(releases)
             log.warning(
-                "a hold failed: %d releases wait for the next cycle's fresh read", len(releases)
+                "a hold or move failed: %d releases wait for the next cycle's fresh read",
+                len(releases),
             )
             releases = []
         slices: list[list[Action]] = [list(notes)] if notes else []
@@ -402,6 +411,35 @@ def _apply_holds(holds: Sequence[Hold], client: Client, report: ApplyReport, fai
                 continue
         report.applied += 1
         log.info("%s", h.describe())
+
+
+def _apply_in_place(
+    moved: Sequence[Release],
+    client: Client,
+    key: bytes,
+    clock: Callable[[], float],
+    gres: bool,
+    report: ApplyReport,
+    fail,
+) -> None:
+    """Jobs re-planned in place (pending, not held): each new plan in one update, one
+    after another in the order given (`cycle.in_place_order`), before any release, as
+    holds would go. At a failed update the job is held, so that it does not start on
+    the plan it had, and the rest wait for the next cycle's fresh read."""
+    errors = _write_errors()
+    for i, action in enumerate(moved):
+        try:
+            report.calls += 1
+            client.update_job(action.job_id, **_release_fields(action, key, clock, gres))
+        except errors as exc:
+            fail(action.job_id, action.describe(), exc)
+            report.skipped += len(moved) - i - 1
+            for jid, text in _list_or_all_failed(client, "hold", [action.job_id], report).items():
+                log.error("job %s: not held after its failed update either: %s", jid, text)
+            return
+        report.applied += 1
+        report.released.append(action.job_id)
+        log.info("%s", action.describe())
 
 
 def _list_or_all_failed(

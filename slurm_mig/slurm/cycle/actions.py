@@ -30,7 +30,7 @@ class Hold:
 class Release:
     """Sign ``assignment`` (issued = now), write the token into the job's Comment (the
     user's text ``comment`` kept) and the record (``fields``) in one update, then
-    release. With ``after``, the job is released ahead
+    release (``in_place``: the update alone). With ``after``, the job is released ahead
     of its slices: Slurm starts it once those jobs are gone (``Dependency=afterany``)."""
 
     job_id: str
@@ -40,15 +40,18 @@ class Release:
     # the record fields that differ from what Slurm holds (AdminComment, ReqNodeList),
     # written in the same update as the token
     fields: tuple[tuple[str, str], ...] = ()
+    # why the job is re-planned in place ("": a release): it is pending and not held
+    # (its plan changed after a release), so the one update moves it, with no hold
+    # before it and no release after it
+    in_place: str = ""
 
     def describe(self) -> str:
         a = self.assignment
+        verb = f"re-planned ({self.in_place})" if self.in_place else "released"
         where = f"on {a.node} gpu {a.gpu} {a.profile}@{a.placement.start}"
         if self.after:
-            return f"job {self.job_id}: released {where}, to start after job " + ", ".join(
-                self.after
-            )
-        return f"job {self.job_id}: released {where}"
+            return f"job {self.job_id}: {verb} {where}, to start after job " + ", ".join(self.after)
+        return f"job {self.job_id}: {verb} {where}"
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,7 @@ def classify(snap: Snapshot) -> Classified:
         squat, ours = None, False
         if not job.held and current is not None:
             squat = _squatting(job, current, by_id, now)
-        if not job.held and current is not None and _orphaned(job, held_ids):
+        if not job.held and current is not None and _orphaned(job, current, by_id, held_ids):
             out.holds.append(
                 Hold(
                     job.job_id,
@@ -381,10 +381,24 @@ def dependency_ids(dependency: str) -> list[str]:
     return [n for m in _AFTER.finditer(dependency) for n in m.group(1).split(":") if n]
 
 
-def _orphaned(job: JobLike, held: set[str]) -> bool:
-    """A job released ahead whose dependency names a job that is held again (requeued):
-    it would wait for that job's next run, wherever that runs."""
-    return any(n in held for n in dependency_ids(job.dependency))
+def _orphaned(job: JobLike, a: Assignment, jobs: Mapping[str, JobLike], held: set[str]) -> bool:
+    """A job released ahead whose dependency names a job that went back to the queue
+    (requeued) since: held again, not planned again yet, or planned again after this
+    job's plan (``a``) was made. It would wait for that job's next run, wherever that
+    runs. A dependency the owner added names such a job only by chance: it stays
+    otherwise (the job is then held as one with a dependency of its own)."""
+    for jid in dependency_ids(job.dependency):
+        if jid in held:
+            return True
+        other = jobs.get(jid)
+        if other is None or job_phase(other.state) != "pending":
+            continue
+        b = parse_admin_comment(other.admin_comment)
+        if b is None:
+            continue
+        if b.restart < other.restart_count or (b.restart > 0 and b.issued > a.issued):
+            return True
+    return False
 
 
 @lru_cache(maxsize=1 << 16)

@@ -109,6 +109,8 @@ def release_ahead(
     for b in view.busy:
         _hold(holding, latest, (b.node, b.gpu), b.slot, b.job_id, b.end)
     depth = _depths(view)
+    # the planner's own afterany, cleared this cycle, does not keep a job from going ahead
+    cleared = {h.job_id for h in view.holds if h.clear_dependency}
     out: dict[str, tuple[str, ...]] = {}
     now_released = set(released)
     for jid in sorted(final, key=lambda j: order_key(final[j])):
@@ -125,7 +127,7 @@ def release_ahead(
         if (
             last != -math.inf
             and math.isfinite(ready)
-            and not view.jobs[jid].dependency
+            and (not view.jobs[jid].dependency or jid in cleared)
             and ready - now <= snap.release_ahead
         ):
             before = {h[1] for h in holding[key] if h[0].placement.overlaps(p)}
