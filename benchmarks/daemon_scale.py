@@ -120,7 +120,7 @@ STARTED_STATES = frozenset(
 SBATCH_TIMEOUT = 120.0
 _STOPPING = re.compile(r"stopping: (\d+) actions left")
 _CYCLE_DONE = re.compile(r"cycle (\d+) done in ([0-9.]+) s")
-# seconds; see main(): simulated nodes that share a CPU answer slowly
+# seconds (--message-timeout); see main(): simulated nodes that share a CPU answer slowly
 MESSAGE_TIMEOUT = 30
 _LOCAL = threading.local()  # .bench: a thread of this script (its processes not counted)
 
@@ -545,7 +545,7 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
         p(
             f"nodes (slurmds, hooks, jobs) limited to {fig['node_cpus']:g} CPUs together (a "
             "cgroup); slurmctld and the daemon have the rest, as on a host of their own; "
-            f"MessageTimeout={MESSAGE_TIMEOUT} (Slurm's default: 10)"
+            f"MessageTimeout={fig['message_timeout']} (Slurm's default: 10)"
         )
     else:
         why = fig["node_cpu_group_error"] or "--node-cpus 0"
@@ -696,6 +696,14 @@ def main() -> int:
         "(default: half the machine's, at least 1): slurmctld and the daemon have the rest, "
         "as on a controller host of their own; 0: no cgroup, all share every CPU",
     )
+    ap.add_argument(
+        "--message-timeout",
+        type=int,
+        default=MESSAGE_TIMEOUT,
+        metavar="S",
+        help=f"slurm.conf MessageTimeout ({MESSAGE_TIMEOUT}; Slurm's default 10 drains "
+        "nodes that share one CPU: a node failure run)",
+    )
     ap.add_argument("--slurm", default="host", help="host (default), trixie or sid")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory")
     ap.add_argument("--json", action="store_true", help="also print one JSON line")
@@ -733,7 +741,7 @@ def main() -> int:
         slurm_options={
             "extra_conf": [
                 f"MaxJobCount={max(10_000, 2 * args.jobs + 100)}",
-                f"MessageTimeout={MESSAGE_TIMEOUT}",
+                f"MessageTimeout={args.message_timeout}",
             ],
             "node_cpus": args.node_cpus,
         },
@@ -952,6 +960,7 @@ def figures(
         "per_minute": (60.0 * len(completed) / span) if span > 0 else 0.0,
         "daemon_seconds": t_end - state["t_daemon"],
         "node_cpus": args.node_cpus if lc.cluster and lc.cluster.cpu_group else 0,
+        "message_timeout": args.message_timeout,
         "node_cpu_group_error": lc.cluster.cpu_group_error if lc.cluster else "",
     }
 
