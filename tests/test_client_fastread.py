@@ -143,6 +143,10 @@ def test_a_running_finished_and_requeued_job() -> None:
     )  # fmt: skip
     (j,) = jobs_from_fixed_width(record(Reason="RaisedSignal:9(Killed)", PriorityLong="3"))
     assert (j.reason, j.reason_detail, j.held) == ("RaisedSignal", "RaisedSignal:9(Killed)", False)
+    # the scheduler's own description when the partition lacks usable nodes (a drain)
+    few = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"
+    (j,) = jobs_from_fixed_width(record(State="PENDING", Reason=few, PriorityLong="3"))
+    assert (j.reason, j.reason_detail, j.held) == ("Resources", few, False)
 
 
 def test_times_limits_dependency_and_deadline() -> None:

@@ -85,14 +85,18 @@ HELD_REASONS = frozenset(
 # Holds the job's owner may lift with `scontrol release` (slurmctld's job_mgr.c lets
 # a user release WAIT_HELD_USER and WAIT_RESV_DELETED, nothing else).
 OWNER_RELEASABLE_REASONS = frozenset({"JobHeldUser", "ReservationDeleted"})
-# The fixed descriptions slurmctld (job_mgr.c, 22.05-26.05) gives held jobs, by the
-# reason code it sets with them: pyslurm reports the description instead of the code.
-HOLD_DESCRIPTIONS = {
+# The fixed descriptions slurmctld (job_mgr.c, job_scheduler.c; 22.05-26.05) gives
+# pending jobs, by the reason code it sets with them: squeue's Reason and pyslurm show
+# the description instead of the code.
+STATE_DESCRIPTIONS = {
     "job requeued in held state": "JobHeldUser",
     "job requeued in special exit state": "JobHeldUser",
     "launch failed requeued held": "JobHeldUser",
     "user env retrieval failed requeued held": "JobHeldUser",
     "launch failure limit exceeded requeued held": "JobHoldMaxRequeue",
+    # the partition has too few usable nodes (seen when a node drained)
+    "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+    "partitions": "Resources",
 }
 # Node states (base states and flags, as the JSON of 22.05-26.05 names them) in which
 # no new job should be planned onto the node. Left out as usable: IDLE, MIXED,
@@ -363,7 +367,7 @@ def reason_from_pyslurm(text: Any) -> tuple[str, str]:
     code, colon, _ = text.partition(":")  # "RaisedSignal:9(Killed)" (job_mgr.c)
     if colon and _REASON_CODE_RE.fullmatch(code):
         return code, text
-    code = HOLD_DESCRIPTIONS.get(text)
+    code = STATE_DESCRIPTIONS.get(text)
     if code is None:
         raise PyslurmDisagrees(f"pyslurm gives no reason code for {text!r}")
     return code, text
@@ -559,10 +563,10 @@ def _fast_reason(text: str) -> tuple[str, str]:
     """(reason code, state description) from squeue's Reason, which is the state
     description when the job has one and the reason code otherwise. A description
     of one word could not be told from a code; slurmctld's own have several words
-    (HOLD_DESCRIPTIONS) or start with their code ("RaisedSignal:9(Killed)")."""
+    (STATE_DESCRIPTIONS) or start with their code ("RaisedSignal:9(Killed)")."""
     if _REASON_CODE_RE.fullmatch(text):
         return text, ""
-    code = HOLD_DESCRIPTIONS.get(text)
+    code = STATE_DESCRIPTIONS.get(text)
     if code is not None:
         return code, text
     m = re.match(r"([A-Za-z0-9_]+)[,:]", text)  # "ReqNodeNotAvail, UnavailableNodes:n1"
