@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from slurm_mig.slurm.client import (
     FAST_FIELDS,
+    MAX_WIDE_IDS,
     NARROW,
     RECORD_SIZE,
     WIDE,
@@ -291,6 +292,37 @@ def test_a_value_too_long_for_the_narrow_layout_is_read_again_wide(
     client = SlurmClient(env=env)
     assert client.jobs()[0].name == "wide" and client.last_read == "fixed-width"
     assert [c[4] for c in calls(log)] == [NARROW.format, WIDE.format]
+
+
+def test_only_the_jobs_whose_value_filled_a_narrow_field_are_read_again_wide(
+    tmp_path: Path,
+) -> None:
+    """At 10,000 jobs the wide layout is 30 MB: one job's long dependency (a job
+    released ahead of several) costs a squeue of that job alone, by id."""
+    long = ",".join(f"afterany:{n}(unfulfilled)" for n in range(100, 106))
+    narrow = (
+        record(NARROW, JobID="40") + record(NARROW, Dependency=long) + record(NARROW, JobID="42")
+    )
+    env, log = fake_squeue(tmp_path, record(Dependency=long), narrow)
+    client = SlurmClient(env=env)
+    jobs = client.jobs()
+    assert [j.job_id for j in jobs] == ["40", "41", "42"] and jobs[1].dependency == long
+    assert client.last_read == "fixed-width"
+    assert calls(log) == [
+        ["-h", "--states=all", "-r", "-O", NARROW.format],
+        ["-h", "--states=all", "-r", "-O", WIDE.format, "--jobs=41"],
+    ]
+    # the next cycle reads the same bytes: the same jobs, from the memo, no parse
+    assert client.jobs() == jobs
+
+
+def test_many_filled_records_are_read_again_all_wide(tmp_path: Path) -> None:
+    many = MAX_WIDE_IDS + 1
+    narrow = b"".join(record(NARROW, JobID=str(n), Comment="c" * 400) for n in range(many))
+    wide = b"".join(record(JobID=str(n), Comment="c" * 400) for n in range(many))
+    env, log = fake_squeue(tmp_path, wide, narrow)
+    assert len(SlurmClient(env=env).jobs()) == many
+    assert calls(log)[1] == ["-h", "--states=all", "-r", "-O", WIDE.format]
 
 
 def test_client_falls_back_to_json_with_one_log_line(

@@ -483,6 +483,9 @@ def _record_struct(fields: tuple[tuple[str, int], ...]) -> struct.Struct:
 
 WIDE = FixedWidthLayout(FAST_FIELDS)
 NARROW = FixedWidthLayout(NARROW_FIELDS)
+_WIDE_WIDTHS = dict(FAST_FIELDS)
+# jobs read again wide after a narrow read, by id, at most; more: all of them wide
+MAX_WIDE_IDS = 500
 FAST_FORMAT = WIDE.format
 RECORD_SIZE = WIDE.record_size
 _PADS = (b" ",) * len(FAST_FIELDS)
@@ -580,13 +583,15 @@ def jobs_from_fixed_width(
     layout: FixedWidthLayout = WIDE,
     previous: Mapping[bytes, Job] | None = None,
     keep: dict[bytes, Job] | None = None,
+    filled: list[str] | None = None,
 ) -> list[Job]:
     """Jobs from ``squeue -h --states=all -r -O <layout.format>``
     (SLURM_TIME_FORMAT=%s), the same records job_from_json gives for squeue's JSON, in
     job id order; FastReadError when any byte of it does not fit (FieldFilled when a
-    value filled its field: it may be cut). A record found byte for byte in
-    ``previous`` (the last read's ``keep``) is that job again, not parsed anew; ``keep``
-    gets every record of this read (a steady cycle reads the same 10,000 records)."""
+    value filled its field: it may be cut). With ``filled``, such a job is left out
+    and its id added there instead (to read again wide). A record found byte for byte
+    in ``previous`` (the last read's ``keep``) is that job again, not parsed anew;
+    ``keep`` gets every record of this read (a steady cycle reads the same 10,000)."""
     size = layout.record_size
     if len(out) % size:
         raise RecordMisfit(f"{len(out)} bytes are not a whole number of {size}-byte records")
@@ -596,7 +601,13 @@ def jobs_from_fixed_width(
         raw = out[n * size : (n + 1) * size]
         job = previous.get(raw) if previous is not None else None
         if job is None:
-            job = _job_from_record(n, raw, layout)
+            try:
+                job = _job_from_record(n, raw, layout)
+            except FieldFilled as exc:
+                if filled is None or _WIDE_WIDTHS[exc.field] <= dict(layout.fields)[exc.field]:
+                    raise
+                filled.append(_record_job_id(n, raw, layout))
+                continue
         job_id = job.job_id
         if job_id in seen:  # -r: a pending array's tasks, one record in slurmctld
             if seen[job_id] != raw:
@@ -606,7 +617,11 @@ def jobs_from_fixed_width(
         jobs[job_id] = job
         if keep is not None:
             keep[raw] = job
-    return sorted(jobs.values(), key=lambda j: int(j.job_id))
+    return sorted(jobs.values(), key=_job_number)
+
+
+def _job_number(job: Job) -> int:
+    return int(job.job_id)
 
 
 def _job_from_record(n: int, raw: bytes, layout: FixedWidthLayout) -> Job:
@@ -619,6 +634,14 @@ def _job_from_record(n: int, raw: bytes, layout: FixedWidthLayout) -> Job:
     except UnicodeDecodeError:
         raise FastReadError(f"record {n} is not UTF-8") from None
     return _job_from_fields(values)
+
+
+def _record_job_id(n: int, raw: bytes, layout: FixedWidthLayout) -> str:
+    """The JobID of a record (its first field), checked."""
+    text = raw[: layout.fields[0][1]].rstrip(b" ")
+    if not _DIGITS_RE.fullmatch(text.decode("ascii", "replace")):
+        raise FastReadError(f"record {n} has no job id")
+    return text.decode()
 
 
 def _misfit(n: int, items: tuple[bytes, ...], layout: FixedWidthLayout) -> None:
@@ -798,33 +821,61 @@ class SlurmClient:
             if not k.startswith("SQUEUE_")  # SQUEUE_USERS etc. would filter the list
         }
         env["SLURM_TIME_FORMAT"] = "%s"  # times as epoch seconds
-        for layout in (NARROW, WIDE):
-            argv = ["squeue", "-h", "--states=all", "-r", "-O", layout.format]
-            if partition is not None:
-                argv.append(f"--partition={partition}")
-            try:
-                out = self._exec(argv, env, text=False)
-            except _SlurmUnavailable:
-                raise  # squeue missing or slurmctld silent: the JSON would fare no better
-            except SlurmError as exc:
-                log.warning("squeue -O failed, reading the JSON instead: %s", exc)
-                return None
-            keep: dict[bytes, Job] = {}
-            try:
-                jobs = jobs_from_fixed_width(out, layout, self._records, keep)
-                self._records = keep
-                break
-            except RecordMisfit as exc:  # narrow: read again with the wide layout
-                field = getattr(exc, "field", "")
-                if layout is WIDE or (field and field not in NARROW_WIDTHS):
-                    # wide, or a field no wider there (State): a second squeue is no use
-                    log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
-                    return None
-            except FastReadError as exc:
-                log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
-                return None
+        filled: list[str] = []
+        keep: dict[bytes, Job] = {}
+        try:
+            jobs = self._fast_read(NARROW, partition, env, keep, filled)
+        except RecordMisfit:  # an uncut field overran its narrow width: all of it wide
+            keep, filled = {}, []
+            jobs = self._fast_read(WIDE, partition, env, keep)
+        if jobs is not None and filled:
+            ids = list(dict.fromkeys(filled))
+            if len(ids) > MAX_WIDE_IDS:  # a list that long costs as much as all of it
+                keep = {}
+                jobs = self._fast_read(WIDE, partition, env, keep)
+            else:  # only those jobs again, wide: a few records, not 30 MB at 10,000 jobs
+                more = self._fast_read(WIDE, partition, env, keep, ids=ids)
+                jobs = None if more is None else sorted([*jobs, *more], key=_job_number)
+        if jobs is None:
+            return None
+        self._records = keep
         self.last_read = "fixed-width"
         return jobs
+
+    def _fast_read(
+        self,
+        layout: FixedWidthLayout,
+        partition: str | None,
+        env: Mapping[str, str],
+        keep: dict[bytes, Job],
+        filled: list[str] | None = None,
+        ids: Sequence[str] = (),
+    ) -> list[Job] | None:
+        """One ``squeue -O`` read in ``layout`` (of the jobs ``ids`` only, when given):
+        its jobs, or None (with one log line) when the JSON must be read instead. A
+        narrow read's records whose value filled a field that is wider in the wide
+        layout go to ``filled``; a narrow record out of shape raises RecordMisfit."""
+        argv = ["squeue", "-h", "--states=all", "-r", "-O", layout.format]
+        if partition is not None:
+            argv.append(f"--partition={partition}")
+        if ids:
+            argv.append("--jobs=" + ",".join(ids))
+        try:
+            out = self._exec(argv, env, text=False)
+        except _SlurmUnavailable:
+            raise  # squeue missing or slurmctld silent: the JSON would fare no better
+        except SlurmError as exc:
+            log.warning("squeue -O failed, reading the JSON instead: %s", exc)
+            return None
+        try:
+            return jobs_from_fixed_width(out, layout, self._records, keep, filled)
+        except RecordMisfit as exc:
+            if layout is not WIDE and not isinstance(exc, FieldFilled):
+                raise
+            log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
+        except FastReadError as exc:
+            log.warning("squeue's fixed-width output read as JSON instead: %s", exc)
+        return None
 
     def nodes(self, partition: str | None = None) -> list[Node]:
         """Every node (optionally only those of one partition) with its state."""
