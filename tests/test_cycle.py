@@ -37,10 +37,10 @@ from slurm_mig.slurm.cycle import (
     Note,
     Release,
     Snapshot,
+    in_place_order,
     plan_cycle,
 )
 from slurm_mig.slurm.cycle.classify import classify, dependency_ids
-from slurm_mig.slurm.cycle.result import in_place_order
 from slurm_mig.slurm.daemon import apply_actions
 from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 

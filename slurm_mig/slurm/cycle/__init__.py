@@ -32,7 +32,9 @@ The cycle in steps, each a function of its own module of this package:
    next job on an instance runs on the identical instance, so the Epilog keeps it for
    that job; the held jobs released ahead of their slices (``afterany``).
 6. `cycle_result` (``result``): what to release (with the record fields that changed),
-   hold, note and learn.
+   hold, note and learn; a released job whose plan broke and that goes out again in
+   the same cycle is moved in place (`in_place_order`: one update, no hold and
+   release around it).
 
 Beside them: ``inputs`` (`Snapshot`, `Estimate`), ``actions`` (the `Action`s and
 `CycleResult`), ``slots`` (an assignment's planner slot); the AdminComment record, a
@@ -42,7 +44,9 @@ Safety (no two jobs on overlapping slices of a GPU) rests on Slurm's view alone:
 job is released only when no busy job and no job ordered before it on its GPU overlaps
 it, and a released job stays busy until Slurm says it has left. The daemon writes the
 AdminComment in the update before the release (and skips the release when that write
-failed), so a busy job's slices are always known. Times in plans are seconds from
+failed), so a busy job's slices are always known; a job moved in place has its old
+record until the one update that gives it the new one, and those updates go out before
+any release, each after the moves whose old slices it takes. Times in plans are seconds from
 ``snapshot.now``.
 """
 
@@ -65,7 +69,7 @@ from .actions import Action, CycleResult, Hold, Learn, Note, Release, Requeue
 from .assignments import assignments
 from .classify import LATE_FRACTION, LATE_SECONDS, OVERDUE_SECONDS, Classified, classify
 from .inputs import Estimate, JobLike, Snapshot
-from .result import cycle_result
+from .result import cycle_result, in_place_order
 from .reuse import link_reuse, release_ahead
 from .schedule import schedule
 from .snapshot import cluster_snapshots, job_deadline
@@ -94,6 +98,7 @@ __all__ = [
     "classify",
     "cluster_snapshots",
     "cycle_result",
+    "in_place_order",
     "job_deadline",
     "job_phase",
     "job_sort_key",
