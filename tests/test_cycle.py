@@ -894,13 +894,15 @@ def test_moves_in_place_are_ordered_so_that_every_prefix_is_free_of_overlaps():
     got = in_place_order(sorted(views), views, final)
     assert set(got) == {"1", "2", "5", "7"}  # 3 and 4 form a ring; 6 is held
     assert got.index("2") < got.index("1")
+    assert got.index("5") < got.index("7")  # 7 takes 5's slices; 7's own old plan is stale
     assert in_place_order(["6"], views, final) == []
 
 
 def test_a_job_waiting_on_a_requeued_job_planned_again_elsewhere_is_orphaned():
     """A job released ahead names a job that was requeued and planned again, on
     another GPU, after this job's plan: it would wait for that job's next run, so it is
-    planned again; the owner's own dependency on a job never requeued stays."""
+    planned again. A job whose plan is newer than that job's (its owner named the job
+    since) keeps its dependency: it is held as one with a dependency of its own."""
     w = World({"g": ("A100-40GB",), "h": ("A100-40GB",)})
     for _ in range(3):
         w.submit(100.0, est=Estimate("big", {A100.name: {7: 100.0}}))
