@@ -299,7 +299,7 @@ def test_only_the_jobs_whose_value_filled_a_narrow_field_are_read_again_wide(
 ) -> None:
     """At 10,000 jobs the wide layout is 30 MB: one job's long dependency (a job
     released ahead of several) costs a squeue of that job alone, by id."""
-    long = ",".join(f"afterany:{n}(unfulfilled)" for n in range(100, 106))
+    long = ",".join(f"afterany:{n}(unfulfilled)" for n in range(100, 112))
     narrow = (
         record(NARROW, JobID="40") + record(NARROW, Dependency=long) + record(NARROW, JobID="42")
     )

@@ -445,7 +445,7 @@ FAST_FIELDS: tuple[tuple[str, int], ...] = (
 # the wide layout are 30 MB); a value that fills a narrow field is read again wide.
 NARROW_WIDTHS = {
     "Reason": 96,  # "ReqNodeNotAvail, UnavailableNodes:<node list>"
-    "Dependency": 128,
+    "Dependency": 256,  # the planner's afterany on up to nine jobs (28 bytes each)
     "Name": 128,
     "Comment": 384,
     "admin_comment": 512,
