@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -144,7 +145,10 @@ def test_a_non_pytorch_job_is_watched_through_nvml_and_restarted_before_its_oom(
     assert source and f"NVML used memory of {env['CUDA_VISIBLE_DEVICES']}" in source[0]
     assert "the job's processes" in source[0] and "the timer is the iteration clock" in source[0]
     restart = next(x for x in lines if "restart 1 of 2: forecast at iteration" in x)
-    assert "relaunching on 1g.10gb" in restart
+    # a larger slice; which one depends on the slope the timer saw (2 GiB/s of wall
+    # time: a busy machine stretches the ticks), the forecast's own tests fake time
+    bigger = re.search(r"relaunching on (\S+)", restart)
+    assert bigger and bigger[1] in {"1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}
     rows = read_trace(out)
     assert rows and max(r.requested_peak for r in rows) < 4864 * MIB  # before the OOM
 
