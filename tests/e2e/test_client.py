@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_mig.geometry import Placement
+from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import (
     Job,
     Node,
@@ -23,6 +25,8 @@ from slurm_mig.slurm.client import (
     job_from_json,
     nodes_from_json,
 )
+from slurm_mig.slurm.cycle import Release, admin_comment_for, parse_admin_comment
+from slurm_mig.slurm.daemon import apply_actions
 
 from .cluster import LocalSlurm
 
@@ -201,6 +205,35 @@ def test_hold_and_release(cluster: LocalSlurm, client: SlurmClient) -> None:
     client.release(jid)
     assert not job(client, jid).held
     cluster.run("scancel", jid)
+
+
+def test_a_move_in_place_is_one_update_of_a_pending_unheld_job(
+    cluster: LocalSlurm, client: SlurmClient
+) -> None:
+    """What the daemon sends when a released job's plan breaks (Slurm requeued the job
+    it was released ahead of): one update of the pending, unheld job, its new record,
+    node and token, its afterany cleared; Slurm starts it there, no hold or release."""
+    blocker = cluster.sbatch("sleep 300", "--nodelist=n1", partition="mig")
+    wait_job(cluster, client, blocker, lambda j: j.state == "RUNNING", "running")
+    jid = cluster.sbatch("true", "--hold", partition="mig")
+    client.update_job(jid, ReqNodeList="n1", Dependency=f"afterany:{blocker}")
+    client.release(jid)  # released ahead of the blocker
+    j = job(client, jid)
+    assert (j.state, j.held, j.required_nodes) == ("PENDING", False, "n1") and j.dependency
+    a = Assignment(jid, 0, "n2", 0, "A100-40GB", "7g.40gb", Placement(0, 8), 0, 0, 60.0, 1.0)
+    moved = Release(
+        jid,
+        a,
+        "",
+        fields=(("AdminComment", admin_comment_for(a)), ("ReqNodeList", "n2"), ("Dependency", "0")),
+        in_place="released ahead of a job that went back to the queue",
+    )
+    report = apply_actions([moved], client, key=bytes(range(32)))
+    assert (report.released, report.failed, report.calls) == ([jid], [], 1)
+    j = wait_job(cluster, client, jid, lambda j: j.state == "COMPLETED", "completed on n2")
+    assert (j.nodes, j.required_nodes, j.dependency) == ("n2", "n2", "")
+    assert parse_admin_comment(j.admin_comment) == parse_admin_comment(admin_comment_for(a))
+    cluster.run("scancel", blocker)
 
 
 def test_update_nodelist_comment_and_admin_comment(
