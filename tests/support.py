@@ -4,7 +4,8 @@ batches small enough to plan by hand."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -63,3 +64,32 @@ def open_tmp_dir() -> Iterator[Path]:
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+class FakeClock:
+    """A stand-in for the ``time`` module of the code under test (monkeypatched over its
+    ``time`` attribute), so that a test about time takes none: ``time()``, ``monotonic()``
+    and ``perf_counter()`` read ``now``, which ``sleep`` moves on at once (recording each
+    wait in ``slept``, then calling ``on_sleep``); anything else is the real module's."""
+
+    def __init__(self, now: float = 0.0, on_sleep: Callable[[FakeClock], None] | None = None):
+        self.now = now
+        self.slept: list[float] = []
+        self.on_sleep = on_sleep
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    perf_counter = monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        if self.on_sleep is not None:
+            self.on_sleep(self)
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)  # strftime, gmtime and the rest

@@ -374,17 +374,19 @@ def test_plan_exact_stats():
 
 
 def test_time_budget_is_respected():
+    # The bound is on this thread's CPU time: a search that ignored its budget would
+    # still run on, but other processes on a loaded machine cannot stretch it.
     tasks = generate(30, A100, "MIXEDSCALING", "WIDETIMES", 0.0, 1)
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     plan = plan_exact(Batch(tuple(tasks), A100), time_budget=0.05)
-    elapsed = time.perf_counter() - t0
+    elapsed = time.thread_time() - t0
     assert plan.stats["optimal"] is False
     assert elapsed < 0.5
     assert plan.makespan <= plan.stats["far_makespan"] + 1e-9
     assert validate_plan(plan.to_json(), tasks) == []
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     _, ms, optimal, _ = exact_schedule(tasks, A100, 1, time_budget=0.05)
-    assert not optimal and time.perf_counter() - t0 < 0.5
+    assert not optimal and time.thread_time() - t0 < 0.5
 
 
 def test_empty_and_single_task_batches():

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import FakeClock
 
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import Placement
 from slurm_mig.slurm import comment as comments
-from slurm_mig.slurm import gres
+from slurm_mig.slurm import gres, hooks
 from slurm_mig.slurm.assignment import (
     Assignment,
     AssignmentError,
@@ -29,7 +30,7 @@ from slurm_mig.slurm.assignment import (
     open_token,
     sign,
 )
-from slurm_mig.slurm.hooks import epilog_main, prolog_main, task_prolog_main
+from slurm_mig.slurm.hooks import epilog_main, prolog_main, reclaim_main, task_prolog_main
 from slurm_mig.slurm.nodestate import NodeState
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -762,36 +763,82 @@ def test_no_instance_is_kept_for_a_job_that_already_finished(site, capsys):
     assert site.state.kept() == [] and site.backend().instances() == []
 
 
-def test_a_kept_instance_no_hook_comes_for_is_reclaimed_when_its_wait_ends(site, capsys):
-    """Under slurmd the Epilog that keeps an instance starts a detached reclaim: when the
-    wait is over it is destroyed, also when its job went to another node and no hook
-    runs here again (the gap the planner-restart e2e test hit)."""
+def _short_reuse_wait(site: Site) -> None:
     site.config.write_text(
         site.config.read_text().replace("reuse_wait = 300.0", "reuse_wait = 0.5")
     )
+
+
+def _reclaims_started(monkeypatch) -> list[tuple[list[str], dict]]:
+    """The detached reclaims a hook starts, recorded (argv, Popen keywords) instead of
+    started; every other process starts as usual."""
+    started, real = [], subprocess.Popen
+
+    def popen(args, *rest, **kw):
+        if any("reclaim_main" in str(a) for a in args):
+            started.append((list(args), kw))
+            return None
+        return real(args, *rest, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    return started
+
+
+def test_a_kept_instance_no_hook_comes_for_is_reclaimed_when_its_wait_ends(
+    site, capsys, monkeypatch
+):
+    """Under slurmd the Epilog that keeps an instance starts a detached reclaim: when the
+    wait is over it is destroyed, also when its job went to another node and no hook
+    runs here again (the gap the planner-restart e2e test hit)."""
+    _short_reuse_wait(site)
     env1 = site.env("41", site.comment("41", keep_for="42"))
     assert run(prolog_main, env1, capsys)[0] == 0
-    p = _exe(EPILOG, {**env1, "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"})
-    assert p.returncode == 0, p.stderr
-    assert "kept 3g.20gb at 4:4 on gpu 1" in p.stderr
-    assert len(site.state.kept()) == 1
-    deadline = time.monotonic() + 20
-    while site.backend().instances() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    real_popen = subprocess.Popen
+    started = _reclaims_started(monkeypatch)
+    env = {**env1, "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}
+    rc, _, err = run(epilog_main, env, capsys, t=T0 + 10.0)
+    assert rc == 0 and "kept 3g.20gb at 4:4 on gpu 1" in err[0]
+    [(argv, kw)] = started
+    assert argv[3:] == [NODE, "1.5"]  # reuse_wait and a second: its wait is over by then
+    assert kw["start_new_session"] and kw["stdin"] == subprocess.DEVNULL  # outlives the hook
+    # run that command as started, less its wait: the kept record's wait (until T0 + 10.5)
+    # is long over on the real clock it reads
+    p = real_popen([*argv[:3], NODE, "0"], env=kw["env"], stderr=subprocess.PIPE, text=True)
+    _, said = p.communicate(timeout=60)
+    assert p.returncode == 0 and said.startswith("slurm-mig reclaim job -: reclaimed"), said
     assert site.backend().instances() == [] and site.state.kept() == []
     log = (site.tmp / "hooks.log").read_text()
     assert "slurm-mig reclaim job -: reclaimed 3g.20gb at 4:4 on gpu 1" in log
 
 
-def test_an_epilog_outside_slurmd_starts_no_reclaim(site, capsys):
-    site.config.write_text(
-        site.config.read_text().replace("reuse_wait = 300.0", "reuse_wait = 0.1")
-    )
+def test_the_reclaim_waits_and_then_destroys_only_what_has_run_out(site, capsys, monkeypatch):
+    _short_reuse_wait(site)
     env1 = site.env("41", site.comment("41", keep_for="42"))
     run(prolog_main, env1, capsys)
-    p = _exe(EPILOG, env1)  # no SLURM_SCRIPT_CONTEXT: run by hand or by a test
-    assert p.returncode == 0 and "kept 3g.20gb" in p.stderr
-    time.sleep(2.5)  # a reclaim would have run 1.1 s after the Epilog
+    run(epilog_main, env1, capsys, t=T0 + 10.0)  # kept until T0 + 10.5
+    clock = FakeClock(T0 + 10.0)
+    monkeypatch.setattr(hooks, "time", clock)
+    env = {"SLURM_MIG_CONFIG": str(site.config)}
+    assert reclaim_main([NODE, "0.2"], env) == 0  # too early
+    assert clock.slept == [0.2] and len(site.state.kept()) == 1
+    assert len(site.backend().instances()) == 1
+    assert reclaim_main([NODE, "1.5"], env) == 0
+    assert clock.slept == [0.2, 1.5]
+    assert site.backend().instances() == [] and site.state.kept() == []
+    log = (site.tmp / "hooks.log").read_text()
+    assert "slurm-mig reclaim job -: reclaimed 3g.20gb at 4:4 on gpu 1" in log
+
+
+@pytest.mark.parametrize("context", [None, "epilog_slurmctld"], ids=["by-hand", "slurmctld"])
+def test_an_epilog_outside_slurmd_starts_no_reclaim(site, capsys, monkeypatch, context):
+    _short_reuse_wait(site)
+    env1 = site.env("41", site.comment("41", keep_for="42"))
+    run(prolog_main, env1, capsys)
+    started = _reclaims_started(monkeypatch)
+    env = env1 if context is None else {**env1, "SLURM_SCRIPT_CONTEXT": context}
+    rc, _, err = run(epilog_main, env, capsys, t=T0 + 10.0)  # run by hand or by a test
+    assert rc == 0 and "kept 3g.20gb" in err[0]
+    assert started == []
     assert len(site.backend().instances()) == 1 and len(site.state.kept()) == 1
 
 
