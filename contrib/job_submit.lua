@@ -23,7 +23,24 @@ For jobs submitted to the MIG partition:
     refuses a release (`scontrol release`, which sets the priority) of a MIG job by
     anyone but the planner, so the owner cannot lift it and the planner need not
     turn it into an admin hold (which would cost one Slurm write per job).
-Jobs in other partitions pass untouched. slurm_job_modify does the same to an update
+In every other partition (except those of NON_MIG_PARTITIONS), for jobs of users (not
+PLANNER_UIDS):
+  * a GPU GRES or TRES (--gres=gpu..., --gpus*, --tres-per-task, in any field Slurm
+    reads them from) is rejected unless its type is one of OTHER_GPU_TYPES: on a MIG
+    node every gpu record is a MIG instance's (slurm-mig gres-conf), and Slurm matches a
+    requested type by a 32-bit sum of its bytes, so "60g37" gets record m0g3; no pattern
+    of names is safe, only an exact list of the site's other types;
+  * --exclusive is rejected: a whole-node job gets every GRES record of the node, every
+    MIG instance's devices with them (22.05 through 26.05);
+  * `scontrol update` of such a job adding GPU GRES is rejected the same way.
+A user cannot move a job out of the MIG partition (`scontrol update Partition=`): a
+released job carries its instance's GRES record (TresPerNode) and would run with it,
+and without the Prolog's check, elsewhere; a held one could get it in the moment
+between the planner's update and the move. (Refusing is simpler to reason about than
+clearing its GRES: nothing a user writes can leave a record outside the partition.)
+Nor can a user move a job into a partition that may hold MIG nodes from one of
+NON_MIG_PARTITIONS (Slurm does not show job_modify whether it was --exclusive).
+Other jobs in other partitions pass untouched. slurm_job_modify does the same to an update
 of a MIG job's comment (`scontrol update JobId=.. Comment=..`, or a job moved into the
 partition) by anyone but the planner (PLANNER_UIDS): tokens are removed, so a user
 cannot write back an older token of their job, and a malformed hint or an over-long
@@ -40,6 +57,22 @@ local MIG_PARTITION = "mig"
 local PLANNER_UIDS = { [0] = true }
 -- root's jobs may run in the MIG partition (a test cluster's choice; never on a site)
 local ALLOW_ROOT_JOBS = false
+-- GRES whose records on a MIG node open MIG instances' devices: gpu (one record per
+-- possible instance), and mps and shard, which ride on the same devices
+local MIG_GRES = { gpu = true, mps = true, shard = true }
+-- gres.conf types of the site's GPUs that are not MIG nodes' (e.g. { a100 = true }):
+-- users may request these outside the MIG partition; matched exactly (one that Slurm
+-- would take for a MIG record's type is dropped at load, with an error in the log)
+local OTHER_GPU_TYPES = {}
+-- partitions without any MIG node (e.g. { a100 = true }): GPU requests and --exclusive
+-- there are Slurm's business
+local NON_MIG_PARTITIONS = {}
+-- job_desc.shared of --exclusive (Slurm's JOB_SHARED_NONE): a whole-node allocation
+local EXCLUSIVE = 0
+-- how much of a user's request a message quotes
+local MAX_QUOTE = 80
+-- bytes of a user's TRES value that are read (a longer one is refused): bounds the work
+local MAX_TRES = 1024
 -- = slurm_mig.slurm.hints.MAX_USER_COMMENT
 local MAX_COMMENT = 512
 -- a job_desc priority that an update leaves unset (Slurm's NO_VAL)
@@ -70,6 +103,14 @@ local TIME_UNITS = { [""] = 1, s = 1, m = 60, h = 3600, d = 86400 }
 
 local function q(text)
 	return "'" .. text .. "'"
+end
+
+-- q(text), at most MAX_QUOTE bytes of it (for a user's text in a message)
+local function quote(text)
+	if #text > MAX_QUOTE then
+		text = text:sub(1, MAX_QUOTE) .. "..."
+	end
+	return q(text)
 end
 
 -- "12" or "12.5" (finite); nil otherwise
@@ -352,17 +393,118 @@ end
 -- The GRES/TRES options of a job description (set by --gres, --gpus*, --tres-per-task).
 local TRES_FIELDS = { "tres_per_job", "tres_per_node", "tres_per_socket", "tres_per_task" }
 
+-- The first term of a TRES value ("gres:gpu:m0g3:1", "gres/gpu=1", "gres/gpu:a100:2";
+-- 22.05 writes gres:, 24.11 and later gres/) that asks for a MIG GRES, or nil. Slurm
+-- reads the GRES name after the first "gres:" (22.05) or "gres" (24.11 and later) of a
+-- term, wherever it is; here a term asks for one if a MIG GRES name, whatever its case,
+-- follows its start or any "gres" in it (":" or "/" optional), unless with a type of
+-- OTHER_GPU_TYPES.
+local function mig_gres_term(value)
+	for term in value:gmatch("[^,]+") do
+		local lower = term:lower()
+		local at = 1
+		while at do
+			local name, more = term:sub(at):match("^([^:=]*)(.*)$")
+			if MIG_GRES[name:lower():match("^%s*(.-)%s*$")] then
+				local gres_type = more:match("^:([^:=]+)")
+				if not (gres_type and OTHER_GPU_TYPES[gres_type]) then
+					return term
+				end
+			end
+			local _, last = lower:find("gres[:/]?", at)
+			at = last and last + 1
+		end
+	end
+	return nil
+end
+
+-- nil when each TRES value of `fields` is at most MAX_TRES bytes, else the message.
+local function check_tres_length(fields)
+	for _, name in ipairs(TRES_FIELDS) do
+		local value = fields[name]
+		if value ~= nil and #value > MAX_TRES then
+			return "slurm-mig: " .. name .. " has " .. #value .. " bytes, more than " .. MAX_TRES ..
+				"; shorten the job's --gres/--gpus/--tres-per-* options"
+		end
+	end
+	return nil
+end
+
 -- nil when the job asks for no GRES or TRES of its own, else the message.
 local function check_tres(job_desc)
+	local long = check_tres_length(job_desc)
+	if long then
+		return long
+	end
 	for _, name in ipairs(TRES_FIELDS) do
 		local value = job_desc[name]
-		if value ~= nil and value ~= "" and value:find("gres", 1, true) then
+		if value ~= nil and (value:lower():find("gres", 1, true) or mig_gres_term(value)) then
 			return "slurm-mig: the " .. MIG_PARTITION .. " partition gives each job its MIG slice " ..
-				"itself; remove --gres/--gpus (" .. value .. ") and say what the job needs in a " ..
+				"itself; remove --gres/--gpus (" .. quote(value) .. ") and say what the job needs in a " ..
 				"mig: hint, e.g. --comment=mig:mem=12G"
 		end
 	end
 	return nil
+end
+
+-- True when every partition of a (comma-separated) list is one of NON_MIG_PARTITIONS.
+local function non_mig(partitions)
+	if partitions == nil or partitions == "" then
+		return false
+	end
+	for p in partitions:gmatch("[^,]+") do
+		if not NON_MIG_PARTITIONS[p] then
+			return false
+		end
+	end
+	return true
+end
+
+-- nil when a user's job in `partition` (not the MIG partition) can reach no MIG
+-- instance, else the message: `fields` holds its TRES values (job_desc's, or what an
+-- update leaves), `shared` its --exclusive (nil where unknown).
+local function check_outside(fields, shared, partition)
+	if non_mig(partition) then
+		return nil
+	end
+	local long = check_tres_length(fields)
+	if long then
+		return long
+	end
+	local where = " in partition " .. quote(partition or "(default)")
+	for _, name in ipairs(TRES_FIELDS) do
+		local value = fields[name]
+		local term = value ~= nil and mig_gres_term(value)
+		if term then
+			return "slurm-mig: a MIG node's GPUs are its MIG slices, which the " .. MIG_PARTITION ..
+				" partition alone hands out (" .. quote(term) .. where .. "); submit to " ..
+				MIG_PARTITION .. " without --gres/--gpus and let the planner choose the slice " ..
+				"(say what the job needs in a mig: hint, e.g. --comment=mig:mem=12G)"
+		end
+	end
+	if shared == EXCLUSIVE then
+		return "slurm-mig: --exclusive" .. where .. " would give the job every MIG slice of " ..
+			"its node; remove --exclusive (for a GPU, submit to " .. MIG_PARTITION ..
+			" and let the planner choose the slice)"
+	end
+	return nil
+end
+
+-- nil unless the job asks for a whole node in the MIG partition, else the message.
+local function check_exclusive(shared)
+	if shared == EXCLUSIVE then
+		return "slurm-mig: the " .. MIG_PARTITION .. " partition shares each node between " ..
+			"MIG slices (a whole node would give the job every slice); remove --exclusive"
+	end
+	return nil
+end
+
+-- The job's user: the job's own uid, else who submits it.
+local function job_uid(job_desc, submit_uid)
+	if job_desc.user_id ~= nil and job_desc.user_id ~= NO_VAL then
+		return job_desc.user_id
+	end
+	return submit_uid
 end
 
 local function requested_partition(job_desc, part_list)
@@ -381,6 +523,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	local partition = requested_partition(job_desc, part_list)
 	local mig = mig_partition(partition)
 	if mig == nil then
+		local problem = nil
+		if not PLANNER_UIDS[job_uid(job_desc, submit_uid)] then
+			problem = check_outside(job_desc, job_desc.shared, partition)
+		end
+		if problem then
+			slurm.log_user("%s", problem)
+			return slurm.ERROR
+		end
 		return slurm.SUCCESS
 	end
 	if mig == "mixed" then
@@ -395,7 +545,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 		return slurm.ERROR
 	end
 	local clean, problem = user_comment(job_desc.comment, true)
-	problem = problem or check_tres(job_desc)
+	problem = problem or check_tres(job_desc) or check_exclusive(job_desc.shared)
 	if problem then
 		slurm.log_user("%s", problem)
 		return slurm.ERROR
@@ -407,15 +557,63 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	return slurm.SUCCESS
 end
 
+-- The job's TRES values after an update: job_desc's, and job_rec's where the update
+-- moves the job to another partition and leaves them (a moved job keeps its GRES).
+local function tres_after(job_desc, job_rec)
+	local moved = job_desc.partition ~= nil and job_desc.partition ~= job_rec.partition
+	local out = {}
+	for _, name in ipairs(TRES_FIELDS) do
+		local value = job_desc[name]
+		if value == nil and moved then
+			value = job_rec[name]
+		end
+		out[name] = value
+	end
+	return out
+end
+
+-- nil when a user may move the job from partition `from` to `to`, else the message.
+local function check_move(from, to)
+	if to == nil or to == from then
+		return nil
+	end
+	if mig_partition(from) ~= nil and mig_partition(to) ~= "yes" then
+		return "slurm-mig: a job of the " .. MIG_PARTITION .. " partition stays there (its " ..
+			"MIG slice's GRES record would go with it); scancel it and submit it again to " .. quote(to)
+	end
+	if mig_partition(to) == "mixed" then
+		return "slurm-mig: the " .. MIG_PARTITION .. " partition cannot be combined with others (" ..
+			quote(to) .. "); move the job to " .. MIG_PARTITION .. " alone"
+	end
+	if non_mig(from) and not non_mig(to) then
+		return "slurm-mig: a job of " .. quote(from) .. " cannot move to " .. quote(to) ..
+			", which may hold MIG nodes (its --exclusive or GRES would reach their slices); " ..
+			"scancel it and submit it again there"
+	end
+	return nil
+end
+
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-	if mig_partition(job_desc.partition or job_rec.partition) == nil then
+	local user = not PLANNER_UIDS[modify_uid]
+	local target = job_desc.partition or job_rec.partition
+	if user then
+		local problem = check_move(job_rec.partition, job_desc.partition)
+		if problem == nil and mig_partition(target) == nil then
+			problem = check_outside(tres_after(job_desc, job_rec), job_desc.shared, target)
+		end
+		if problem then
+			slurm.log_user("%s", problem)
+			return slurm.ERROR
+		end
+	end
+	if mig_partition(target) == nil then
 		return slurm.SUCCESS
 	end
 	local comment = job_desc.comment
 	if comment == nil and job_desc.partition ~= nil then
 		comment = job_rec.comment -- a job moved into the MIG partition keeps its comment
 	end
-	if PLANNER_UIDS[modify_uid] then
+	if not user then
 		local problem = check_comment(comment, false)
 		if problem then
 			slurm.log_user("%s", problem)
@@ -431,7 +629,7 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 		return slurm.ERROR
 	end
 	local clean, problem = user_comment(comment, false)
-	problem = problem or check_tres(job_desc)
+	problem = problem or check_tres(tres_after(job_desc, job_rec)) or check_exclusive(job_desc.shared)
 	if problem then
 		slurm.log_user("%s", problem)
 		return slurm.ERROR
@@ -442,5 +640,39 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 	return slurm.SUCCESS
 end
 
+-- Slurm's id of a GRES type (gres_build_id): the sum of its bytes (C chars, signed)
+-- shifted left by 0, 8, 16, 24, 0, ... bits, modulo 2^32. Slurm matches types by it.
+local function slurm_id(name)
+	local id, shift = 0, 0
+	for i = 1, #name do
+		local byte = name:byte(i)
+		if byte >= 128 then
+			byte = byte - 256
+		end
+		id = (id + byte * 2 ^ shift) % 2 ^ 32
+		shift = (shift + 8) % 32
+	end
+	return id
+end
+
+-- OTHER_GPU_TYPES without those Slurm would match to a MIG record (m<N>g<g>, N and g
+-- below 64) on a node
+local function drop_mig_aliases()
+	local mig_ids = {}
+	for gpu = 0, 63 do
+		for gi = 0, 63 do
+			mig_ids[slurm_id("m" .. gpu .. "g" .. gi)] = true
+		end
+	end
+	for name in pairs(OTHER_GPU_TYPES) do
+		if mig_ids[slurm_id(name)] then
+			slurm.log_error("slurm-mig: OTHER_GPU_TYPES: Slurm takes %s for a MIG record's type; "
+				.. "it is ignored (rename that type in gres.conf)", q(name))
+			OTHER_GPU_TYPES[name] = nil
+		end
+	end
+end
+
+drop_mig_aliases()
 slurm.log_info("slurm-mig: job_submit.lua loaded (MIG partition %s)", MIG_PARTITION)
 return slurm.SUCCESS

@@ -6,7 +6,8 @@ Comment with the ``mig:`` hint and the planner's note, its AdminComment with the
 planner's ``slurm-mig:`` record, written at release, or note) and the planner's public
 summary (``[paths] public_file``: where a held job is planned, its projected start,
 when the slices it waits for are free, the next batch). Never the status file or the nodes' records: those are root's and name
-other jobs' instances. Pure: `explain` turns those inputs into lines.
+other jobs' instances. Pure: `explain` turns those inputs into lines, each printable
+(`safetext.printable`: a job name's or comment's escape sequences shown as ``\x1b``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .geometry import GeometryError, Placement, get_model
+from .safetext import printable
+
+NO_SUMMARY = "the planner publishes no summary: [paths] public_file is off"
 
 
 def _clock(t: float) -> str:
@@ -85,12 +89,17 @@ def _from_public(job: Any, entry: Mapping[str, Any] | None) -> _PublicPlan | Non
 
 
 def explain(
-    job: Any, public: Mapping[str, Any] | None, now: float, cycle: float | None = None
+    job: Any,
+    public: Mapping[str, Any] | None,
+    now: float,
+    cycle: float | None = None,
+    no_summary: str = NO_SUMMARY,
 ) -> dict[str, Any]:
     """What to tell the owner of ``job`` (a `client.Job`): {"job", "state", "lines",
-    "where", "start", "stale"}; ``public`` is the planner's public summary (None: off),
-    ``cycle`` the planner's ``[planner] cycle``: with both, a summary older than a few
-    cycles comes first (``stale``: the planner seems to have stopped)."""
+    "where", "start", "stale"}; ``public`` is the planner's public summary (None: off,
+    or unreadable: ``no_summary`` says which), ``cycle`` the planner's ``[planner]
+    cycle``: with both, a summary older than a few cycles comes first (``stale``: the
+    planner seems to have stopped)."""
     from .slurm import comment as comments
     from .slurm.hints import HintError, parse_hints
     from .slurm.jobrecord import ADMIN_TAG, job_phase, parse_admin_comment
@@ -193,10 +202,12 @@ def explain(
                         f"projected start: {_clock(start)}"
                         + (f" (in {_span(start - now)})" if start > now else " (now)")
                     )
+            elif public is None:
+                lines.append(f"projected start: unknown ({no_summary})")
             else:
                 lines.append(
-                    "projected start: unknown (the planner publishes no summary: "
-                    "[paths] public_file is off)"
+                    "projected start: unknown (the planner's summary has no projection "
+                    "for it yet; it plans again within a cycle)"
                 )
         elif note.startswith(ADMIN_TAG):
             text = note[len(ADMIN_TAG) :].strip()
@@ -268,11 +279,13 @@ def explain(
             )
         else:
             lines.append(f"deadline {_clock(job.deadline)}")
+    if where is not None:
+        where = {k: printable(v, 128) if isinstance(v, str) else v for k, v in where.items()}
     return {
-        "job": job.job_id,
-        "state": job.state,
+        "job": printable(job.job_id, 64),
+        "state": printable(job.state, 64),
         "where": where,
         "start": start,
-        "lines": lines,
+        "lines": [printable(line, 2000) for line in lines],
         "stale": stale,
     }

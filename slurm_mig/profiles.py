@@ -18,6 +18,14 @@ The runtime model is Amdahl's law on compute slices:
   ``default_runtime``) is taken as its runtime on the smallest size whose memory holds
   the job, other sizes by the same prior;
 - a size whose instance memory is below the job's memory need is ``inf`` (cannot run).
+
+Whose runs count (`estimate_for_job`): runs are kept per owner (the job's user) and
+kind, so one user's jobs never change another user's plans, whatever they are named.
+Runs stored without an owner (written before schema 3, or seeded by the site) are the
+site-wide prior: used only for a job whose owner has no runs of the kind, and never
+for a job with a ``time=`` hint (the hint wins over it). A job's own ``time=`` hint
+bounds what its owner's runs may make of it: each size's estimate stays within
+[hint / `HINT_FLOOR`, hint] on the hint's curve (see `bounded_by_hint`).
 """
 
 from __future__ import annotations
@@ -36,10 +44,16 @@ from pathlib import Path
 from .geometry import GpuModel
 from .safefs import make_private
 
-SCHEMA_VERSION = 2  # 2: the pcie and pcie_alpha tables (PCIe model, slurm_mig.pcie)
+# 2: the pcie and pcie_alpha tables (PCIe model, slurm_mig.pcie); 3: runs and memory
+# needs have an owner (the job's user; '' for older records: the site-wide prior)
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 30.0
 DAEMON_BUSY_TIMEOUT_S = 0.25  # the planner daemon waits no longer for a locked store
 STATE_DIR_MODE = 0o750  # root's state: learned runtimes, the planner's status file
+PRIOR = ""  # the owner of the site-wide prior: records without a user (see the module doc)
+MAX_KEY = 128  # characters of a job kind (hint keys: 64; mig-run's need file: 128)
+MAX_OWNER = 64  # characters of an owner (a user name)
+HINT_FLOOR = 4.0  # learned runs plan a job with a time= hint at no less than hint / this
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runtimes (
@@ -50,6 +64,7 @@ CREATE TABLE IF NOT EXISTS runtimes (
     size     INTEGER NOT NULL,
     seconds  REAL    NOT NULL,
     finished REAL    NOT NULL,
+    owner    TEXT    NOT NULL DEFAULT '',
     PRIMARY KEY (job_id, restart)
 );
 CREATE INDEX IF NOT EXISTS runtimes_by_kind ON runtimes (key, model, size);
@@ -58,6 +73,7 @@ CREATE TABLE IF NOT EXISTS memory (
     job_id     TEXT    NOT NULL,
     need_bytes INTEGER NOT NULL,
     recorded   REAL    NOT NULL,
+    owner      TEXT    NOT NULL DEFAULT '',
     PRIMARY KEY (key, job_id)
 );
 CREATE TABLE IF NOT EXISTS pcie (
@@ -78,6 +94,12 @@ CREATE TABLE IF NOT EXISTS pcie_alpha (
     recorded REAL    NOT NULL,
     PRIMARY KEY (key, model)
 );
+"""
+# after the tables, so that a store of schema 2 has its owner columns first
+_OWNER_COLUMNS = ("runtimes", "memory")
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS runtimes_by_owner ON runtimes (owner, key, model);
+CREATE INDEX IF NOT EXISTS memory_by_owner ON memory (owner, key);
 """
 
 
@@ -106,10 +128,15 @@ class RuntimeStore:
         job_id: str,
         restart: int,
         finished: float,
+        *,
+        owner: str = PRIOR,
     ) -> bool:
-        """Store one completed run; False (nothing written) if this (job_id, restart)
-        is already recorded, so that a daemon restart cannot count a job twice."""
+        """Store one completed run of ``owner``'s kind ``key`` (`PRIOR`: the site-wide
+        prior, e.g. profiles seeded by the site); False (nothing written) if this
+        (job_id, restart) is already recorded, so that a daemon restart cannot count a
+        job twice."""
         _check_key(key)
+        _check_owner(owner)
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a whole number of compute slices >= 1, got {size!r}")
         if not (math.isfinite(seconds) and seconds > 0):
@@ -117,42 +144,62 @@ class RuntimeStore:
         with self._connect(write=True) as db:
             cur = db.execute(
                 "INSERT OR IGNORE INTO runtimes (job_id, restart, key, model, size, seconds, "
-                "finished) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (str(job_id), int(restart), key, model, size, float(seconds), float(finished)),
+                "finished, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    str(job_id),
+                    int(restart),
+                    key,
+                    model,
+                    size,
+                    float(seconds),
+                    float(finished),
+                    owner,
+                ),
             )
             return cur.rowcount == 1
 
-    def observations(self, key: str, model: str) -> dict[int, list[float]]:
-        """Measured seconds per instance size for one job kind on one GPU model, oldest first."""
+    def observations(
+        self, key: str, model: str, owner: str | None = None
+    ) -> dict[int, list[float]]:
+        """Measured seconds per instance size for one job kind on one GPU model, oldest
+        first: ``owner``'s runs (`PRIOR`: the site-wide prior), or everyone's (None: for
+        reports, never for planning)."""
+        mine = "" if owner is None else " AND owner = ?"
         with self._connect() as db:
             rows = db.execute(
-                "SELECT size, seconds FROM runtimes WHERE key = ? AND model = ? "
+                f"SELECT size, seconds FROM runtimes WHERE key = ? AND model = ?{mine} "
                 "ORDER BY finished, job_id, restart",
-                (key, model),
+                (key, model) if owner is None else (key, model, owner),
             ).fetchall()
         out: dict[int, list[float]] = {}
         for size, seconds in rows:
             out.setdefault(int(size), []).append(float(seconds))
         return out
 
-    def record_memory(self, key: str, need_bytes: int, job_id: str) -> None:
-        """Store a job's peak memory need; a repeat for the same job keeps the larger."""
+    def record_memory(self, key: str, need_bytes: int, job_id: str, *, owner: str = PRIOR) -> None:
+        """Store a job's peak memory need under ``owner``'s kind ``key``; a repeat for
+        the same job keeps the larger (and the owner, once one is known)."""
         _check_key(key)
+        _check_owner(owner)
         if isinstance(need_bytes, bool) or not isinstance(need_bytes, int) or need_bytes < 0:
             raise ValueError(f"need_bytes must be a whole number >= 0, got {need_bytes!r}")
         with self._connect(write=True) as db:
             db.execute(
-                "INSERT INTO memory (key, job_id, need_bytes, recorded) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (key, job_id) DO UPDATE SET "
-                "need_bytes = max(need_bytes, excluded.need_bytes), recorded = excluded.recorded",
-                (key, str(job_id), need_bytes, time.time()),
+                "INSERT INTO memory (key, job_id, need_bytes, recorded, owner) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, job_id) DO UPDATE SET "
+                "need_bytes = max(need_bytes, excluded.need_bytes), recorded = excluded.recorded, "
+                "owner = CASE WHEN owner = '' THEN excluded.owner ELSE owner END",
+                (key, str(job_id), need_bytes, time.time(), owner),
             )
 
-    def memory_need(self, key: str) -> int | None:
-        """The largest memory need recorded for a job kind, None when none is known."""
+    def memory_need(self, key: str, owner: str | None = None) -> int | None:
+        """The largest memory need recorded for ``owner``'s job kind (`PRIOR`: the
+        site-wide prior; None: anyone's), None when none is known."""
+        mine = "" if owner is None else " AND owner = ?"
         with self._connect() as db:
             (need,) = db.execute(
-                "SELECT max(need_bytes) FROM memory WHERE key = ?", (key,)
+                f"SELECT max(need_bytes) FROM memory WHERE key = ?{mine}",
+                (key,) if owner is None else (key, owner),
             ).fetchone()
         return None if need is None else int(need)
 
@@ -265,6 +312,13 @@ class RuntimeStore:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
+                for table in _OWNER_COLUMNS:  # a store of schema 2: its records are the prior
+                    columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                    if "owner" not in columns:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+                for statement in _INDEXES.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.commit()
         except BaseException:
@@ -311,19 +365,26 @@ class GuardedStore:
         self._logged_at = -math.inf
         self.last_error: str | None = None
 
-    def observations(self, key: str, model: str) -> dict[int, list[float]]:
-        return self._read(lambda: self.store.observations(key, model), {})
+    def observations(
+        self, key: str, model: str, owner: str | None = None
+    ) -> dict[int, list[float]]:
+        return self._read(lambda: self.store.observations(key, model, owner), {})
 
-    def memory_need(self, key: str) -> int | None:
-        return self._read(lambda: self.store.memory_need(key), None)
+    def memory_need(self, key: str, owner: str | None = None) -> int | None:
+        return self._read(lambda: self.store.memory_need(key, owner), None)
 
-    def record(self, *args, **kwargs) -> bool:
+    def record(self, *args, owner: str | None = None, **kwargs) -> bool:
+        """`RuntimeStore.record` of a run of ``owner``'s job. A run of no owner (`PRIOR`)
+        is not stored (False): the daemon adds no user's run to the prior. None: a
+        caller that knows no owners, stored as before schema 3 (in the prior)."""
+        if owner == PRIOR:
+            return False
         if self._clock() < self._down_until:
             raise StoreError(
                 f"{self.path}: not written, the store is unavailable: {self.last_error}"
             )
         try:
-            return self.store.record(*args, **kwargs)
+            return self.store.record(*args, owner=owner or PRIOR, **kwargs)
         except StoreError as exc:
             self._failed(exc)
             raise
@@ -355,8 +416,17 @@ class GuardedStore:
 
 
 def _check_key(key: str) -> None:
-    if not isinstance(key, str) or not key:
-        raise ValueError(f"the job kind key must be a non-empty string, got {key!r}")
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY or not key.isprintable():
+        raise ValueError(
+            f"the job kind key must be 1 to {MAX_KEY} printable characters, got {key!r:.80}"
+        )
+
+
+def _check_owner(owner: str) -> None:
+    if not isinstance(owner, str) or len(owner) > MAX_OWNER or not owner.isprintable():
+        raise ValueError(
+            f"the owner must be at most {MAX_OWNER} printable characters, got {owner!r:.80}"
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -441,39 +511,86 @@ def estimate_for_job(
     key: str | None,
     model: GpuModel,
     *,
+    owner: str | None = None,
     hint_seconds: float | None,
     time_limit: float | None,
     min_memory: int | None,
     default_runtime: float,
     serial_fraction: float,
 ) -> dict[int, float]:
-    """Seconds per size for one job: learned runs of its kind on this model first,
-    else its ``time=`` hint, else its time limit, else ``default_runtime``.
+    """Seconds per size for one job: its owner's runs of its kind on this model (within
+    `bounded_by_hint` of its ``time=`` hint), else its hint, else the site-wide prior's
+    runs, else its time limit, else ``default_runtime``. ``owner`` `PRIOR` (unknown):
+    the prior only; None: a caller that knows no owners (everyone's runs, unbounded, as
+    before schema 3).
 
-    The memory need is the larger of ``min_memory`` (the hint) and the need learned for
-    the kind. Sizes whose estimate exceeds a finite time limit become ``inf`` (Slurm
-    would kill the job there), unless that would leave no size at all."""
+    The memory need is `memory_for_job`'s. Sizes whose estimate exceeds a finite time
+    limit become ``inf`` (Slurm would kill the job there), unless that would leave no
+    size at all."""
+    min_memory = memory_for_job(store, key, owner, min_memory)
+    hint = _positive(hint_seconds)
+    limit = _positive(time_limit)
+    fallback = next((t for t in (hint, limit) if t is not None), default_runtime)
     obs: dict[int, list[float]] = {}
+    own = False
     if store is not None and key:
-        obs = store.observations(key, model.name)
-        learned = store.memory_need(key)
-        if learned is not None:
-            min_memory = max(min_memory or 0, learned)
-    limit = (
-        time_limit
-        if time_limit is not None and math.isfinite(time_limit) and time_limit > 0
-        else None
-    )
-    fallback = default_runtime
-    for candidate in (hint_seconds, limit):
-        if candidate is not None and math.isfinite(candidate) and candidate > 0:
-            fallback = candidate
-            break
+        if owner is None:
+            obs = store.observations(key, model.name)
+        else:
+            obs = store.observations(key, model.name, owner) if owner else {}
+            own = bool(obs)
+            if not obs and hint is None:
+                obs = store.observations(key, model.name, PRIOR)
     times = estimate_times(
         obs, model, serial_fraction=serial_fraction, fallback=fallback, min_memory=min_memory
     )
+    if own and hint is not None:
+        hinted = estimate_times(
+            {}, model, serial_fraction=serial_fraction, fallback=hint, min_memory=min_memory
+        )
+        times = bounded_by_hint(times, hinted)
     if limit is not None:
         capped = {s: (t if t <= limit else math.inf) for s, t in times.items()}
         if any(math.isfinite(t) for t in capped.values()):
             return capped
     return times
+
+
+def bounded_by_hint(learned: Mapping[int, float], hinted: Mapping[int, float]) -> dict[int, float]:
+    """Each size's learned estimate held within [hint / `HINT_FLOOR`, hint] of the hint's
+    curve (``hinted``: `estimate_times` from the ``time=`` hint alone).
+
+    The hint is what the job's owner says of this very run; the learned runs are of its
+    kind, a label the owner picks, and may include runs unlike this one (an exit 0 in a
+    second from a broken script, a smaller input). They refine the plan, but shorten it
+    at most 4-fold: a run planned too short makes the planner hand its slices to the next
+    job too early, and the re-plan when it runs late delays those jobs. Nor do they
+    lengthen it past the hint: the hint then stands for this run, like Slurm's time
+    limit, and a run that outlasts it re-plans as any late job does."""
+    return {
+        s: min(max(t, hinted[s] / HINT_FLOOR), hinted[s]) if s in hinted else t
+        for s, t in learned.items()
+    }
+
+
+def memory_for_job(
+    store: RuntimeStore | None, key: str | None, owner: str | None, hint: int | None
+) -> int | None:
+    """A job's memory need: the larger of its ``mem=`` hint and what its owner's runs of
+    its kind needed (mig-run's measurements); with neither, the site-wide prior's.
+    ``owner`` as for `estimate_for_job`."""
+    if store is None or not key:
+        return hint
+    if owner is None:
+        learned = store.memory_need(key)
+    else:
+        learned = store.memory_need(key, owner) if owner else None
+    if learned is not None:
+        return max(hint or 0, learned) or None
+    if hint is not None or owner is None:
+        return hint
+    return store.memory_need(key, PRIOR)
+
+
+def _positive(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) and x > 0 else None

@@ -11,7 +11,26 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 from pathlib import Path
+
+
+def grant_user(fd: int, uid: int, perm: int) -> None:
+    """Give user ``uid`` ``perm`` (4 read, 2 write) on the open file ``fd`` by a POSIX ACL
+    entry, the owner keeping its own bits and the group and others nothing; the file
+    stays its owner's, so that user can neither change its mode nor (without read and
+    write) hard-link it. OSError (EOPNOTSUPP where the file system has no ACLs)."""
+    owner = (os.fstat(fd).st_mode >> 6) & 7
+    undefined = 0xFFFFFFFF
+    entries = (
+        (0x01, owner, undefined),  # ACL_USER_OBJ
+        (0x02, perm, uid),  # ACL_USER
+        (0x04, 0, undefined),  # ACL_GROUP_OBJ
+        (0x10, perm, undefined),  # ACL_MASK
+        (0x20, 0, undefined),  # ACL_OTHER
+    )
+    value = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+    os.setxattr(fd, "system.posix_acl_access", value)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

@@ -6,7 +6,8 @@ and projected start.
 Pure: built from the planner's status file (its last cycle's snapshots and
 projections), squeue's jobs and the nodes' records as they reported them
 (`slurm.receiver.node_records`: MIG UUIDs, when each instance became ready, kept
-instances). The CLI draws it.
+instances). The CLI draws it. Every string in it is printable (`safetext.printable`: a job name's
+escape sequences shown as ``\x1b``), whichever way it is drawn.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .geometry import GeometryError, GpuModel, Placement, get_model
+from .safetext import printable
+
+# characters a view keeps of a Slurm-sourced string (job names, users, reasons)
+SHORT, LONG = 128, 1000
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,7 @@ def build_view(
         except GeometryError:
             continue
         for g in group.get("gpus") or []:
-            name, local = str(g.get("node", "")), int(g.get("local", 0))
+            name, local = printable(g.get("node", ""), SHORT), int(g.get("local", 0))
             if node is not None and name != node:
                 continue
             recs = records.get(name, {})
@@ -139,11 +144,11 @@ def build_view(
                     busy += _profile_slices(model, str(inst.get("profile", "")))
                 rows.append(
                     InstanceRow(
-                        profile=str(inst.get("profile", "")),
+                        profile=printable(inst.get("profile", ""), SHORT),
                         placement=(placement.start, placement.size),
-                        uuid=rec.uuid if rec is not None else pending,
-                        job=job_id,
-                        user=sq.user if sq is not None else "",
+                        uuid=printable(rec.uuid, SHORT) if rec is not None else pending,
+                        job=printable(job_id, SHORT),
+                        user=printable(sq.user, SHORT) if sq is not None else "",
                         since=rec.ready if rec is not None else _num(inst.get("ready_at")),
                         drift=drift.get(job_id),
                         note="" if job_id else _kept_note(inst),
@@ -163,11 +168,11 @@ def build_view(
                 busy += _profile_slices(model, str(p.get("profile", "")))
                 rows.append(
                     InstanceRow(
-                        profile=str(p.get("profile", "")),
+                        profile=printable(p.get("profile", ""), SHORT),
                         placement=(placement.start, placement.size),
-                        uuid=rec.uuid if rec is not None else pending,
-                        job=job_id,
-                        user=sq.user,
+                        uuid=printable(rec.uuid, SHORT) if rec is not None else pending,
+                        job=printable(job_id, SHORT),
+                        user=printable(sq.user, SHORT),
                         since=rec.ready if rec is not None else sq.start_time,
                         drift=drift.get(job_id),
                     )
@@ -178,14 +183,17 @@ def build_view(
                 held.append(k.placement)
                 rows.append(
                     InstanceRow(
-                        k.profile,
+                        printable(k.profile, SHORT),
                         (k.placement.start, k.placement.size),
-                        k.uuid,
+                        printable(k.uuid, SHORT),
                         "",
                         "",
                         k.created,
                         None,
-                        f"kept for job {k.for_job}" if k.for_job else "kept, to be destroyed",
+                        printable(
+                            f"kept for job {k.for_job}" if k.for_job else "kept, to be destroyed",
+                            SHORT,
+                        ),
                     )
                 )
             held_slices = sum(_profile_slices(model, r.profile) for r in rows)
@@ -221,16 +229,16 @@ def build_view(
             state = "waiting"
         queue.append(
             QueueRow(
-                j.job_id,
-                j.user,
-                j.name,
+                printable(j.job_id, SHORT),
+                printable(j.user, SHORT),
+                printable(j.name, SHORT),
                 state,
-                str(p.get("node", "")) if p else "",
+                printable(p.get("node", ""), SHORT) if p else "",
                 int(p["gpu"]) if p and p.get("gpu") is not None else None,
-                str(p.get("profile", "")) if p else "",
+                printable(p.get("profile", ""), SHORT) if p else "",
                 _num(p.get("start")) if p else None,
                 _num(p.get("free_at")) if p else None,
-                why,
+                printable(why, LONG),
             )
         )
     queue.sort(key=lambda q: (q.start is None, q.start or 0.0, job_sort_key(q.job)))
@@ -238,8 +246,8 @@ def build_view(
         now=now,
         cycle=int(status.get("cycle", 0) or 0),
         updated=_num(status.get("finished")),
-        policy=str(status.get("policy", "")),
-        error=status.get("error"),
+        policy=printable(status.get("policy", ""), SHORT),
+        error=None if status.get("error") is None else printable(status["error"], LONG),
         next_batch_at=_num(status.get("next_batch_at")),
         gpus=tuple(gpus),
         queue=tuple(queue),
@@ -248,7 +256,7 @@ def build_view(
 
 def _kept_note(inst: Mapping[str, Any]) -> str:
     keep = inst.get("keep_for")
-    return f"kept for job {keep}" if keep else "idle"
+    return printable(f"kept for job {keep}", SHORT) if keep else "idle"
 
 
 def _num(x: Any) -> float | None:

@@ -49,6 +49,7 @@ A30 = get_model("A30-24GB")
 KEY = bytes(range(32))
 T0 = 1_700_000_000.0
 TTL = 3600.0
+REQUEUE_BEGIN = 121.0  # Slurm: a requeued job begins cred_expire (120 s) + 1 s later
 
 
 def times_for(model, t1: float, serial: float = 0.3) -> dict[int, float]:
@@ -155,10 +156,13 @@ class World:
         return self.jobs[job_id]
 
     def hold(self, job_id: str) -> None:
+        """Slurm takes a hold of a started job too (priority 0; it runs on, squeue shows
+        it running, not held): pinned in tests/e2e/test_started_job_writes.py."""
         job = self._check(job_id, "hold")
-        if job.state != "PENDING":
-            raise SlurmError(f"job {job_id}: Job is no longer pending execution")
-        job.held, job.reason = True, "JobHeldAdmin"
+        if job.state in ("COMPLETED", "FAILED"):
+            raise SlurmError(f"job {job_id}: Job/step already completing or completed")
+        if job.state == "PENDING":
+            job.held, job.reason = True, "JobHeldAdmin"
 
     def release(self, job_id: str) -> None:
         job = self._check(job_id, "release")
@@ -166,21 +170,36 @@ class World:
             job.held, job.reason = False, "None"
 
     def update_job(self, job_id: str, **fields: str) -> None:
+        """Fields in slurmctld's order, whatever the order given: a GRES record (refused
+        whole unless pending), the node list, AdminComment and Comment (written to a
+        running job too), then the dependency (pending only, refused after the others
+        were written): pinned in tests/e2e/test_started_job_writes.py."""
         job = self._check(job_id, "update")
-        for k, v in fields.items():
-            if k == "AdminComment":
-                job.admin_comment = v
-            elif k == "Comment":
-                job.comment = v
-            elif k == "ReqNodeList":
-                if job.state != "PENDING":
-                    raise SlurmError(f"job {job_id}: Job is no longer pending execution")
-                job.required_nodes = v
-            elif k == "Dependency":
-                assert v.startswith("afterany:") or v == "0", v
-                job.dependency = "" if v == "0" else v
-            else:
-                raise SlurmError(f"unknown field {k}")
+        unknown = set(fields) - {
+            "TresPerNode",
+            "ReqNodeList",
+            "AdminComment",
+            "Comment",
+            "Dependency",
+        }
+        if unknown:
+            raise SlurmError(f"unknown field {sorted(unknown)}")
+        pending = job.state == "PENDING"
+        not_pending = SlurmError(f"job {job_id}: Job is no longer pending execution")
+        if "TresPerNode" in fields and not pending:
+            raise not_pending
+        if "ReqNodeList" in fields and fields["ReqNodeList"] != job.required_nodes:
+            if not pending:
+                raise not_pending
+            job.required_nodes = fields["ReqNodeList"]
+        job.admin_comment = fields.get("AdminComment", job.admin_comment)
+        job.comment = fields.get("Comment", job.comment)
+        if "Dependency" in fields:
+            v = fields["Dependency"]
+            assert v.startswith("afterany:") or v == "0", v
+            if not pending:
+                raise not_pending
+            job.dependency = "" if v == "0" else v
 
     # -- events -----------------------------------------------------------------
     def submit(self, t1: float, *, key: str = "train", est: Estimate | None = None) -> str:
@@ -207,6 +226,7 @@ class World:
             and not j.held
             and j.required_nodes not in self.drained
             and not self.waits(j)
+            and (j.eligible_time is None or j.eligible_time <= self.now)
         ]
 
     def start(self, job_id: str) -> bool:
@@ -248,10 +268,11 @@ class World:
 
     def requeue(self, job_id: str, hold: bool = True) -> None:
         """``scontrol requeuehold`` (the TaskProlog's), or Slurm's own requeue after a
-        node failure: pending, not held."""
+        node failure: pending, not held, its begin time cred_expire + 1 s ahead."""
         job = self.jobs[job_id]
         job.state, job.held = "PENDING", hold
         job.reason = "JobHeldUser" if hold else "BeginTime"
+        job.eligible_time = None if hold else self.now + REQUEUE_BEGIN
         job.restart_count += 1
         job.start_time = job.end_time = None
         del self.holding[job_id]
@@ -303,10 +324,21 @@ class World:
                     assert other in names, (j.job_id, j.dependency, other)
 
     # -- the daemon -------------------------------------------------------------
-    def cycle(self, previous_nodes=None, cut: int | None = None, **settings_):
+    def cycle(
+        self,
+        previous_nodes=None,
+        cut: int | None = None,
+        started=(),
+        gres: bool = False,
+        **settings_,
+    ):
+        """One daemon cycle; Slurm starts the jobs ``started`` after squeue was read and
+        before the daemon's writes land (a slow start racing them)."""
         result = plan_cycle(self.snapshot(previous_nodes, **settings_))
+        for jid in started:
+            assert self.start(jid), jid
         actions = result.actions if cut is None else result.actions[:cut]
-        report = apply_actions(actions, self, key=KEY, clock=lambda: self.now)
+        report = apply_actions(actions, self, key=KEY, clock=lambda: self.now, gres=gres)
         for a in actions:
             if isinstance(a, Release) and a.job_id in report.released:
                 # what is released is what Slurm records
@@ -801,11 +833,12 @@ def _chain_on_one_gpu(n: int = 4) -> tuple[World, str, str]:
 
 
 def test_a_job_released_ahead_of_a_requeued_job_is_planned_again_in_one_update_each():
-    """Slurm requeues a running job after a node failure (pending, not held): it and the
-    jobs released ahead of it are planned again; each that goes out again in the same
-    cycle costs one update, with no hold and no release around it (seen at 1,000 jobs
-    on 22.05: hold, update and release each, and a job released ahead waited for the
-    requeued one, held as if its dependency were its owner's)."""
+    """Slurm requeues a running job after a node failure (pending, not held, its begin
+    time ahead): it is held until it may begin, and the jobs released ahead of it are
+    planned again; each that goes out again in the same cycle costs one update, with
+    no hold and no release around it (seen at 1,000 jobs on 22.05: hold, update and
+    release each, and a job released ahead waited for the requeued one, held as if its
+    dependency were its owner's)."""
     w, first, nxt = _chain_on_one_gpu()
     behind = {j.job_id for j in w.jobs.values() if first in dependency_ids(j.dependency)}
     assert nxt in behind
@@ -815,7 +848,8 @@ def test_a_job_released_ahead_of_a_requeued_job_is_planned_again_in_one_update_e
     result, report = w.cycle(release_ahead=3000.0)
     moved = {a.job_id: a for a in of_type(result, Release) if a.in_place}
     held = {h.job_id: h for h in of_type(result, Hold)}
-    assert moved[first].in_place == "not planned yet" and first not in held
+    assert held[first].reason == "not planned yet" and first not in moved
+    assert result.deferred[first].startswith("waits for its begin time")
     assert not report.failed and set(moved) <= set(report.released)
     for jid in behind:  # none keeps waiting for the requeued job's next run
         if jid in moved:
@@ -829,7 +863,7 @@ def test_a_job_released_ahead_of_a_requeued_job_is_planned_again_in_one_update_e
     ops = defaultdict(list)
     for jid, op in w.writes[before:]:
         ops[jid].append(op)
-    assert moved and all(ops[jid] == ["update"] for jid in moved)
+    assert moved and all(ops[jid] == ["update"] for jid in moved) and ops[first] == ["hold"]
     assert not any("hold" in o and "release" in o for o in ops.values())
     w.check_safe()
     w.now += 1
@@ -841,21 +875,117 @@ def test_a_failed_update_in_place_holds_the_job_and_releases_nothing_else():
     """The update that moves a job in place fails: the job is held (it must not start
     on the plan it had, whose slices may be handed on), no later move or release of
     that cycle goes out, and the next cycle, reading Slurm afresh, finishes the work."""
-    w, first, _ = _chain_on_one_gpu()
+    w, first, nxt = _chain_on_one_gpu()
     w.requeue(first, hold=False)
     w.now += 1
-    w.fail.add((first, "update"))
+    w.fail.add((nxt, "update"))
     result, report = w.cycle(release_ahead=3000.0)
-    assert any(a.in_place for a in of_type(result, Release) if a.job_id == first)
-    assert [j for j, _ in report.failed] == [first] and w.jobs[first].held
+    assert any(a.in_place for a in of_type(result, Release) if a.job_id == nxt)
+    assert [j for j, _ in report.failed] == [nxt] and w.jobs[nxt].held
     moved = [a.job_id for a in of_type(result, Release) if a.in_place]
-    assert report.released == moved[: moved.index(first)]  # those before it went out
+    assert report.released == moved[: moved.index(nxt)]  # those before it went out
     assert report.skipped == len(of_type(result, Release)) - len(report.released) - 1
     w.check_safe()
     w.now += 1
     again, report = w.cycle(release_ahead=3000.0)
-    assert not report.failed and first in report.released
+    assert not report.failed and report.released == list(again.released)
     w.check_safe()
+
+
+def _one_released_job() -> tuple[World, str]:
+    """One whole-GPU job on one GPU, released by a first cycle and not started yet."""
+    w = World({"gpu01": ("A100-40GB",)})
+    jid = w.submit(100.0, est=Estimate("big", {A100.name: {7: 100.0}}))
+    first, _ = w.cycle()
+    assert first.released == (jid,) and w.jobs[jid].state == "PENDING"
+    return w, jid
+
+
+@pytest.mark.parametrize("gres", [False, True])
+def test_a_job_slurm_starts_as_it_is_held_again_keeps_the_record_it_runs_with(gres):
+    """Issue 18: a released job Slurm is slow to start passes start_timeout, and Slurm
+    starts it after squeue was read, before the daemon's writes land. Its AdminComment
+    and token stay those of the slice it runs on, no write fails and none reaches it
+    later. (The move in place it used to get rewrote both without a GRES record in the
+    update; with one, Slurm refused the update and the cycle's releases were skipped.)"""
+    w, jid = _one_released_job()
+    job = w.jobs[jid]
+    record, token = job.admin_comment, parse_comment(job.comment).token
+    w.now += 121.0  # start_timeout is 120 s
+    result, report = w.cycle(started=[jid], gres=gres)
+    assert job.state == "RUNNING" and job.admin_comment == record
+    assert parse_comment(job.comment).token == token
+    assert parse_admin_comment(record).plan == w.holding[jid].plan  # what the Prolog took
+    assert [h.job_id for h in of_type(result, Hold)] == [jid]
+    assert not of_type(result, Release) and not report.failed
+    w.now += 1
+    before = len(w.writes)
+    w.cycle(gres=gres)
+    assert w.writes[before:] == [] and job.admin_comment == record
+    w.check_safe()
+
+
+def test_a_job_held_again_after_start_timeout_goes_out_from_its_held_state():
+    """A released job not started within start_timeout may start any moment until a
+    hold lands, so it is not moved in place: held in this cycle, released with its new
+    plan in the next one, which shows it held (one cycle and two writes more)."""
+    w, jid = _one_released_job()
+    w.now += 121.0
+    before = len(w.writes)
+    result, report = w.cycle()
+    assert not of_type(result, Release) and jid in result.planned and not report.released
+    assert w.writes[before:] == [(jid, "hold")] and w.jobs[jid].held
+    w.now += 1
+    again, report = w.cycle()
+    [release] = of_type(again, Release)
+    assert (release.job_id, release.in_place, report.released) == (jid, "", [jid])
+    assert parse_admin_comment(w.jobs[jid].admin_comment) == again.planned[jid]
+    assert w.start(jid)
+    w.check_safe()
+
+
+def test_a_job_not_held_is_noted_once_slurm_shows_it_held():
+    """A job not held that cannot be planned (released by hand, its comment too long for
+    the token) is held first; its note (AdminComment and Comment) waits for a cycle in
+    which Slurm shows it held: Slurm takes a hold of a job that started meanwhile, and
+    the note would replace the record of the slice it runs on."""
+    w = held_world(1)
+    job = w.jobs["100"]
+    job.held, job.reason, job.comment = False, "None", "x" * 600
+    result, _ = w.cycle()
+    assert [h.job_id for h in of_type(result, Hold)] == ["100"] and not of_type(result, Note)
+    assert job.held and job.admin_comment == "" and result.noted == 1
+    w.now += 1
+    again, _ = w.cycle()
+    assert [n.job_id for n in of_type(again, Note)] == ["100"]
+    assert job.admin_comment.startswith("slurm-mig: not planned: its comment has 600")
+
+
+def test_gated_jobs_are_those_slurm_cannot_start_before_the_cycles_writes():
+    """Of the jobs not held that a cycle holds, those whose own begin time is ahead or
+    that wait for a held job (or one whose begin time is ahead) may take a new plan in
+    place; a job that waits for a running job, that has an alternative already met
+    (``?``), or that waits for nothing may start any moment."""
+    w = World({"gpu01": ("A100-40GB",)})
+    w.jobs["1"] = SimJob("1", T0)  # held
+    w.jobs["2"] = SimJob("2", T0, state="RUNNING", held=False, start_time=T0)
+    w.jobs["9"] = SimJob("9", T0, held=False, eligible_time=T0 + 60)  # requeued by Slurm
+    deps = {
+        "3": "afterany:1(unfulfilled)",
+        "4": "afterany:2(unfulfilled)",
+        "6": "afterany:1(unfulfilled)?afterany:2(unfulfilled)",
+        "7": "afterany:1(unfulfilled),afterany:2(unfulfilled)",
+        "8": "",
+        "10": "afterany:9(unfulfilled)",
+    }
+    for jid, dep in deps.items():
+        w.jobs[jid] = SimJob(jid, T0, held=False, reason="Dependency", dependency=dep)
+    w.jobs["5"] = SimJob("5", T0, held=False, eligible_time=T0 + 3600)
+    for jid in w.jobs:
+        w.estimates.setdefault(jid, estimate(100.0))
+    view = classify(w.snapshot())
+    assert {h.job_id for h in view.holds} >= {"3", "4", "5", "6", "7", "8", "10"}
+    assert view.gated == {"3", "5", "7", "9", "10"}
 
 
 def _record(jid: str, node: str, gpu: int, start: int, size: int, restart=0, issued=T0):

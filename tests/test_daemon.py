@@ -5,8 +5,10 @@ command, its dry run, its status file and SIGTERM."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import logging
 import os
 import signal
 import stat
@@ -34,6 +36,7 @@ from slurm_mig.slurm.daemon import (
     usable_nodes,
 )
 from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
+from slurm_mig.slurm.notify import MIN_GAP
 
 ROOT = Path(__file__).resolve().parents[1]
 A100 = get_model("A100-40GB")
@@ -255,7 +258,7 @@ def test_an_unreadable_store_costs_a_short_wait_and_jobs_are_planned(tmp_path, c
 
     config = load_config(write_config(tmp_path, {"g1": ["A100-40GB"]}))
     path = tmp_path / "state" / "profiles.sqlite"
-    RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0)
+    RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0, owner="alice")
     locker = None
     if fault == "locked":
         locker = _lock_store(path)
@@ -293,7 +296,7 @@ def test_an_unreadable_store_costs_a_short_wait_and_jobs_are_planned(tmp_path, c
     # readable again: learned runtimes are back
     if fault == "corrupt":
         path.unlink()
-        RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0)
+        RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0, owner="alice")
     now[0] += 10.0
     back = build_snapshot(config, jobs, [node("g1")], store, 2100.0)
     assert back.estimates["1"].times[A100.name][3] == 100.0
@@ -317,17 +320,46 @@ def test_planner_refuses_a_signing_key_others_can_read(tmp_path):
     )
 
 
-class _Clocked(PlannerDaemon):
-    """A daemon whose cycle only records when it ran and what Slurm "showed"."""
+class FakeTime:
+    """The daemon's clock and wait: time passes only while the daemon waits, and what is
+    scheduled (an Epilog's datagram) happens at its time."""
 
-    def __init__(self, config, completing: list[bool], cycles: int) -> None:
-        super().__init__(config, client=None, store=None, key=b"k" * 32)
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.events: list[tuple[float, object]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def at(self, t: float, fn) -> None:
+        self.events.append((t, fn))
+        self.events.sort(key=lambda e: e[0])
+
+    def wait(self, event, timeout: float) -> bool:
+        end = self.now + timeout
+        while not event.is_set():
+            if not self.events or self.events[0][0] > end:
+                self.now = end
+                return False
+            t, fn = self.events.pop(0)
+            self.now = max(self.now, t)
+            fn()
+        return True
+
+
+class _Clocked(PlannerDaemon):
+    """A daemon whose cycle only records when it ran (fake time) and what Slurm "showed"."""
+
+    def __init__(self, config, completing: list[bool], cycles: int, fake: FakeTime) -> None:
+        super().__init__(
+            config, client=None, store=None, key=b"k" * 32, clock=fake.clock, wait=fake.wait
+        )
         self.shown = completing
         self.times: list[float] = []
         self.limit = cycles
 
     def run_cycle(self):
-        self.times.append(time.monotonic())
+        self.times.append(self.clock())
         self.completing = self.shown.pop(0) if self.shown else False
         if len(self.times) >= self.limit:
             self.stop.set()
@@ -336,27 +368,22 @@ class _Clocked(PlannerDaemon):
 
 @pytest.mark.parametrize("completing", [True, False])
 def test_a_notification_while_a_job_completes_brings_quick_follow_up_cycles(tmp_path, completing):
-    import threading
-
     from slurm_mig.config import load_config
     from slurm_mig.slurm.daemon import FOLLOW_UP, FOLLOW_UPS
 
     cfg = write_config(tmp_path, {"g1": ["A100-40GB"]}, cycle=2.0, metrics="")
     cycles = FOLLOW_UPS + 3 if completing else 3
-    daemon = _Clocked(load_config(cfg), [completing] * 10, cycles)
-    t = threading.Thread(target=daemon.run)
-    t.start()
-    time.sleep(0.3)
-    daemon.wake.set()  # an Epilog's datagram
-    t.join(timeout=10)
-    gaps = [b - a for a, b in zip(daemon.times, daemon.times[1:])]
-    assert gaps[0] >= 0.25  # the first cycle waited for the wake
+    fake = FakeTime()
+    daemon = _Clocked(load_config(cfg), [completing] * 10, cycles, fake)
+    fake.at(fake.now + 0.3, daemon.wake.set)  # an Epilog's datagram
+    assert daemon.run() == 0
+    gaps = [round(b - a, 6) for a, b in zip(daemon.times, daemon.times[1:])]
+    assert gaps[0] == pytest.approx(0.3 + MIN_GAP)  # the first cycle waited for the wake
     if completing:  # then FOLLOW_UPS quick looks, then the timer again
-        assert all(FOLLOW_UP <= g < FOLLOW_UP + 0.5 for g in gaps[1 : 1 + FOLLOW_UPS]), gaps
-        assert gaps[1 + FOLLOW_UPS] >= 2.0 - 0.1, gaps
+        assert gaps[1 : 1 + FOLLOW_UPS] == [pytest.approx(FOLLOW_UP + MIN_GAP)] * FOLLOW_UPS
+        assert gaps[1 + FOLLOW_UPS] == pytest.approx(2.0 + MIN_GAP), gaps
     else:  # nothing completing: the cycle timer alone
-        assert gaps[1] >= 2.0 - 0.1, gaps
-    assert not t.is_alive()
+        assert gaps[1:] == [pytest.approx(2.0 + MIN_GAP)], gaps
 
 
 # ---------------------------------------------------------------------------
@@ -804,22 +831,72 @@ class _Cut(_Clocked):
 
 
 def test_a_cut_cycle_is_followed_at_once_not_after_the_cycle_time(tmp_path):
-    import threading
-
     from slurm_mig.config import load_config
 
     cfg = write_config(tmp_path, {"g1": ["A100-40GB"]}, cycle=5.0, metrics="")
-    daemon = _Cut(load_config(cfg), [], 4)
-    t = threading.Thread(target=daemon.run)
-    t.start()
-    t.join(timeout=4)
-    assert len(daemon.times) >= 3, "cut cycles wait for nothing"
+    fake = FakeTime()
+    daemon = _Cut(load_config(cfg), [], 4, fake)
+    assert daemon.run() == 0
     gaps = [b - a for a, b in zip(daemon.times, daemon.times[1:])]
-    assert all(g < 1.0 for g in gaps[:2]), gaps
-    daemon.stop.set()
-    daemon.wake.set()
-    t.join(timeout=10)
-    assert not t.is_alive()
+    assert gaps == [0.0, 0.0, pytest.approx(5.0 + MIN_GAP)], "cut cycles wait for nothing"
+
+
+class _NoFiles:
+    """squeue that fails as a process out of descriptors does, then recovers."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+
+    def jobs(self, partition=None):
+        if self.failures:
+            self.failures -= 1
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return []
+
+    def nodes(self, partition=None):
+        return [node("g1")]
+
+
+@pytest.mark.parametrize("where", ["squeue", "after planning"])
+def test_a_cycle_out_of_descriptors_fails_alone_and_the_next_one_runs(tmp_path, caplog, where):
+    from slurm_mig.config import load_config
+
+    cfg = write_config(tmp_path, {"g1": ["A100-40GB"]}, cycle=1.0, metrics="")
+    fake = FakeTime()
+    client = _NoFiles(1 if where == "squeue" else 0)
+    daemon = PlannerDaemon(
+        load_config(cfg), client, None, b"k" * 32, clock=fake.clock, wait=fake.wait
+    )
+    reports = []
+    run_cycle, write_public = daemon.run_cycle, daemon._write_public
+
+    def counted():
+        try:
+            reports.append(run_cycle())
+        finally:
+            if daemon.cycles >= 2:
+                daemon.stop.set()
+        return reports[-1]
+
+    def public(report):
+        if daemon.cycles == 1:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        write_public(report)
+
+    daemon.run_cycle = counted
+    if where == "after planning":
+        daemon._write_public = public
+    caplog.set_level(logging.INFO, logger="slurm_mig.planner")
+    assert daemon.run() == 0  # it did not exit with the error
+    assert daemon.cycles == 2 and fake.now == pytest.approx(1001.0 + MIN_GAP)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is None
+    line = errors[0].getMessage()
+    assert "cycle 1 failed: Too many open files (EMFILE)" in line and "LimitNOFILE" in line
+    assert "\n" not in line
+    assert reports[-1].error is None  # the next cycle ran through
+    status = json.loads((tmp_path / "state" / STATUS_FILE).read_text())
+    assert status["cycle"] == 2 and status["error"] is None
 
 
 def test_a_failed_hold_keeps_this_cycles_releases_back():

@@ -14,13 +14,14 @@ import random
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import open_tmp_dir
+from support import FakeClock, open_tmp_dir
 from test_hooks import (
     EPILOG,
     NODE,
@@ -35,6 +36,7 @@ from test_hooks import (
 )
 
 from slurm_mig.geometry import Placement, can_coexist, get_model
+from slurm_mig.slurm import nodestate
 from slurm_mig.slurm.assignment import (
     MAX_TOKEN_CHARS,
     AssignmentError,
@@ -49,7 +51,7 @@ from slurm_mig.slurm.hooks import (
     prolog_main,
     task_prolog_main,
 )
-from slurm_mig.slurm.nodestate import NodeState
+from slurm_mig.slurm.nodestate import JobRecord, NodeState, NodeStateError, Refusal
 
 A100 = get_model("A100-40GB")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, mount, users)")
@@ -251,20 +253,23 @@ def _hold_node_lock(site: Site, seconds: float, lock: str = "lock") -> subproces
 
 
 @pytest.mark.parametrize("lock", HELD_LOCKS)
-def test_a_held_lock_requeues_the_job_in_bounded_time_and_drains_nothing(site, capsys, lock):
+def test_a_held_lock_requeues_the_job_in_bounded_time_and_drains_nothing(
+    site, capsys, lock, monkeypatch
+):
     # A job holding <run_dir>/lock stalled another job's Prolog for 149 s. The locks are
     # root's now (tests/test_nodestate.py); a hook stuck with one costs lock_timeout.
     _slow_config(site, 0.5)
     env = site.env("42", site.comment("42"))
     holder = _hold_node_lock(site, 60, lock)
+    clock = FakeClock(1000.0)
+    monkeypatch.setattr(nodestate, "time", clock)
     try:
-        t0 = time.monotonic()
         rc, out, err = run(prolog_main, env, capsys)
-        waited = time.monotonic() - t0
     finally:
         holder.kill()
         holder.wait()
-    assert rc == 0 and out == [] and 0.5 <= waited < 3
+    waited = clock.now - 1000.0  # the lock is polled, in fake time, until lock_timeout
+    assert rc == 0 and out == [] and 0.5 <= waited <= 0.6 and clock.slept
     r = refusal_of(site)
     assert r.action == "requeue" and "was not free within 0.5 s" in r.reason
     assert site.backend().instances() == [] and site.scontrol_calls() == []
@@ -364,6 +369,172 @@ def test_a_full_disk_in_the_epilog_is_a_warning(site, capsys):
     assert any("destroyed 3g.20gb" in x for x in err)
     assert any("runtime not recorded: cannot write" in x for x in err), err
     assert site.backend().instances() == []
+
+
+def _full_run_dir(site: Site, disk: Path) -> None:
+    """Point the site's run_dir at ``disk`` (a fresh tiny tmpfs), run one job through it
+    (its directories and lock files exist, as on a node in service) and fill it."""
+    text = site.config.read_text().replace(f"{site.tmp}/run/%n", f"{disk}/run/%n")
+    site.config.write_text(text)
+    env = site.env("41", site.comment("41", gpu=1))
+    assert prolog_main(env, clock=lambda: T0 + 1) == 0
+    assert epilog_main(env, clock=lambda: T0 + 2) == 0
+    from test_nodestate import fill_disk
+
+    fill_disk(disk / "filler")
+
+
+@contextmanager
+def _tiny_tmpfs(path: Path):
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+@as_root
+def test_a_full_run_directory_requeues_the_job_and_drains_nothing(site, capsys):
+    # The attack of issue 18 filled the run directory's disk; the next Prolog created its
+    # instance, could not write its record, drained the node and leaked the instance.
+    with _tiny_tmpfs(site.tmp / "disk") as disk:
+        _full_run_dir(site, disk)
+        capsys.readouterr()
+        env = site.env("42", site.comment("42", gpu=1))
+        rc, out, err = run(prolog_main, env, capsys, t=T0 + 10)
+        state = NodeState(disk / "run" / NODE)
+        assert rc == 0 and out == []
+        assert site.scontrol_calls() == [["requeuehold", "42"]]  # no State=DRAIN
+        assert site.backend().instances() == []  # nothing left without a record
+        assert state.job("42") is None and state.jobs() == []
+        assert any("No space left on device" in x and "requeued and held" in x for x in err), err
+        assert any("destroyed it" in x for x in err), err
+        # the Epilog after the requeue finds nothing to do and drains nothing either
+        assert run(epilog_main, env, capsys, t=T0 + 11)[0] == 0
+        assert site.scontrol_calls() == [["requeuehold", "42"]]
+        # room again: the job's next run gets its instance
+        (disk / "filler").unlink()
+        assert run(prolog_main, env, capsys, t=T0 + 20)[0] == 0
+        assert state.job("42") is not None and len(site.backend().instances()) == 1
+
+
+@as_root
+def test_a_disk_filled_through_a_need_file_is_trimmed_and_the_job_runs(site, capsys):
+    # A running job's user fills the run directory through their memory-need file (the
+    # one file they may write there); the next Prolog truncates it and goes on.
+    from test_nodestate import fill_disk
+
+    from slurm_mig.slurm import reports
+
+    with _tiny_tmpfs(site.tmp / "disk") as disk:
+        _full_run_dir(site, disk)
+        (disk / "filler").unlink()
+        run_dir = disk / "run" / NODE
+        reports.make_need_file(run_dir, "40", 4242)
+        fill_disk(reports.need_path(run_dir, "40"))
+        capsys.readouterr()
+        env = site.env("42", site.comment("42", gpu=1))
+        rc, _, err = run(prolog_main, env, capsys, t=T0 + 10)
+        assert rc == 0 and site.scontrol_calls() == [], err
+        assert NodeState(run_dir).job("42") is not None
+        assert any("truncated 1 oversized memory-need file" in x for x in err), err
+        assert reports.need_path(run_dir, "40").stat().st_size == 0
+
+
+@as_root
+@pytest.mark.parametrize("what", ["record", "refusal"])
+def test_no_room_for_the_task_record_undoes_the_prolog(site, capsys, monkeypatch, what):
+    # The job record fitted, the TaskProlog's copy did not: the instance and the record
+    # are both undone (a refusal that cannot be written is a requeue all the same).
+    real = NodeState.put_task
+
+    def put_task(self, item, uid):
+        if isinstance(item, JobRecord if what == "record" else Refusal):
+            raise NodeStateError("cannot write task/42.json: No space left on device", 28)
+        return real(self, item, uid)
+
+    monkeypatch.setattr(NodeState, "put_task", put_task)
+    comment = site.comment("42", gpu=1) if what == "record" else "mig:key=x"
+    rc, _, err = run(prolog_main, site.env("42", comment), capsys)
+    assert rc == 0 and site.scontrol_calls() == [["requeuehold", "42"]], err
+    assert site.backend().instances() == [] and site.state.jobs() == []
+
+
+@as_root
+def test_a_read_only_run_directory_is_still_a_node_fault(site, capsys, monkeypatch):
+    # Only a full, over-quota or failing disk is the job's to retry; a read-only file
+    # system (an admin's mistake) drains the node as before.
+    def put_job(self, rec):
+        raise NodeStateError("cannot write jobs/42.json: Read-only file system", 30)
+
+    monkeypatch.setattr(NodeState, "put_job", put_job)
+    rc, _, _ = run(prolog_main, site.env("42", site.comment("42", gpu=1)), capsys)
+    assert rc == 1
+    [call] = site.scontrol_calls()
+    assert call[:3] == ["update", f"NodeName={NODE}", "State=DRAIN"]
+    assert site.backend().instances() == []
+
+
+@as_root
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="no /usr/bin/python3")
+def test_the_jobs_user_can_read_its_task_record_but_not_grow_or_keep_it():
+    # The attack: the user owned its task record, made it writable, appended megabytes
+    # and kept the space after the job with a hard link. Now the record is root's, the
+    # user reads it by an ACL entry and can neither change its mode nor write it.
+    with open_tmp_dir() as tmp:
+        s = make_site(tmp)
+        s.config.chmod(0o644)
+        env = s.env("42", s.comment("42", issued=time.time()), SLURM_JOB_UID="4242")
+        assert _exe(PROLOG, env).returncode == 0
+        task = s.run_dir / "task" / "42.json"
+        st = task.stat()
+        assert (st.st_uid, st.st_gid) == (0, 0) and (st.st_mode & 0o7777) == 0o440
+        drop = tmp / "drop"  # a directory the user may write, on the same file system
+        drop.mkdir(mode=0o1777)
+        drop.chmod(0o1777)
+        probe = (
+            "import errno, os, sys\n"
+            "path, drop = sys.argv[1], sys.argv[2]\n"
+            "def attempt(name, op):\n"
+            "    try:\n"
+            "        op()\n"
+            "        print(name, 'ok')\n"
+            "    except OSError as exc:\n"
+            "        print(name, errno.errorcode[exc.errno])\n"
+            "attempt('read', lambda: open(path).read())\n"
+            "attempt('chmod', lambda: os.chmod(path, 0o600))\n"
+            "attempt('append', lambda: open(path, 'a').write('x' * 4096))\n"
+            "attempt('link', lambda: os.link(path, os.path.join(drop, 'kept')))\n"
+        )
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", probe, str(task), str(drop)],
+            capture_output=True,
+            text=True,
+            user=4242,
+            group=4242,
+            extra_groups=[],
+            cwd="/",
+            timeout=60,
+        )
+        got = dict(line.split() for line in done.stdout.splitlines())
+        assert (got["read"], got["chmod"], got["append"]) == ("ok", "EPERM", "EACCES"), done
+        # fs.protected_hardlinks (every distribution's default) refuses the link; where
+        # it is off, the link keeps a few hundred bytes the user cannot grow
+        assert got["link"] in ("EPERM", "ok")
+        assert task.stat().st_size == st.st_size
+        theirs = subprocess.run(  # another user, same group ids: nothing
+            ["/usr/bin/python3", "-c", f"open({str(task)!r}).read()"],
+            capture_output=True,
+            user=4343,
+            group=4242,
+            extra_groups=[],
+            cwd="/",
+            timeout=60,
+        )
+        assert theirs.returncode != 0 and b"PermissionError" in theirs.stderr
+        assert _exe(EPILOG, env).returncode == 0 and not task.exists()
 
 
 @pytest.mark.parametrize(

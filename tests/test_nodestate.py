@@ -11,10 +11,9 @@ import os
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
-from support import open_tmp_dir
+from support import FakeClock, open_tmp_dir
 
 from slurm_mig.geometry import Placement
 from slurm_mig.slurm import nodestate
@@ -101,7 +100,11 @@ def test_the_task_record_belongs_to_the_jobs_user_alone(tmp_path):
     state.put_task(REC, uid=OTHER_UID)
     state.put_task(Refusal("43", "requeue", "slices in use"), uid=OTHER_UID + 1)
     st = os.stat(tmp_path / "run" / "task" / "42.json")
-    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (OTHER_UID, 0, 0o400)
+    # root's, so the user can neither make it writable nor keep it with a hard link; the
+    # user reads it by an ACL entry (the group bits show the ACL mask, r)
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o440)
+    acl = os.getxattr(tmp_path / "run" / "task" / "42.json", "system.posix_acl_access")
+    assert OTHER_UID.to_bytes(4, "little") in acl  # an ACL_USER entry for the job's user
     assert state.task("42") == REC
     assert state.task("43") == Refusal("43", "requeue", "slices in use")
     assert state.remove_task("42") and state.task("42") is None
@@ -287,20 +290,20 @@ def test_lock_is_exclusive_across_processes(tmp_path):
     assert after.stdout.strip() == "free"
 
 
-def _hold_lock(path, seconds: float) -> subprocess.Popen:
-    """Another process (a stuck hook) holding the lock for ``seconds``."""
+def _hold_lock(path) -> subprocess.Popen:
+    """Another process (a stuck hook) holding the lock until its stdin is closed."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import fcntl, os, sys, time\n"
+            "import fcntl, os, sys\n"
             "fd = os.open(sys.argv[1], os.O_RDWR)\n"
             "fcntl.flock(fd, fcntl.LOCK_EX)\n"
             "print('locked', flush=True)\n"
-            "time.sleep(float(sys.argv[2]))\n",
+            "sys.stdin.read()\n",
             str(path),
-            str(seconds),
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -308,32 +311,46 @@ def _hold_lock(path, seconds: float) -> subprocess.Popen:
     return holder
 
 
-def test_lock_waits_for_the_holder(tmp_path):
+def _let_go(holder: subprocess.Popen) -> None:
+    holder.stdin.close()
+    holder.wait(timeout=30)  # its exit releases the flock
+
+
+def test_lock_waits_for_the_holder(tmp_path, monkeypatch):
     state = NodeState(tmp_path)
     with state.lock():  # creates the lock file
         pass
-    holder = _hold_lock(tmp_path / "private" / "lock", 0.5)
-    t0 = time.monotonic()
-    with state.lock(timeout=10):
-        waited = time.monotonic() - t0
-    holder.wait()
-    assert waited >= 0.3
-
-
-def test_lock_wait_is_bounded(tmp_path):
-    state = NodeState(tmp_path)
-    with state.lock():
-        pass
-    holder = _hold_lock(tmp_path / "private" / "lock", 30)
+    holder = _hold_lock(tmp_path / "private" / "lock")
+    # the lock's clock: each poll takes no time; the holder lets go during the third
+    clock = FakeClock(on_sleep=lambda c: len(c.slept) == 3 and _let_go(holder))
+    monkeypatch.setattr(nodestate, "time", clock)
     try:
-        t0 = time.monotonic()
-        with pytest.raises(LockBusyError, match=r"not free within 0\.5 s .*lock_timeout"):
-            with state.lock(timeout=0.5):
-                pass
-        assert 0.5 <= time.monotonic() - t0 < 3
+        with state.lock(timeout=10, poll=0.02):
+            waited = clock.now
     finally:
         holder.kill()
         holder.wait()
+    assert clock.slept == [0.02, 0.02, 0.02]  # tried while it was held, took it at once after
+    assert waited == pytest.approx(0.06)
+
+
+def test_lock_wait_is_bounded(tmp_path, monkeypatch):
+    state = NodeState(tmp_path)
+    with state.lock():
+        pass
+    holder = _hold_lock(tmp_path / "private" / "lock")  # never lets go
+    clock = FakeClock(on_sleep=lambda c: c.now < 60 or pytest.fail("the wait never ends"))
+    monkeypatch.setattr(nodestate, "time", clock)
+    try:
+        with pytest.raises(LockBusyError, match=r"not free within 0\.5 s .*lock_timeout"):
+            with state.lock(timeout=0.5, poll=0.02):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    # gave up at the first try past the timeout, having polled all along
+    assert 0.5 <= clock.now <= 0.5 + 0.02 + 1e-9
+    assert set(clock.slept) == {0.02}
 
 
 @as_root

@@ -16,7 +16,12 @@ import pytest
 
 from slurm_mig.geometry import GIB, get_model
 from slurm_mig.profiles import (
+    HINT_FLOOR,
+    MAX_KEY,
+    MAX_OWNER,
+    PRIOR,
     SCHEMA_VERSION,
+    GuardedStore,
     RuntimeStore,
     StoreError,
     estimate_for_job,
@@ -284,10 +289,16 @@ def kw(**over):
     return base
 
 
-def test_learned_runs_beat_the_hint_and_the_time_limit(store):
-    store.record("k", "A100-40GB", 1, 70.0, "1", 0, 1.0)
-    store.record("k", "H100-80GB", 1, 7.0, "2", 0, 1.0)  # another model does not count
-    times = estimate_for_job(store, "k", A100, **kw(hint_seconds=500.0, time_limit=900.0))
+def test_the_owners_runs_beat_the_hint_and_the_time_limit(store):
+    store.record("k", "A100-40GB", 1, 70.0, "1", 0, 1.0, owner="alice")
+    store.record("k", "H100-80GB", 1, 7.0, "2", 0, 1.0, owner="alice")  # another model
+    # within [hint / 4, hint] = [50 / s, 200 / s]: the learned runs as they are
+    times = estimate_for_job(
+        store, "k", A100, owner="alice", **kw(hint_seconds=200.0, time_limit=900.0)
+    )
+    assert times == approx({1: 70.0, 2: 35.0, 3: 70 / 3, 4: 17.5, 7: 10.0})
+    # without a hint only the time limit bounds them
+    times = estimate_for_job(store, "k", A100, owner="alice", **kw(time_limit=900.0))
     assert times == approx({1: 70.0, 2: 35.0, 3: 70 / 3, 4: 17.5, 7: 10.0})
 
 
@@ -303,8 +314,10 @@ def test_then_the_hint_then_the_time_limit_then_the_default(store):
 
 
 def test_learned_memory_need_raises_the_hint(store):
-    store.record_memory("big", 15 * GIB, "1")
-    times = estimate_for_job(store, "big", A100, **kw(min_memory=GIB, hint_seconds=300.0))
+    store.record_memory("big", 15 * GIB, "1", owner="alice")
+    times = estimate_for_job(
+        store, "big", A100, owner="alice", **kw(min_memory=GIB, hint_seconds=300.0)
+    )
     assert times[1] == times[2] == math.inf
     assert times[3] == 300.0  # the hint is the runtime on the smallest size that fits
 
@@ -318,3 +331,151 @@ def test_sizes_over_the_time_limit_become_impossible(store):
     store.record("slow", "A100-40GB", 7, 500.0, "1", 0, 1.0)
     times = estimate_for_job(store, "slow", A100, **kw(time_limit=100.0))
     assert times[7] == 500.0 and times[1] == approx(3500.0)
+
+
+# ---------------------------------------------------------------------------
+# Whose runs count: per owner, bounded by the job's own hint, the old records a prior
+
+
+def test_runs_and_memory_needs_are_kept_apart_by_owner(store):
+    store.record("resnet50", "A100-40GB", 1, 1.0, "1", 0, 1.0, owner="mallory")
+    store.record("resnet50", "A100-40GB", 1, 500.0, "2", 0, 2.0, owner="alice")
+    store.record("resnet50", "A100-40GB", 1, 300.0, "3", 0, 3.0)  # the prior
+    store.record_memory("resnet50", 40 * GIB, "1", owner="mallory")
+    store.record_memory("resnet50", 4 * GIB, "2", owner="alice")
+    assert store.observations("resnet50", "A100-40GB", "alice") == {1: [500.0]}
+    assert store.observations("resnet50", "A100-40GB", "mallory") == {1: [1.0]}
+    assert store.observations("resnet50", "A100-40GB", PRIOR) == {1: [300.0]}
+    assert store.observations("resnet50", "A100-40GB", "bob") == {}
+    assert store.observations("resnet50", "A100-40GB") == {1: [1.0, 500.0, 300.0]}  # everyone's
+    assert store.memory_need("resnet50", "alice") == 4 * GIB
+    assert store.memory_need("resnet50", "bob") is None
+    assert store.memory_need("resnet50") == 40 * GIB
+
+
+@pytest.mark.parametrize(
+    "key, owner, fragment",
+    [
+        ("k" * (MAX_KEY + 1), "alice", "key"),
+        ("resnet50\nplanner: job 9 released", "alice", "key"),
+        ("\x1b]0;owned\x07", "alice", "key"),
+        ("k", "a" * (MAX_OWNER + 1), "owner"),
+        ("k", "alice\nbob", "owner"),
+        ("k", None, "owner"),
+    ],
+)
+def test_kinds_and_owners_are_bounded_and_printable(store, key, owner, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        store.record(key, "A100-40GB", 1, 1.0, "1", 0, 1.0, owner=owner)
+    with pytest.raises(ValueError, match=fragment):
+        store.record_memory(key, GIB, "1", owner=owner)
+    assert store.observations("k", "A100-40GB") == {}
+
+
+def test_another_users_instant_runs_do_not_shorten_a_job(store):
+    """The attack of issue 18 hole 5: mallory's three instant resnet50 jobs made alice's
+    resnet50 job, whose own hint said time=600, plan as 1.0 s."""
+    for i in range(3):
+        store.record("resnet50", "A100-40GB", 7, 1.0, f"m{i}", 0, float(i), owner="mallory")
+        store.record_memory("resnet50", 30 * GIB, f"m{i}", owner="mallory")
+    hinted = estimate_for_job(store, "resnet50", A100, owner="alice", **kw(hint_seconds=600.0))
+    alone = estimate_for_job(None, None, A100, **kw(hint_seconds=600.0))
+    assert hinted == alone and hinted[1] == 600.0  # nor made to need the whole GPU
+    # without a hint: the time limit, not mallory's runs
+    limited = estimate_for_job(store, "resnet50", A100, owner="alice", **kw(time_limit=900.0))
+    assert limited[1] == 900.0
+    # mallory's own next resnet50 job does learn from her runs
+    assert estimate_for_job(store, "resnet50", A100, owner="mallory", **kw())[7] == 1.0
+
+
+def test_the_owners_runs_stay_within_a_quarter_of_the_hint_and_the_hint(store):
+    # serial fraction 0: the hint's curve is 600 / s, its floor 150 / s
+    for i in range(3):
+        store.record("fast", "A100-40GB", 1, 1.0, f"f{i}", 0, float(i), owner="alice")
+        store.record("slow", "A100-40GB", 1, 5000.0, f"s{i}", 0, float(i), owner="alice")
+    fast = estimate_for_job(store, "fast", A100, owner="alice", **kw(hint_seconds=600.0))
+    assert fast == approx({s: 600.0 / HINT_FLOOR / s for s in (1, 2, 3, 4, 7)})
+    slow = estimate_for_job(store, "slow", A100, owner="alice", **kw(hint_seconds=600.0))
+    assert slow == approx({s: 600.0 / s for s in (1, 2, 3, 4, 7)})
+    # 15 GiB: runs on sizes too small for the job do not count, the bound keeps each inf
+    store.record("fast", "A100-40GB", 7, 1.0, "f7", 0, 9.0, owner="alice")
+    big = estimate_for_job(
+        store, "fast", A100, owner="alice", **kw(hint_seconds=600.0, min_memory=15 * GIB)
+    )
+    assert big[1] == big[2] == math.inf  # the hint's 600 s are on 3g, the smallest that fits
+    assert big[7] == approx(600.0 * 3 / 7 / HINT_FLOOR) and big[3] == approx(150.0)
+
+
+def test_old_records_are_a_prior_that_never_shortens_a_hinted_job(store):
+    store.record("bert", "A100-40GB", 1, 2.0, "1", 0, 1.0)  # no owner: the prior
+    store.record_memory("bert", 30 * GIB, "1")
+    # no runs of her own, no hint: the prior is all there is (30 GiB: 7g only)
+    prior = estimate_for_job(store, "bert", A100, owner="alice", **kw())
+    assert prior[4] == math.inf and prior[7] == 1000.0
+    assert estimate_for_job(store, "bert", A100, owner="alice", **kw(min_memory=GIB))[1] == 2.0
+    # a hint wins over the prior, for the runtime and for the memory need
+    hinted = estimate_for_job(
+        store, "bert", A100, owner="alice", **kw(hint_seconds=600.0, min_memory=GIB)
+    )
+    assert hinted[1] == 600.0
+    # the owner's own runs win over the prior's, her own memory need over its
+    store.record("bert", "A100-40GB", 1, 400.0, "2", 0, 2.0, owner="alice")
+    store.record_memory("bert", GIB, "2", owner="alice")
+    assert estimate_for_job(store, "bert", A100, owner="alice", **kw())[1] == 400.0
+    # an unknown owner reads the prior only
+    assert estimate_for_job(store, "bert", A100, owner=PRIOR, **kw(min_memory=GIB))[1] == 2.0
+    # a caller that knows no owners (a daemon of before): everyone's, as before
+    legacy = estimate_for_job(store, "bert", A100, **kw())
+    assert legacy[4] == math.inf and legacy[7] == 1000.0  # the prior's 30 GiB need
+
+
+V2_SCHEMA = """
+CREATE TABLE runtimes (job_id TEXT NOT NULL, restart INTEGER NOT NULL, key TEXT NOT NULL,
+    model TEXT NOT NULL, size INTEGER NOT NULL, seconds REAL NOT NULL,
+    finished REAL NOT NULL, PRIMARY KEY (job_id, restart));
+CREATE INDEX runtimes_by_kind ON runtimes (key, model, size);
+CREATE TABLE memory (key TEXT NOT NULL, job_id TEXT NOT NULL, need_bytes INTEGER NOT NULL,
+    recorded REAL NOT NULL, PRIMARY KEY (key, job_id));
+CREATE TABLE pcie (key TEXT NOT NULL, model TEXT NOT NULL, job_id TEXT NOT NULL,
+    gbps REAL NOT NULL, recorded REAL NOT NULL, PRIMARY KEY (key, model, job_id));
+CREATE TABLE pcie_alpha (key TEXT NOT NULL, model TEXT NOT NULL, alpha REAL NOT NULL,
+    stderr REAL, r2 REAL, runs INTEGER, recorded REAL NOT NULL, PRIMARY KEY (key, model));
+INSERT INTO runtimes VALUES ('resnet50', 'A100-40GB', 7, 1.0, 5.0)
+"""
+
+
+def test_a_store_of_schema_2_keeps_its_runs_as_the_prior(tmp_path):
+    path = tmp_path / "profiles.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(
+        V2_SCHEMA.replace("VALUES ('resnet50'", "VALUES ('41', 0, 'resnet50'")
+        + ";INSERT INTO memory VALUES ('resnet50', '41', 1073741824, 5.0);PRAGMA user_version = 2;"
+    )
+    db.close()
+    store = RuntimeStore(path)
+    assert store.observations("resnet50", "A100-40GB", PRIOR) == {7: [1.0]}
+    assert store.observations("resnet50", "A100-40GB", "alice") == {}
+    assert store.memory_need("resnet50", PRIOR) == GIB
+    assert store.memory_need("resnet50", "alice") is None
+    assert store.record("resnet50", "A100-40GB", 7, 90.0, "42", 0, 6.0, owner="alice")
+    assert store.observations("resnet50", "A100-40GB", "alice") == {7: [90.0]}
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    finally:
+        db.close()
+    # an old record never shortens a hinted job of anyone
+    times = estimate_for_job(store, "resnet50", A100, owner="bob", **kw(hint_seconds=600.0))
+    assert times[1] == 600.0
+
+
+def test_the_daemons_store_adds_no_run_without_an_owner_to_the_prior(store):
+    guarded = GuardedStore(store)
+    assert guarded.record("k", "A100-40GB", 1, 1.0, "2", 0, 1.0, owner=PRIOR) is False
+    assert store.observations("k", "A100-40GB") == {}
+    assert guarded.record("k", "A100-40GB", 1, 5.0, "3", 0, 1.0, owner="alice") is True
+    assert guarded.observations("k", "A100-40GB", "alice") == {1: [5.0]}
+    assert guarded.observations("k", "A100-40GB", PRIOR) == {}
+    # a caller that knows no owners (a daemon of before) stores as it did: the prior
+    assert guarded.record("k", "A100-40GB", 1, 7.0, "4", 0, 1.0) is True
+    assert guarded.observations("k", "A100-40GB", PRIOR) == {1: [7.0]}

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from support import open_tmp_dir
 
 from slurm_mig.profiles import RuntimeStore
 from slurm_mig.slurm import receiver as receiver_module
@@ -161,7 +162,8 @@ def test_the_spool_is_bounded_and_drops_the_oldest_with_a_line(tmp_path, monkeyp
     box = Spool(tmp_path, warn=said.append)
     for job in range(8):
         box.put(f"run.{job}.0", run_line(str(job)))
-        time.sleep(0.002)
+        stamp = (job + 1) * 10**9  # a second apart: "oldest" whatever the clock's grain
+        os.utime(box.dir / f"run.{job}.0", ns=(stamp, stamp))
     assert [p.name for p in box.pending()] == [f"run.{j}.0" for j in range(3, 8)]
     assert len(said) == 3 and "dropped the 1 oldest" in said[0]
 
@@ -361,13 +363,79 @@ def test_the_need_file_is_read_as_untrusted_input(tmp_path):
         path.write_text(text)
         got, problem = reports.read_need(path, uid, 40 << 30, "other" if "12}" in text else None)
         assert got is None and why in problem, (text, problem)
-    assert "not the job user's" in reports.read_need(path, uid + 1, 40 << 30, None)[1]
+    if os.geteuid() == 0:  # a file of a third user (not the hooks', not the job's)
+        os.chown(path, 4343, 4343)
+        assert "not the job user's" in reports.read_need(path, 4242, 40 << 30, None)[1]
     path.unlink()
     target = tmp_path / "secret"
     target.write_text('{"key": "resnet", "need": 12}')
     path.symlink_to(target)
     got, problem = reports.read_need(path, uid, 40 << 30, None)
     assert got is None and "not read" in problem  # O_NOFOLLOW
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
+    reason="needs root and /usr/bin/python3 to run a process as another user",
+)
+def test_the_need_file_is_writable_by_its_user_but_not_theirs_to_keep(tmp_path):
+    # The need file was the user's (0600): like the task record, they could fill the run
+    # directory's disk through it and keep the space with a hard link after the job.
+    with open_tmp_dir() as tmp:
+        run_dir = tmp / "run"
+        (run_dir / "task").mkdir(parents=True, mode=0o711)
+        (run_dir / "task").chmod(0o711)
+        (tmp / "drop").mkdir(mode=0o1777)
+        (tmp / "drop").chmod(0o1777)
+        path = reports.need_path(run_dir, "7")
+        reports.make_need_file(run_dir, "7", 4242)
+        st = path.stat()
+        assert (st.st_uid, st.st_gid) == (0, 0)
+        probe = (
+            "import errno, os, sys\n"
+            "path, drop = sys.argv[1], sys.argv[2]\n"
+            "def write():  # as reports.write_need does it\n"
+            "    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK)\n"
+            '    os.write(fd, b\'{"key": "resnet", "need": 9663676416}\\n\')\n'
+            "    os.close(fd)\n"
+            "def attempt(name, op):\n"
+            "    try:\n"
+            "        op()\n"
+            "        print(name, 'ok')\n"
+            "    except OSError as exc:\n"
+            "        print(name, errno.errorcode[exc.errno])\n"
+            "attempt('write', write)\n"
+            "attempt('read', lambda: open(path).read())\n"
+            "attempt('chmod', lambda: os.chmod(path, 0o666))\n"
+            "attempt('link', lambda: os.link(path, os.path.join(drop, 'kept')))\n"
+        )
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", probe, str(path), str(tmp / "drop")],
+            capture_output=True,
+            text=True,
+            user=4242,
+            group=4242,
+            extra_groups=[],
+            cwd="/",
+            timeout=60,
+        )
+        got = dict(line.split() for line in done.stdout.splitlines())
+        assert got == {"write": "ok", "read": "EACCES", "chmod": "EPERM", "link": "EPERM"}, done
+        need, problem = reports.read_need(path, 4242, 40 << 30, "resnet")
+        assert problem is None and need == {"key": "resnet", "need": 9 << 30}
+
+
+def test_oversized_need_files_are_trimmed_and_others_left(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "task").mkdir(parents=True)
+    big, small = reports.need_path(run_dir, "7"), reports.need_path(run_dir, "8")
+    big.write_bytes(b"x" * (reports.MAX_NEED_FILE + 1))
+    small.write_text('{"key": "a", "need": 1}')
+    (run_dir / "task" / "9.json").write_bytes(b"y" * 4096)  # not a need file
+    assert reports.trim_need_files(run_dir) == 1
+    assert big.stat().st_size == 0 and small.read_text() == '{"key": "a", "need": 1}'
+    assert (run_dir / "task" / "9.json").stat().st_size == 4096
+    assert reports.trim_need_files(tmp_path / "nowhere") == 0
 
 
 def test_a_reported_memory_need_reaches_the_runtime_store(receiver, state):

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..safetext import LogEscaper
 from . import (
     bench,
     bound,
@@ -112,12 +113,27 @@ def _setup_logging(level: int) -> None:
     for handler in list(log.handlers):
         if getattr(handler, "_slurm_mig_cli", False):
             log.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
+    handler.addFilter(LogEscaper())  # a job name's newline or escape is shown, not obeyed
     handler._slurm_mig_cli = True  # type: ignore[attr-defined]
     log.addHandler(handler)
     log.setLevel(level)
     log.propagate = False
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A handler that writes to whatever ``sys.stderr`` is when it emits (a caller that
+    swaps stderr, as tests and embedding programs do, never leaves it a closed stream)."""
+
+    @property  # type: ignore[override]
+    def stream(self):
+        """The current ``sys.stderr``."""
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
 
 
 def _broken_pipe() -> int:

@@ -34,20 +34,23 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import ConfigError, load_config
-    from ..explain import explain
+    from ..explain import NO_SUMMARY, explain
+    from ..safetext import printable
     from ..slurm.client import SlurmClient, SlurmError
     from ..slurm.public import read_public
 
     job_id = args.job.strip()
     if not (0 < len(job_id) <= 64 and all(c.isdigit() or c == "_" for c in job_id)):
         raise ValueError(f"JOB {args.job[:30]!r} is not a Slurm job id; give e.g. 4242")
-    partition, public, cycle = None, None, None
+    partition, public, cycle, no_summary = None, None, None, NO_SUMMARY
     try:
         config = load_config(args.config)
         partition, cycle = config.partition, config.cycle
-        public = read_public(config.public_file) if config.public_file else None
+        if config.public_file:
+            public = read_public(config.public_file)
+            no_summary = f"cannot read the planner's summary {config.public_file}"
     except ConfigError:
-        pass  # squeue alone still says a lot
+        no_summary = "the slurm-mig config cannot be read, nor its [paths] public_file"
     try:
         jobs = SlurmClient().jobs(partition)
     except SlurmError as exc:
@@ -56,12 +59,12 @@ def run(args: argparse.Namespace) -> int:
     if not found:
         where = f" in partition {partition}" if partition else ""
         raise ValueError(f"no job {job_id}{where} in the queue (finished long ago, or not yours?)")
-    got = explain(found[0], public, time.time(), cycle)
+    got = explain(found[0], public, time.time(), cycle, no_summary)
     if args.json:
         print(json.dumps(got, indent=1))
         return 0
-    name = found[0].name
-    print(f"job {job_id}{f' ({name})' if name else ''}: {found[0].state.lower()}")
+    name = printable(found[0].name, 200)
+    print(f"job {job_id}{f' ({name})' if name else ''}: {got['state'].lower()}")
     for line in got["lines"]:
         print(f"  {line}")
     return 0

@@ -8,6 +8,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+from ..safetext import printable
 from .common import Formatter, wrap
 
 
@@ -84,6 +85,11 @@ def _silent(config) -> None:
             )
 
 
+def _cell(value: object) -> object:
+    """A CSV cell: strings with their control characters escaped (`printable`)."""
+    return printable(value) if isinstance(value, str) else value
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..slurm.accounting import report, rows_csv
@@ -99,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
     elif args.csv:
-        print(rows_csv(rows), end="")
+        print(rows_csv([{k: _cell(v) for k, v in r.items()} for r in rows]), end="")
     else:
         if not rows:
             print("no finished runs recorded yet")
@@ -108,8 +114,9 @@ def run(args: argparse.Namespace) -> int:
         head += f"{'SLICE-S':>10} {'GPU-H':>8} {'KWH*':>9}  PROFILES"
         print(head)
         for r in rows:
+            who, model = printable(r[args.by], 64), printable(r["model"], 32)
             print(
-                f"{r[args.by]:<16} {r['model']:<10} {r['runs']:>5} {r['restarts']:>8} "
+                f"{who:<16} {model:<10} {r['runs']:>5} {r['restarts']:>8} "
                 f"{r['seconds']:>10.1f} {r['slice_seconds']:>10.1f} {r['gpu_hours']:>8.4f} "
                 f"{r['energy_kwh']:>9.5f}  {r['profiles']}"
             )

@@ -112,28 +112,33 @@ def _stale(config: Any, updated: float | None, now: float) -> str:
 
 
 def render(view) -> Any:
-    """The rich renderable of a `StatusView`."""
+    """The rich renderable of a `StatusView`. Every piece of text is a `Text` (never
+    markup: a job named ``[link=...]`` shows as such) of printable characters only."""
     from rich import box
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
+    from ..safetext import printable
     from ..statusview import ago as _ago
     from ..statusview import when as _when
+
+    def plain(value: object, style: str = "") -> Text:
+        return Text(printable(value), style=style)
 
     now = view.now
     head = Text.assemble(
         ("slurm-mig status", "bold"),
-        f" · cycle {view.cycle} at {_ago(view.updated, now)} · policy {view.policy or '-'}",
-        f" · next batch {_when(view.next_batch_at, now)}" if view.next_batch_at else "",
+        plain(f" · cycle {view.cycle} at {_ago(view.updated, now)} · policy {view.policy or '-'}"),
+        plain(f" · next batch {_when(view.next_batch_at, now)}") if view.next_batch_at else "",
     )
     parts: list[Any] = [head]
     for problem in view.problems:
-        parts.append(Text(problem, style="bold red" if problem == view.stale else "yellow"))
+        parts.append(plain(problem, "bold red" if problem == view.stale else "yellow"))
     if view.error:
-        parts.append(Text(f"last cycle failed: {view.error}", style="red"))
+        parts.append(plain(f"last cycle failed: {view.error}", "red"))
     for g in view.gpus:
-        title = (
+        title = plain(
             f"{g.node} gpu {g.gpu} · {g.model} · busy {g.busy}/{g.slices} slices · free "
             f"{g.free} · largest free {g.largest_free or 'none'} · fragmentation "
             f"{g.fragmentation:.2f}"
@@ -151,7 +156,7 @@ def render(view) -> Any:
             t.add_column(name, **kw)
         for i in g.instances:
             drift = "-" if i.drift is None else f"{i.drift:+.0f}s"
-            t.add_row(
+            cells = (
                 i.profile,
                 f"{i.placement[0]}:{i.placement[1]}",
                 i.uuid or "-",
@@ -160,6 +165,7 @@ def render(view) -> Any:
                 _ago(i.since, now) if i.since else "-",
                 drift,
             )
+            t.add_row(*(plain(c) for c in cells))
         if not g.instances:
             t.add_row("-", "-", "no instances", "", "", "", "")
         parts.append(t)
@@ -170,7 +176,7 @@ def render(view) -> Any:
         why = r.why
         if not why and r.free_at is not None:
             why = f"slices busy until {time.strftime('%H:%M:%S', time.localtime(r.free_at))}"
-        q.add_row(
+        cells = (
             r.job,
             r.user or "-",
             r.name or "-",
@@ -181,10 +187,18 @@ def render(view) -> Any:
             _when(r.start, now),
             why,
         )
+        q.add_row(*(plain(c) for c in cells))
     if not view.queue:
         q.add_row("-", "", "", "no jobs wait", "", "", "", "", "")
     parts.append(q)
     return Group(*parts)
+
+
+def _console() -> Any:
+    """Where status draws (a test draws into a recording console instead)."""
+    from rich.console import Console
+
+    return Console()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,9 +212,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(view.to_json(), indent=1))
         return code
-    from rich.console import Console
-
-    console = Console()
+    console = _console()
     if not args.watch:
         console.print(render(view))
         return code

@@ -15,7 +15,9 @@ read, so the status file and metrics never go stale for longer.
 The standing plans are the daemon's only state between cycles, and safety does not
 depend on them: killed at any moment and restarted, it plans held jobs again from
 Slurm's view (released jobs keep their records in Slurm). SIGTERM/SIGINT end it
-between slices of writes; SIGHUP starts the next cycle at once.
+between slices of writes; SIGHUP starts the next cycle at once. A cycle that meets an
+OSError (out of descriptors, memory or processes) fails alone, with one log line and a
+hint; the next cycle runs as usual.
 
 After every cycle it writes ``<state_dir>/planner-status.json`` (cycle count, when it
 finished, what it did) for monitoring and tests.
@@ -23,6 +25,7 @@ finished, what it did) for monitoring and tests.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -31,8 +34,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -42,7 +45,6 @@ from .assignment import AssignmentError, load_key, sign
 from .cycle import (
     Action,
     CycleResult,
-    Estimate,
     Hold,
     Learn,
     Note,
@@ -51,6 +53,7 @@ from .cycle import (
     Snapshot,
     plan_cycle,
 )
+from .estimates import Estimator
 from .jobrecord import in_partition, job_phase, parse_admin_comment
 
 log = logging.getLogger("slurm_mig.planner")
@@ -103,105 +106,6 @@ def usable_nodes(
     return out
 
 
-class _CycleStore:
-    """The runtime store's reads, remembered for one cycle (jobs of a kind share them)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self._obs: dict[tuple[str, str], dict[int, list[float]]] = {}
-        self._mem: dict[str, int | None] = {}
-
-    def observations(self, key: str, model: str) -> dict[int, list[float]]:
-        if (key, model) not in self._obs:
-            self._obs[(key, model)] = self.store.observations(key, model)
-        return self._obs[(key, model)]
-
-    def memory_need(self, key: str) -> int | None:
-        if key not in self._mem:
-            self._mem[key] = self.store.memory_need(key)
-        return self._mem[key]
-
-
-@lru_cache(maxsize=1 << 16)
-def _hints_of(comment: str) -> Any:
-    """``parse_hints(comment)``, or the HintError; memoised: a steady cycle reads the
-    same comments again (the hints are immutable)."""
-    from .hints import HintError, parse_hints
-
-    try:
-        return parse_hints(comment)
-    except HintError as exc:
-        return exc
-
-
-class Estimator:
-    """Runtime estimates of jobs (`profiles.estimate_for_job`: learned runtimes of the
-    job's kind, else its ``time=`` hint, else its time limit, else default_runtime)."""
-
-    def __init__(self, config: Any, store: Any) -> None:
-        self.config = config
-        self.store = _CycleStore(store) if store is not None else None
-        self._memo: dict[tuple, Estimate] = {}
-
-    @staticmethod
-    def key_of(job: Any) -> tuple[str, Any]:
-        """The job's kind (hint ``key``, else its name) and its hints (or the HintError)."""
-        hints = _hints_of(job.comment)
-        if isinstance(hints, Exception):
-            return job.name or f"job-{job.job_id}", hints
-        return hints.key or job.name or f"job-{job.job_id}", hints
-
-    def __call__(self, job: Any, models: Iterable[str]) -> Estimate:
-        key, hints = self.key_of(job)
-        if isinstance(hints, Exception):
-            return Estimate(key, problem=" ".join(str(hints).split()))
-        names = tuple(sorted({get_model(m).name for m in models}))
-        memo = (
-            key,
-            names,
-            hints.time,
-            job.time_limit,
-            hints.mem,
-            hints.pcie,
-            hints.alpha,
-            hints.restartable,
-        )
-        if memo not in self._memo:
-            try:
-                self._memo[memo] = self._estimate(job, key, hints, names)
-            except (ValueError, ArithmeticError) as exc:  # one job's data, not the daemon's
-                text = " ".join(str(exc).split()) or type(exc).__name__
-                return Estimate(key, problem=f"cannot estimate its runtime: {text}")
-        return self._memo[memo]
-
-    def _estimate(self, job: Any, key: str, hints: Any, names: tuple[str, ...]) -> Estimate:
-        from ..profiles import estimate_for_job
-
-        times = {
-            name: estimate_for_job(
-                self.store,
-                key,
-                get_model(name),
-                hint_seconds=hints.time,
-                time_limit=job.time_limit,
-                min_memory=hints.mem,
-                default_runtime=self.config.default_runtime,
-                serial_fraction=self.config.serial_fraction,
-            )
-            for name in names
-        }
-        learned = self.store.memory_need(key) if self.store is not None else None
-        mem = max(hints.mem or 0, learned or 0) or None
-        return Estimate(
-            key,
-            times,
-            mem,
-            pcie=hints.pcie or 0.0,
-            alpha=hints.alpha if hints.alpha is not None else 1.0,
-            restartable=bool(hints.restartable),
-        )
-
-
 def build_snapshot(
     config: Any,
     jobs: Sequence[Any],
@@ -210,8 +114,10 @@ def build_snapshot(
     now: float,
     previous_nodes: frozenset[str] | None = None,
     plans: Mapping[str, Any] | None = None,
+    learned: AbstractSet[tuple[str, int]] = frozenset(),
 ) -> Snapshot:
-    """The cycle's input from what squeue and sinfo said and the learned runtimes."""
+    """The cycle's input from what squeue and sinfo said and the learned runtimes;
+    ``learned``: the finished runs the store already holds (no learn action again)."""
     configured = {name: tuple(models) for name, models in config.nodes.items()}
     all_models = sorted({get_model(m).name for ms in configured.values() for m in ms})
     estimator = Estimator(config, store)
@@ -221,8 +127,8 @@ def build_snapshot(
             continue
         if job_phase(job.state) == "pending":
             estimates[job.job_id] = estimator(job, all_models)
-        else:  # running or finished: only the key, to learn its runtime
-            estimates[job.job_id] = Estimate(estimator.key_of(job)[0])
+        else:  # running or finished: only its kind and owner, to learn its runtime
+            estimates[job.job_id] = estimator.identity(job)
     return Snapshot(
         now=now,
         jobs=tuple(jobs),
@@ -237,6 +143,7 @@ def build_snapshot(
         release_ahead=config.release_ahead,
         start_timeout=config.start_timeout,
         plans=plans,
+        learned=frozenset(learned),
     )
 
 
@@ -407,8 +314,11 @@ def _apply_holds(holds: Sequence[Hold], client: Client, report: ApplyReport, fai
                 report.calls += 1
                 client.update_job(h.job_id, Dependency="0")
             except errors as exc:
-                fail(h.job_id, h.describe(), exc)
-                continue
+                # a job Slurm started since squeue was read: its afterany was met and
+                # its hold only set its priority; nothing to clear, nothing failed
+                if "no longer pending" not in str(exc).lower():
+                    fail(h.job_id, h.describe(), exc)
+                    continue
         report.applied += 1
         log.info("%s", h.describe())
 
@@ -568,6 +478,7 @@ def _learn(action: Learn, store: Any, report: ApplyReport) -> None:
             action.job_id,
             action.restart,
             action.finished,
+            owner=action.owner,
         ):
             report.learned += 1
             log.info("%s", action.describe())
@@ -632,6 +543,25 @@ class CycleReport:
         }
 
 
+def _wait_on(event: threading.Event, timeout: float) -> bool:
+    """``event.wait(timeout)``: the daemon's wait in production."""
+    return event.wait(timeout)
+
+
+def _os_hint(exc: OSError) -> str:
+    """What to do about an OSError that failed a cycle."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return (
+            "the planner is out of file descriptors: raise LimitNOFILE in its unit, or see "
+            "what holds them (ls -l /proc/<pid>/fd, ss -tnp); the next cycle tries again"
+        )
+    if exc.errno in (errno.ENOMEM, errno.EAGAIN):
+        return (
+            "cannot start squeue or scontrol (memory or process limit); the next cycle tries again"
+        )
+    return "the next cycle tries again"
+
+
 FOLLOW_UPS = 4  # quick cycles after a notification while a job is still COMPLETING
 FOLLOW_UP = 0.25  # seconds between them
 
@@ -667,6 +597,7 @@ class PlannerDaemon:
         out: TextIO | None = None,
         clock: Callable[[], float] = time.time,
         liveness: Any = None,
+        wait: Callable[[threading.Event, float], bool] | None = None,
     ) -> None:
         from .liveness import StopEvent
 
@@ -677,6 +608,9 @@ class PlannerDaemon:
         self.dry_run = dry_run
         self.out = out or sys.stdout
         self.clock = clock
+        # waits for an event or a timeout, True when it is set: tests pass one that
+        # advances their fake ``clock`` instead of sleeping
+        self.wait = wait or _wait_on
         self.stop = StopEvent()  # also set while the lease is not ours (`liveness`)
         self.wake = threading.Event()
         self.cycles = 0
@@ -712,7 +646,14 @@ class PlannerDaemon:
             self.completing = any(j.state == "COMPLETING" for j in jobs)
             nodes = self.client.nodes()
             snap = build_snapshot(
-                self.config, jobs, nodes, self.store, now, self.previous_nodes, self.plans
+                self.config,
+                jobs,
+                nodes,
+                self.store,
+                now,
+                self.previous_nodes,
+                self.plans,
+                self.stored,
             )
             result = plan_cycle(snap)
         except (SlurmError, StoreError) as exc:
@@ -723,6 +664,8 @@ class PlannerDaemon:
             self.metrics.observe(report)
             self._write_status(report)
             return report
+        except OSError as exc:
+            return self._cycle_failed(exc, started)
         _log_repartitions(self.cycles, result)
         actions = [
             a
@@ -733,6 +676,7 @@ class PlannerDaemon:
             for action in actions:
                 print(action.describe(), file=self.out)
             applied = None
+            done = {(a.job_id, a.restart) for a in actions if isinstance(a, Learn)}
         else:
             assert self.key is not None, "a key is needed to release jobs"
             applied = apply_actions(
@@ -749,8 +693,9 @@ class PlannerDaemon:
             self.previous_nodes = result.nodes
             took = set(applied.released)
             self.plans = {j: a for j, a in result.planned.items() if j not in took}
-            seen = {j.job_id for j in jobs}
-            self.stored = {r for r in self.stored if r[0] in seen} | set(applied.stored)
+            done = set(applied.stored)
+        seen = {j.job_id for j in jobs}  # runs of jobs squeue no longer shows: forgotten
+        self.stored = {r for r in self.stored if r[0] in seen} | done
         report = self._report(started, result, applied, None)
         log.info(
             "cycle %d done in %.2f s: %d actions, %d failed; %d planned, %d released, "
@@ -772,6 +717,19 @@ class PlannerDaemon:
             self._write_status(report)
             self._write_public(report)
             self._gather_accounting()
+        return report
+
+    def _cycle_failed(self, exc: OSError, started: float | None = None) -> CycleReport:
+        """A cycle that an OSError ended (out of descriptors, memory, processes): one log
+        line with the error and a hint, the error in the status; the next cycle runs."""
+        text = f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, 'OSError')})"
+        log.error("cycle %d failed: %s; %s", self.cycles, text, _os_hint(exc))
+        report = self._report(self.clock() if started is None else started, None, None, text)
+        try:
+            self.metrics.observe(report)
+            self._write_status(report)
+        except OSError:
+            pass  # the status waits for a cycle that can write it; logged above
         return report
 
     def _gather_accounting(self) -> None:
@@ -893,7 +851,10 @@ class PlannerDaemon:
                 if getattr(self.liveness, "took_over", False):
                     self.plans = None  # another daemon planned meanwhile: plan again
                     self.liveness.took_over = False
-                report = self.run_cycle()
+                try:
+                    report = self.run_cycle()
+                except OSError as exc:  # EMFILE, ENOMEM...: this cycle fails, not the daemon
+                    report = self._cycle_failed(exc)
                 if self.liveness is not None:
                     self.liveness.cycle_done()
                 if once:
@@ -910,11 +871,11 @@ class PlannerDaemon:
                     # its job COMPLETING, its slices busy; look again shortly
                     timeout = min(timeout, FOLLOW_UP)
                     follow_ups -= 1
-                if self.wake.wait(timeout):
+                if self.wait(self.wake, timeout):
                     follow_ups = FOLLOW_UPS
                 if self.stop.requested():
                     break
-                self.stop.wait(MIN_GAP)  # a burst of notifications: one cycle
+                self.wait(self.stop, MIN_GAP)  # a burst of notifications: one cycle
                 if self.stop.requested():
                     break
         finally:
@@ -938,8 +899,23 @@ class PlannerDaemon:
         address = parse_address(getattr(self.config, "notify", ""))
         if address is None:
             return None
+        if self.key is None:
+            log.warning("no signing key: Epilog notifications are not heard (dry run)")
+            return None
+        refused = getattr(self, "_notify_refused", None)
+        if refused is None:  # once per registry, however often `run` is called
+            from prometheus_client import Counter
+
+            refused = self._notify_refused = Counter(
+                "slurm_mig_planner_notify_refused",
+                "Notification datagrams refused, by reason (forged, stale, replayed, limited...)",
+                ["reason"],
+                registry=self.metrics.registry,
+            )
         try:
-            listener = Listener(address, self.wake.set).start()
+            listener = Listener(
+                address, self.wake.set, self.key, refused=lambda why: refused.labels(why).inc()
+            ).start()
         except OSError as exc:
             log.warning(
                 "cannot listen for Epilog notifications on %s:%d (%s); planning every "
@@ -956,12 +932,16 @@ class PlannerDaemon:
         """The HTTP endpoint on ``[planner] metrics`` (/metrics; the web page too with
         ``[planner] web``), or None (off, or the address cannot be bound)."""
         from ..config import parse_address
-        from .serve import Server
+        from .serve import Cached, Server
 
         address = parse_address(getattr(self.config, "metrics", ""))
         if address is None:
             return None
-        pages = {"/metrics": lambda: (METRICS_TYPE, self.metrics.text())}
+        # at most once a cycle (and a second): many scrapers cost one
+        metrics = Cached(
+            lambda: (METRICS_TYPE, self.metrics.text()), lambda: self.last_report, max_age=1.0
+        )
+        pages = {"/metrics": metrics}
         if getattr(self.config, "web", False):
             from .web import pages as web_pages
 
@@ -1045,13 +1025,28 @@ def run_planner(
 
 
 def _log_to_file(config: Any) -> None:
-    path = getattr(config, "log_file", None)
-    if not path:
-        return
+    """Every record of the planner one printable line on each of its handlers (stderr
+    too: `safetext.LogEscaper`), and ``[paths] log_file`` appended to, created 0600;
+    ConfigError with the fix when that file exists and others may read it."""
+    from ..config import ConfigError
+    from ..safetext import UnsafeLogFile, install_escaper, open_private_log
+
     root = logging.getLogger("slurm_mig")
-    if any(getattr(h, "_slurm_mig_planner", False) for h in root.handlers):
-        return
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s slurm-mig planner: %(message)s"))
-    handler._slurm_mig_planner = True  # type: ignore[attr-defined]
-    root.addHandler(handler)
+    path = getattr(config, "log_file", None)
+    if path and not any(getattr(h, "_slurm_mig_planner", False) for h in root.handlers):
+        where = f"{getattr(config, 'source', None) or '<config>'}: [paths] log_file"
+        try:
+            fd = open_private_log(path)
+        except UnsafeLogFile as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(
+                f"{where}: {path}: cannot open it ({exc.strerror or exc}); fix the path, "
+                'or set log_file = "" to log to stderr only'
+            ) from None
+        stream = open(fd, "a", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s slurm-mig planner: %(message)s"))
+        handler._slurm_mig_planner = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    install_escaper(root.handlers)

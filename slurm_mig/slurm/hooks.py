@@ -10,7 +10,9 @@ the job's GRES record (SLURM_JOB_GPUS, set by the planner, see ``gres``) against
 token and the created instance's GPU-instance id against that record. An Epilog that
 keeps an instance starts a detached `reclaim_main` that destroys it once its wait is
 over, should no later hook come to the node. The only Slurm calls: draining the node on
-a device fault, and ``scontrol requeuehold`` from the TaskProlog.
+a device fault, and ``scontrol requeuehold`` from the TaskProlog, or from a Prolog whose
+run directory is out of room (it undoes what it created: a full disk is not the node's
+fault, and a job's owner must not be able to drain a node).
 
 `prolog`, `task_prolog` and `epilog` decide and return an `Outcome` (exit status, lines
 to print, log lines, a drain reason, a requeue request); the ``*_main`` functions read the
@@ -31,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import Config, ConfigError, load_config
-from ..devices.base import DeviceError, Instance, InstanceNotFound, MigBackend
-from ..devices.migcaps import gi_id_for
+from ..devices.base import DeviceError, Instance, InstanceInUse, InstanceNotFound, MigBackend
+from ..devices.migcaps import gi_id_for, minor
 from ..geometry import GeometryError, Placement, get_model
 from . import comment as comments
 from .assignment import (
@@ -44,7 +46,15 @@ from .assignment import (
     open_token,
     valid_plan_id,
 )
-from .nodestate import JobRecord, KeptInstance, LockBusyError, NodeState, NodeStateError, Refusal
+from .nodestate import (
+    JobRecord,
+    KeptInstance,
+    LockBusyError,
+    NodeState,
+    NodeStateError,
+    Refusal,
+    out_of_room,
+)
 
 if TYPE_CHECKING:
     from .hints import Hints
@@ -136,7 +146,7 @@ class Outcome:
     stdout: list[str] = field(default_factory=list)
     log: list[tuple[int, str]] = field(default_factory=list)  # (syslog priority, text)
     drain: str | None = None  # drain the node with this reason
-    requeue: bool = False  # TaskProlog: scontrol requeuehold the job
+    requeue: bool = False  # scontrol requeuehold the job (TaskProlog; a full-disk Prolog)
     started: bool = False  # Prolog: the job has its instance and will run
     # (event, label, seconds) for the node metrics (`nodemetrics.EVENTS`)
     events: list[tuple[str, str, float]] = field(default_factory=list)
@@ -310,19 +320,55 @@ def prolog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time
     if not in_partition(job, config):
         return _not_ours(job, config)
     out = Outcome()
-    try:
-        models = config.gpu_models(job.node)
-        key = load_key(config.key_file)
-        state = NodeState(config.run_dir_for(job.node), warn=out.warn)
+    for retry in (True, False):
         try:
-            with state.lock(config.lock_timeout, shared=True):
-                _prolog_gated(job, config, models, key, backend, state, clock, out)
-        except LockBusyError as exc:
-            # Per-job files only, no lock needed; the planner plans the job again.
-            _refuse(state, Refusal(job.job_id, "requeue", str(exc)), job, out)
-    except (ConfigError, AssignmentError, NodeStateError) as exc:
-        out.fault(str(exc))
+            _prolog_locked(job, config, backend, clock, out)
+        except NodeStateError as exc:
+            if not out_of_room(exc):
+                out.fault(str(exc))
+            elif not (retry and _trimmed(config.run_dir_for(job.node), out)):
+                _requeue_out_of_room(str(exc), out)
+            else:
+                continue  # what it prepared is undone: once more, with room
+        except (ConfigError, AssignmentError) as exc:
+            out.fault(str(exc))
+        return out
     return out
+
+
+def _prolog_locked(
+    job: JobEnv, config: Config, backend: MigBackend, clock: Clock, out: Outcome
+) -> None:
+    """The prolog under the version gate; a busy gate requeues the job."""
+    models = config.gpu_models(job.node)
+    key = load_key(config.key_file)
+    state = NodeState(config.run_dir_for(job.node), warn=out.warn)
+    try:
+        with state.lock(config.lock_timeout, shared=True):
+            _prolog_gated(job, config, models, key, backend, state, clock, out)
+    except LockBusyError as exc:
+        # Per-job files only, no lock needed; the planner plans the job again.
+        _refuse(state, Refusal(job.job_id, "requeue", str(exc)), job, out)
+
+
+def _trimmed(run_dir: Path, out: Outcome) -> bool:
+    """Truncate the oversized memory-need files of jobs on the node (a user filling the
+    run directory's disk through theirs); True when there were any."""
+    from .reports import trim_need_files  # stdlib only
+
+    count = trim_need_files(run_dir)
+    if count:
+        out.warn(f"the run directory was full: truncated {count} oversized memory-need file(s)")
+    return count > 0
+
+
+def _requeue_out_of_room(text: str, out: Outcome) -> None:
+    """The run directory's disk is full (or over quota, or failing) and what this prolog
+    created is undone: requeue and hold the job for the planner, never drain the node."""
+    out.requeue = True
+    out.started = False
+    out.event("refusal", "requeue")
+    out.warn(f"requeued and held for the planner (nothing prepared is left behind): {text}")
 
 
 def _prolog_gated(
@@ -350,7 +396,8 @@ def _prolog_gated(
         with state.gpu_lock(verdict.gpu, config.lock_timeout):
             placed = _place(verdict, job, state, backend, clock, out, gres=config.gres == "on")
             if isinstance(placed, JobRecord):
-                state.put_job(placed)
+                _undo_unless(lambda: state.put_job(placed), placed, state, backend, out)
+                _undo_unless(lambda: state.put_task(placed, job.uid), placed, state, backend, out)
     except DeviceError as exc:
         if exc.node_fault:
             out.fault(str(exc))
@@ -361,7 +408,6 @@ def _prolog_gated(
     if isinstance(placed, Refusal):
         _refuse(state, placed, job, out)
         return
-    state.put_task(placed, job.uid)
     state.remove_refusal(job.job_id)
     out.started = True
     if job.restart > 0:  # mig-run's forecast and OOM restarts put mem= into the hint
@@ -370,6 +416,23 @@ def _prolog_gated(
     fault = _reclaim_expired(state, backend, clock(), job.job_id, out)
     if fault is not None:
         out.warn(f"could not reclaim an expired kept instance (the epilog will retry): {fault}")
+
+
+def _undo_unless(
+    write: Callable[[], None], rec: JobRecord, state: NodeState, backend: MigBackend, out: Outcome
+) -> None:
+    """``write`` a record of the instance this prolog prepared; when it cannot be written,
+    destroy the instance and drop its job record (removing needs no room) before passing
+    the error on, so no instance is left without a record. Under the instance's GPU
+    lock."""
+    try:
+        write()
+    except NodeStateError as exc:
+        gone = not _destroy(backend, rec.gpu, rec.uuid, rec.job_id, out, rec.profile)
+        state.remove_job(rec.job_id)
+        done = "it was gone already" if gone else "destroyed it"
+        out.warn(f"cannot keep the record of {_describe(rec)}: {exc}; {done}")
+        raise
 
 
 def _reused(job: JobEnv, backend: MigBackend, state: NodeState, now: float, out: Outcome) -> bool:
@@ -696,14 +759,23 @@ def _release(
     end = clock()
     seconds = max(0.0, end - rec.ready)
     ran = f"after {seconds:.1f} s"
-    if rec.keep_for and rec.keep_for not in _moved_on(state):
+    keep = bool(rec.keep_for) and rec.keep_for not in _moved_on(state)
+    if keep:
         until = end + config.reuse_wait
-        state.put_kept(_kept(rec, for_job=rec.keep_for, until=until))
-        out.reclaim_after = config.reuse_wait  # also when no later hook comes to the node
-        out.say(
-            f"kept {_describe(rec)} for job {rec.keep_for} (up to {config.reuse_wait:.0f} s) {ran}"
-        )
-    else:
+        try:
+            state.put_kept(_kept(rec, for_job=rec.keep_for, until=until))
+        except NodeStateError as exc:
+            if not out_of_room(exc):
+                raise
+            out.warn(f"cannot keep {_describe(rec)} for job {rec.keep_for}: {exc}; destroying it")
+            keep = False
+        else:
+            out.reclaim_after = config.reuse_wait  # also when no later hook comes to the node
+            out.say(
+                f"kept {_describe(rec)} for job {rec.keep_for} "
+                f"(up to {config.reuse_wait:.0f} s) {ran}"
+            )
+    if not keep:
         try:
             gone = not _destroy(backend, rec.gpu, rec.uuid, job.job_id, out, rec.profile)
             done = "found gone already" if gone else "destroyed"
@@ -712,11 +784,27 @@ def _release(
             if exc.node_fault:
                 # Keep it on record, expired, so that the next hook on the node retries.
                 state.put_kept(_kept(rec, for_job=None, until=end))
-                out.fault(f"cannot destroy {_describe(rec)}: {exc}")
+                held = f"; {_holders(backend, rec)}" if isinstance(exc, InstanceInUse) else ""
+                out.fault(f"cannot destroy {_describe(rec)}: {exc}{held}")
             else:
                 out.warn(f"cannot destroy {_describe(rec)}, leaving it: {exc}")
     _record_runtime(rec, job, models, end, state, out, freed=clock())
     state.remove_job(rec.job_id)
+
+
+def _holders(backend: MigBackend, rec: JobRecord) -> str:
+    """Who keeps ``rec``'s instance in use after its job ended (processes with its
+    capability nodes open), for the drain reason."""
+    from .holders import describe_holders, find_holders
+
+    try:
+        inst = next((i for i in backend.instances(rec.gpu) if i.uuid == rec.uuid), None)
+    except DeviceError:
+        inst = None
+    if inst is None:
+        return describe_holders([])
+    minors = {minor(rec.gpu, inst.gi_id), minor(rec.gpu, inst.gi_id, inst.ci_id)}
+    return describe_holders(find_holders(minors))
 
 
 def _record_runtime(
@@ -791,16 +879,22 @@ def emit(
     hook: str, job_id: str, node: str, log: list[tuple[int, str]], config: Config | None
 ) -> None:
     """Write each log line, prefixed ``slurm-mig <hook> job <id>:``, to stderr, to the
-    config's log_file when set, and to syslog (all best effort)."""
+    config's log_file when set, and to syslog (all best effort); control characters
+    written as escapes (`safetext.printable`), so no job name or reason starts a line."""
+    from ..safetext import printable
+
     if not log:
         return
-    lines = [(level, f"{hook} job {job_id}: {text}") for level, text in log]
-    for _, line in lines:
-        print(f"slurm-mig {line}", file=sys.stderr)
+    most = 4000  # characters of one line (a reason, an NVML error)
+    lines = [(level, printable(f"{hook} job {job_id}: {text}", most)) for level, text in log]
     if config is not None and config.log_file is not None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        text = "".join(f"{stamp} {node} slurm-mig {line}\n" for _, line in lines)
-        _append_log(config.log_file, text.encode())
+        text = "".join(f"{stamp} {printable(node, 256)} slurm-mig {line}\n" for _, line in lines)
+        problem = _append_log(config.log_file, text.encode("utf-8", "backslashreplace"))
+        if problem:
+            lines.append((WARNING, printable(f"{hook} job {job_id}: {problem}", most)))
+    for _, line in lines:
+        print(f"slurm-mig {line}", file=sys.stderr)
     try:
         import syslog
 
@@ -812,23 +906,26 @@ def emit(
         pass
 
 
-def _append_log(path: Path, data: bytes) -> None:
-    """Append to the hooks' log file, best effort. Only root creates it (0600); a file
-    someone else owns is left alone (the TaskProlog, as the user, writes only where the
-    file lets it)."""
-    root = os.geteuid() == 0
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | (os.O_CREAT if root else 0)
+def _append_log(path: Path, data: bytes) -> str | None:
+    """Append to the hooks' log file, best effort; what kept it from being written when
+    that was the file, not the permissions: root creates it 0600; one that group or
+    others may read or that is not root's is left alone, never a job's failure (the
+    TaskProlog, as the user, writes only where the file lets it)."""
+    from ..safetext import UnsafeLogFile, open_private_log
+
     try:
-        fd = os.open(path, flags, 0o600)
+        fd = open_private_log(path, create=os.geteuid() == 0)
+    except UnsafeLogFile as exc:
+        return f"log file not written: [paths] log_file: {exc}"
     except OSError:
-        return
+        return None
     try:
-        if not root or os.fstat(fd).st_uid == 0:
-            os.write(fd, data)
+        os.write(fd, data)
     except OSError:
         pass
     finally:
         os.close(fd)
+    return None
 
 
 def _run(
@@ -961,7 +1058,12 @@ def _notify(config: Config, job_id: str, event: str, out: Outcome) -> None:
 
     address = parse_address(config.notify)
     if address is not None:
-        failed = send(address, job_id, event)
+        try:  # the daemon hears only signed notifications: no key, no datagram
+            key = load_key(config.key_file)
+        except AssignmentError as exc:
+            out.warn(f"the planner is not notified: {exc}")
+            return
+        failed = send(address, job_id, event, key)
         if failed:
             out.warn(failed)
 

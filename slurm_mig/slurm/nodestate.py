@@ -19,9 +19,12 @@ Layout under ``config.run_dir_for(node)`` (0711, root: users may pass, not list)
   - ``kept/<uuid>.json``: an instance kept after its job for the next one (`KeptInstance`).
   - ``runtimes.jsonl``: one line per finished job (the epilog's log), rotated to
     ``runtimes.jsonl.1`` at `RUNTIMES_MAX_BYTES`; only its tail is ever read.
-- ``task/<job_id>.json`` (0400, owned by the job's user, in a 0711 directory): the
-  TaskProlog's view of its own job (its `JobRecord` or `Refusal`), readable by that
-  user alone.
+- ``task/<job_id>.json`` (root's, 0400 plus a POSIX ACL entry ``user:<uid>:r``, in a
+  0711 directory): the TaskProlog's view of its own job (its `JobRecord` or `Refusal`),
+  readable by that user alone. The user owns nothing here: a file they owned they could
+  make writable, grow until the run directory's disk is full and keep with a hard link
+  after their job. So ``run_dir`` must be on a file system with POSIX ACLs (tmpfs,
+  ext4, xfs: all by default).
 
 Writes are atomic (temporary file + rename), so readers never see half a record; a
 record of GPU N is written only under GPU N's lock, except that an instance changes
@@ -46,7 +49,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..geometry import Placement
-from ..safefs import UnsafePathError, check_file, secure_dir
+from ..safefs import UnsafePathError, check_file, grant_user, secure_dir
 
 ACTIONS = ("fail", "requeue")
 RUNTIMES_MAX_BYTES = 1 << 20  # runtimes.jsonl is rotated beyond this (about 5000 jobs)
@@ -58,7 +61,37 @@ _OLD_LAYOUT = ("jobs", "refused", "kept", "runtimes.jsonl")  # before private/ (
 
 
 class NodeStateError(OSError):
-    """The run directory cannot be created or written; the message names the path."""
+    """The run directory cannot be created or written; the message names the path and
+    ``errno`` says why (None where no system call failed)."""
+
+    def __init__(self, text: str, code: int | None = None) -> None:
+        super().__init__(text)
+        self.errno = code
+
+
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})  # see `out_of_room`
+
+
+def out_of_room(exc: BaseException) -> bool:
+    """True when ``exc`` says the run directory's disk is full, over quota or failing:
+    the prolog undoes what it created and requeues the job instead of draining the node
+    (the disk is shared with the rest of the machine; the node itself is sound)."""
+    return isinstance(exc, OSError) and exc.errno in NO_ROOM
+
+
+def _grant_read(fd: int, path: Path, uid: int) -> None:
+    """Let user ``uid`` read the open file ``fd`` (to be renamed to ``path``) by an ACL
+    entry; NodeStateError naming the fix where the file system has no ACLs."""
+    try:
+        grant_user(fd, uid, 4)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS):
+            raise NodeStateError(
+                f"cannot let job's user {uid} read {path}: the file system of [paths] run_dir "
+                "has no POSIX ACLs; put run_dir on tmpfs, ext4 or xfs (or mount it with acl)",
+                exc.errno,
+            ) from None
+        raise
 
 
 class LockBusyError(RuntimeError):
@@ -226,7 +259,7 @@ class NodeState:
         except FileExistsError:
             pass
         except OSError as exc:
-            raise NodeStateError(f"cannot create {directory}: {exc.strerror}") from None
+            raise NodeStateError(f"cannot create {directory}: {exc.strerror}", exc.errno) from None
 
     # -- locking and raw I/O ---------------------------------------------------------
 
@@ -285,20 +318,25 @@ class NodeState:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _write(self, path: Path, data: dict, mode: int = 0o600, uid: int | None = None) -> None:
+    def _write(self, path: Path, data: dict, mode: int = 0o600, reader: int | None = None) -> None:
+        """Write ``data`` to ``path`` atomically, the hooks' own (``reader``: a user who
+        may also read it, by an ACL entry)."""
         self._ensure(path.parent, 0o711 if path.parent.name == "task" else 0o700)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 os.fchmod(fd, mode)
-                if uid is not None and uid != os.geteuid():
-                    os.fchown(fd, uid, -1)
+                if reader is not None and reader != os.geteuid():
+                    _grant_read(fd, path, reader)
                 f.write(json.dumps(data, sort_keys=True) + "\n")
             os.replace(tmp, path)
+        except NodeStateError:
+            tmp.unlink(missing_ok=True)
+            raise
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise NodeStateError(f"cannot write {path}: {exc.strerror}") from None
+            raise NodeStateError(f"cannot write {path}: {exc.strerror}", exc.errno) from None
 
     def _read(self, path: Path, parse: Callable[[dict], object]) -> object | None:
         try:
@@ -370,10 +408,10 @@ class NodeState:
         return self._read(self._path("task", job_id), _task_item)
 
     def put_task(self, item: JobRecord | Refusal, uid: int | None) -> None:
-        """Leave ``item`` for the job's TaskProlog: mode 0400, owned by ``uid`` (the
-        job's user; None: root), so that user alone can read it."""
+        """Leave ``item`` for the job's TaskProlog: root's, mode 0400, with an ACL entry
+        that lets ``uid`` (the job's user; None: root alone) read it, and nobody else."""
         data = {"kind": "job" if isinstance(item, JobRecord) else "refusal", **item.to_json()}
-        self._write(self._path("task", item.job_id), data, mode=0o400, uid=uid)
+        self._write(self._path("task", item.job_id), data, mode=0o400, reader=uid)
 
     def remove_task(self, job_id: str) -> bool:
         return self._remove(self._path("task", job_id))
@@ -430,12 +468,12 @@ class NodeState:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
-            raise NodeStateError(f"cannot open {path}: {exc.strerror}") from None
+            raise NodeStateError(f"cannot open {path}: {exc.strerror}", exc.errno) from None
         try:
             if os.write(fd, line) != len(line):
                 raise OSError(errno.ENOSPC, "short write: the disk is full")
         except OSError as exc:
-            raise NodeStateError(f"cannot write {path}: {exc.strerror}") from None
+            raise NodeStateError(f"cannot write {path}: {exc.strerror}", exc.errno) from None
         finally:
             os.close(fd)
 

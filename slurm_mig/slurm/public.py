@@ -8,11 +8,16 @@ batch and place in the order, and why a deferred job is not planned yet; plus th
 policy, its batch window and when the next batch is due. No user names, no MIG UUIDs,
 no comments, nothing of running jobs beyond what waiting jobs wait for. Written 0644
 through a temporary file and a rename; its directory is made 0755.
+
+A cycle projects only what it plans; a job still waiting keeps the projection last
+published for it (read back from the file) until it starts or leaves the queue, so
+``explain`` does not lose it a cycle later. At most `MAX_JOBS` jobs.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +39,30 @@ MAX_JOBS = 100_000
 MAX_BYTES = 64 << 20  # what explain reads at most
 
 
-def summary(report: Any) -> dict[str, Any]:
-    """The public summary of one cycle's `CycleReport`."""
+WAITING = ("planned", "released")
+
+
+def summary(report: Any, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The public summary of one cycle's `CycleReport`; ``previous``: the jobs of the
+    last summary, whose projections carry over for the jobs that still wait."""
     r = report.result
     projected = report.extra.get("projected", {}) if report.extra else {}
     jobs: dict[str, dict[str, Any]] = {}
     if r is not None:
-        for job_id in r.planned:
-            p = projected.get(job_id)
-            if p is not None and p.get("state") in ("planned", "released"):
+        for job_id, p in projected.items():
+            if isinstance(p, dict) and p.get("state") in WAITING:
                 jobs[job_id] = {k: p.get(k) for k in FIELDS if k in p}
         for job_id, why in r.deferred.items():
             jobs.setdefault(job_id, {"state": "deferred", "why": str(why)[:300]})
+        if previous:
+            waiting = _still_waiting(r, projected)
+            for job_id, entry in previous.items():
+                if len(jobs) >= MAX_JOBS:
+                    break
+                if job_id in jobs or job_id not in waiting or not isinstance(entry, dict):
+                    continue
+                if entry.get("state") in WAITING:
+                    jobs[job_id] = {k: entry[k] for k in FIELDS if k in entry}
     return {
         "updated": report.finished,
         "cycle": report.number,
@@ -59,10 +76,23 @@ def summary(report: Any) -> dict[str, Any]:
     }
 
 
+def _still_waiting(result: Any, projected: Mapping[str, Any]) -> set[str]:
+    """The jobs this cycle saw waiting: held (a snapshot's pending jobs) or released and
+    not started (busy, projected as released)."""
+    out: set[str] = set()
+    for snap in result.snapshots:
+        out.update(snap.pending)
+        out.update(j for j in snap.running if (projected.get(j) or {}).get("state") == "released")
+    return out
+
+
 def write_public(path: Path, report: Any) -> str | None:
-    """Write the summary of ``report`` to ``path``; None, or why it could not be."""
+    """Write the summary of ``report`` to ``path`` (the projections it published for
+    jobs that still wait carried over); None, or why it could not be."""
+    last = read_public(path)
     try:
-        write_atomic(path, json.dumps(summary(report), separators=(",", ":")), 0o644)
+        data = summary(report, last["jobs"] if last else None)
+        write_atomic(path, json.dumps(data, separators=(",", ":")), 0o644)
     except OSError as exc:
         return f"cannot write the public summary {path}: {exc.strerror or exc}"
     return None

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..safefs import make_private
+from ..safetext import printable
 from . import reports
 from .accounting import INSERT_RUN, RUNS_TABLE, STORE, row
 from .reports import ReportError, open_report
@@ -68,9 +69,8 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value REAL NOT NULL)
 
 
 def clean(text: object, most: int = 200) -> str:
-    """``text`` on one line, control characters replaced, at most ``most`` characters."""
-    s = str(text)[: most * 4]
-    return "".join(c if c.isprintable() else "?" for c in s)[:most]
+    """``text`` on one line, control characters escaped, at most ``most`` characters."""
+    return printable(str(text)[: most * 4], most)
 
 
 class ReportDB:
@@ -128,7 +128,8 @@ class ReportDB:
                 got = db.execute("SELECT digest FROM received WHERE id = ?", (b["id"],))
                 if got.fetchone() in (None, (b["digest"],)):
                     d = b["data"]
-                    self.runtime_store.record_memory(d["key"], d["need"], b["job"])
+                    owner = d.get("user", "")  # none (an older node): the site-wide prior
+                    self.runtime_store.record_memory(d["key"], d["need"], b["job"], owner=owner)
             db.execute("BEGIN IMMEDIATE")
             try:
                 for b in bodies:
@@ -228,7 +229,8 @@ def _need(b: Mapping[str, Any]) -> bool:
     d = b["data"]
     key, need = d.get("key"), d.get("need")
     return (
-        set(d) == {"key", "need"}
+        set(d) - {"user"} == {"key", "need"}
+        and reports.plain(d.get("user", "-"))
         and isinstance(key, str)
         and 0 < len(key) <= 128
         and reports._KEY_CHARS.issuperset(key)

@@ -9,7 +9,8 @@ from it travels as *reports*, small signed records the root hooks write and send
 - ``instances``: after every hook run, the node's instances (job -> MIG UUID, kept
   instances and for whom until when); an instance absent from a later one is destroyed;
 - ``memory``: the memory need ``mig-run`` learned in a run that it restarted (read by the
-  Epilog from the job's need file, see `read_need`).
+  Epilog from the job's need file, see `read_need`), with the job's user: needs are
+  learned per user (`slurm_mig.profiles`).
 
 The wire format, one line per report (ASCII, at most `MAX_REPORT` bytes)::
 
@@ -56,6 +57,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from ..safefs import grant_user
 
 MAGIC = "R1"
 MAC_BYTES = 16
@@ -408,14 +411,18 @@ def instances_report(key: bytes, node: str, state: Any, seq: int) -> str:
 
 
 def need_path(run_dir: Path, job_id: str) -> Path:
-    """Where ``mig-run`` of the job writes its memory need (the Prolog makes the file,
-    owned by the job's user, in root's ``task/`` directory)."""
+    """Where ``mig-run`` of the job writes its memory need (the Prolog makes the file, the
+    hooks' own, in root's ``task/`` directory)."""
     return Path(run_dir) / "task" / f"{job_id}{NEED_SUFFIX}"
 
 
 def make_need_file(run_dir: Path, job_id: str, uid: int | None) -> None:
-    """The Prolog: an empty need file for the job's user (0600, owned by ``uid``).
-    The user can write it but not replace it: ``task/`` is root's. OSError on failure."""
+    """The Prolog: an empty need file the job's user may write but not read (root's,
+    0600, and an ACL entry ``user:<uid>:-w-``). The user owns nothing in the run
+    directory: they cannot change the file's mode, replace it (``task/`` is root's) or
+    keep it after the job with a hard link (that needs read and write access, or
+    ownership); what they write into it the Epilog reads as untrusted input, and a
+    Prolog short of room truncates it (`trim_need_files`). OSError on failure."""
     if uid is None or not plain(job_id):
         return
     path = need_path(run_dir, job_id)
@@ -426,9 +433,33 @@ def make_need_file(run_dir: Path, job_id: str, uid: int | None) -> None:
     try:
         os.fchmod(fd, 0o600)
         if uid != os.geteuid():
-            os.fchown(fd, uid, -1)
+            grant_user(fd, uid, 2)
     finally:
         os.close(fd)
+
+
+def trim_need_files(run_dir: Path) -> int:
+    """Truncate every need file over `MAX_NEED_FILE` bytes (a user filling the run
+    directory's disk through theirs, which the Epilog would ignore anyway); how many."""
+    trimmed = 0
+    try:
+        names = [n for n in os.listdir(Path(run_dir) / "task") if n.endswith(NEED_SUFFIX)]
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            fd = os.open(Path(run_dir) / "task" / name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_size > MAX_NEED_FILE:
+                os.ftruncate(fd, 0)
+                trimmed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return trimmed
 
 
 def write_need(path: Path, key: str, need: int) -> None:
@@ -446,7 +477,7 @@ def read_need(
     path: Path, uid: int | None, most_bytes: int, hint_key: str | None
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The Epilog (root): the job's need file as untrusted input: not followed if a
-    symlink, a regular file of one link owned by the job's user, at most `MAX_NEED_FILE`
+    symlink, a regular file of one link made by the Prolog, at most `MAX_NEED_FILE`
     bytes, ``{"key": str, "need": int}`` with a plain key (the job's hint key when it has
     one) and 1 <= need <= ``most_bytes``. (the need, None), (None, why not) or
     (None, None) when there is nothing (no file, empty)."""
@@ -460,7 +491,8 @@ def read_need(
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             return None, f"memory need file {path.name} is not a plain file; ignored"
-        if uid is None or st.st_uid != uid:
+        # the hooks' own (a need file of slurm-mig before issue 18 is the user's)
+        if uid is None or st.st_uid not in (os.geteuid(), uid):
             return None, f"memory need file {path.name} is not the job user's; ignored"
         raw = os.read(fd, MAX_NEED_FILE + 1)
     except OSError as exc:
@@ -545,6 +577,9 @@ def spool(
         if problem:
             outcome.warn(problem)
         if need is not None:
+            user = env.get("SLURM_JOB_USER", "")
+            if plain(user):  # needs are learned per user: one user's cannot size another's
+                need = {**need, "user": user}
             line = make(key, node, "memory", need, job=job.job_id, restart=job.restart)
             box.put(f"memory.{job.job_id}.{job.restart}", line)
         path.unlink(missing_ok=True)

@@ -16,11 +16,15 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REFRESH_S = 5
 HISTORY = 500
+RENDER_MIN_S = 2.0  # the page is drawn at most this often (and at most once a cycle)
+RENDER_MAX_S = float(REFRESH_S)  # and again when this old, even without a new cycle
+QUEUE_ROWS = 1000  # rows of the queue table (the page stays bounded at any queue)
 
 
 class WebState:
@@ -33,7 +37,8 @@ class WebState:
         self.svg: bytes = b""
 
     def update(self, projected: dict[str, dict[str, Any]], now: float) -> None:
-        """Jobs running now are recorded; those that left since end now."""
+        """Jobs running now are recorded; those that left since end now. The lock is
+        held for this update only: the page copies under it and renders outside."""
         with self.lock:
             for job, rec in list(self.ran.items()):
                 if job not in projected and rec["end"] is None:
@@ -153,7 +158,7 @@ def page_html(view, svg: bytes) -> bytes:
         "<h2>Queue</h2><table id='queue'><tr><th>Job</th><th>User</th><th>Name</th>"
         "<th>State</th><th>Node</th><th>GPU</th><th>Profile</th><th>Start</th><th>Why</th></tr>"
     )
-    for r in view.queue:
+    for r in view.queue[:QUEUE_ROWS]:
         why = r.why
         if not why and r.free_at is not None:
             why = f"slices busy until {time.strftime('%H:%M:%S', time.localtime(r.free_at))}"
@@ -175,36 +180,51 @@ def page_html(view, svg: bytes) -> bytes:
             )
             + "</tr>"
         )
+    if len(view.queue) > QUEUE_ROWS:
+        parts.append(f"<tr><td colspan='9'>and {len(view.queue) - QUEUE_ROWS} more</td></tr>")
     parts.append("</table></body></html>")
     return "".join(parts).encode()
 
 
-def pages(daemon: Any) -> dict[str, Any]:
-    """The web routes of ``daemon`` (a `PlannerDaemon`)."""
+def pages(daemon: Any, monotonic: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """The web routes of ``daemon`` (a `PlannerDaemon`). Both are built together from
+    the daemon's last cycle by one thread at a time (`serve.Cached`), at most every
+    `RENDER_MIN_S` seconds and again after `RENDER_MAX_S` (the "ago" of the header); the
+    Gantt is drawn once a cycle at most, outside the lock the cycle takes: the cycle never
+    waits for a page, and any number of clients cost one drawing a cycle."""
     from ..slurm.receiver import node_records
-    from ..statusview import build_view
+    from .serve import Cached
 
     state = WebState()
     daemon.web_state = state
+    drawn: dict[str, Any] = {"cycle": None, "svg": b""}  # Cached's one thread at a time
 
-    def current() -> tuple[dict[str, Any], Any]:
+    def render() -> tuple[bytes, bytes]:
+        from ..statusview import build_view
+
         report = daemon.last_report
         status = report.to_json() if report is not None else {}
-        records = node_records(daemon.config)
-        view = build_view(status, daemon.last_jobs, records, time.time())
-        return status, view
+        view = build_view(status, daemon.last_jobs, node_records(daemon.config), time.time())
+        if drawn["cycle"] is not report:
+            with state.lock:  # the cycle's `update` waits for this copy only
+                ran = {job: dict(rec) for job, rec in state.ran.items()}
+            plan = gantt_plan(status, ran, view.now)
+            drawn["svg"] = gantt_svg(plan) if plan is not None and plan.tasks else b""
+            drawn["cycle"] = report
+        return page_html(view, drawn["svg"]), json.dumps(view.to_json()).encode()
+
+    built = Cached(
+        render,
+        lambda: daemon.last_report,
+        min_age=RENDER_MIN_S,
+        max_age=RENDER_MAX_S,
+        monotonic=monotonic,
+    )
 
     def index() -> tuple[str, bytes]:
-        status, view = current()
-        with state.lock:
-            if state.cycle != view.cycle:
-                plan = gantt_plan(status, dict(state.ran), view.now)
-                state.svg = gantt_svg(plan) if plan is not None and plan.tasks else b""
-                state.cycle = view.cycle
-            svg = state.svg
-        return "text/html; charset=utf-8", page_html(view, svg)
+        return "text/html; charset=utf-8", built()[0]
 
     def status_json() -> tuple[str, bytes]:
-        return "application/json", json.dumps(current()[1].to_json()).encode()
+        return "application/json", built()[1]
 
     return {"/": index, "/status.json": status_json}

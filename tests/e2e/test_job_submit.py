@@ -1,10 +1,12 @@
 """contrib/job_submit.lua in a real slurmctld: it refuses malformed hints and over-long
 comments with Python's message, strips planner tokens users write (at sbatch and at
-scontrol update), holds MIG jobs and leaves other jobs alone. The case table of
-tests/test_hints.py drives both parsers."""
+scontrol update), holds MIG jobs, gives users no MIG GRES record outside the MIG
+partition (GPU requests, --exclusive, moves out of it) and leaves other jobs alone. The
+case table of tests/test_hints.py drives both parsers."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from test_hints import BAD, GOOD, fuzz_comments
 from slurm_mig.geometry import Placement
 from slurm_mig.memory.wrapper import with_mem_hint
 from slurm_mig.slurm import comment as comments
+from slurm_mig.slurm import gres
 from slurm_mig.slurm.assignment import Assignment, sign
 from slurm_mig.slurm.comment import without_tokens
 from slurm_mig.slurm.hints import MAX_USER_COMMENT, HintError, comment_problem, parse_hints
@@ -330,9 +333,9 @@ def test_a_mig_job_asking_for_gres_is_refused(cluster: LocalSlurm, option: str) 
         res.stderr
     )
     assert "remove --gres/--gpus" in res.stderr
-    # the same option outside the MIG partition is Slurm's business
+    # outside it too: a MIG node's gpu records are all MIG slices (see below)
     other = cluster.try_sbatch("true", option, partition="debug", user=USER_UID)
-    assert "slurm-mig" not in other.stderr
+    assert other.returncode != 0 and f"sbatch: error: {OUTSIDE}" in other.stderr
 
 
 def test_a_user_cannot_add_gres_to_a_mig_job_later(cluster: LocalSlurm) -> None:
@@ -367,3 +370,280 @@ def test_a_passed_deadline_date_is_refused_at_sbatch_but_not_at_a_later_update(
     )
     assert res.returncode == 0, res.stderr
     assert comment_of(cluster, job) == f"{past},mem=2G"
+
+
+# --- MIG GRES outside the MIG partition (issue 18, hole 6) ------------------------------
+# A MIG node's gres.conf holds only MIG instances' records (slurm_mig.slurm.gres), so any
+# GPU GRES a job gets there is some instance's parent device and capability nodes. Every
+# attack below runs as the job's user itself (sbatch/srun/scontrol under runuser).
+OUTSIDE = "slurm-mig: a MIG node's GPUs are its MIG slices, which the mig partition alone"
+OUTSIDE_FIX = "submit to mig without --gres/--gpus and let the planner choose the slice"
+EXCLUSIVE = "would give the job every MIG slice of its node; remove --exclusive"
+MOVE_OUT = "slurm-mig: a job of the mig partition stays there"
+MODELS = ["A100-40GB"]
+M0G3 = gres.index_of(MODELS, gres.Record(0, 3))  # the record most attacks name
+ALL_RECORDS = ",".join(str(i) for i in range(len(gres.records(MODELS))))
+
+
+def probe_script(cluster: LocalSlurm) -> Path:
+    """A batch script (readable by the job's user) that prints the GRES the job got."""
+    path = cluster.out_dir / "gpus.sh"
+    if not path.exists():
+        path.write_text('#!/bin/sh\necho "GPUS=$SLURM_JOB_GPUS"\n')
+        path.chmod(0o755)
+    return path
+
+
+def sbatch_as_user(cluster: LocalSlurm, *args: str) -> subprocess.CompletedProcess:
+    """sbatch run by the job's user (not root with --uid) of `probe_script`."""
+    out = cluster.out_dir
+    cmd = ["sbatch", "--parsable", f"--output={out}/%j.out", f"--chdir={out}", *args]
+    return cluster.run(*cmd, str(probe_script(cluster)), user=USER, check=False)
+
+
+def log_count(cluster: LocalSlurm, text: str) -> int:
+    """How often slurmctld's log has ``text``."""
+    return (cluster.root / "log" / "slurmctld.log").read_text().count(text)
+
+
+def update(
+    cluster: LocalSlurm, job: str, *fields: str, user: str | None = None
+) -> subprocess.CompletedProcess:
+    """``scontrol update JobId=job ...`` (as ``user``); 24.11 and later may answer a
+    partition change with EAGAIN ("temporarily unavailable"): it is tried again."""
+    for _ in range(20):
+        res = cluster.run("scontrol", "update", f"JobId={job}", *fields, user=user, check=False)
+        if "temporarily unavailable" not in res.stderr:
+            break
+        time.sleep(0.5)
+    return res
+
+
+def assert_user_update_refused(cluster: LocalSlurm, text: str, job: str, *fields: str) -> None:
+    """``scontrol update JobId=job ...`` by the job's user fails with job_modify's
+    message (containing ``text``): in its stderr from 23.02; 22.05 tells the user
+    nothing and slurmctld's log has it."""
+    before = log_count(cluster, text)
+    res = update(cluster, job, *fields, user=USER)
+    assert res.returncode != 0, (fields, res.stdout)
+    if cluster.install.version >= (23, 2):
+        assert text in res.stderr, (fields, res.stderr)
+    else:
+        assert log_count(cluster, text) > before, fields
+
+
+def show_o(cluster: LocalSlurm, job: str) -> str:
+    """``scontrol show job -o``'s line."""
+    return cluster.run("scontrol", "show", "job", "-o", job).stdout
+
+
+def user_jobs(cluster: LocalSlurm) -> set[str]:
+    """The ids of every job of the job's user Slurm knows (finished ones too)."""
+    res = cluster.run("squeue", "-h", "--states=all", "-u", USER, "-o", "%i")
+    return set(res.stdout.split())
+
+
+GPU_OPTIONS = [
+    ("--gres=gpu:m0g3:1",),
+    ("--gres=gpu:1",),
+    ("--gres=gpu:60g37:1",),  # Slurm's id of type "60g37" is m0g3's (see below)
+    ("--gres=gpu:m0g3:1", "--array=0-1"),
+    ("--gpus=m0g3:1",),
+    ("--gpus=1",),
+    ("--gpus-per-node=m0g3:1",),
+    ("--gpus-per-task=1", "--ntasks=1"),
+    ("--gpus-per-socket=1", "--sockets-per-node=1"),
+    ("--tres-per-task=gres/gpu:m0g3:1", "--ntasks=1"),  # 23.02 and later
+]
+
+
+@pytest.mark.parametrize("option", GPU_OPTIONS, ids=" ".join)
+@pytest.mark.parametrize("partition", ["debug", None])
+def test_a_user_gets_no_mig_gres_outside_the_mig_partition(
+    cluster: LocalSlurm, option: tuple[str, ...], partition: str | None
+) -> None:
+    """sbatch -p debug --gres=gpu:m0g3:1 got that instance's devices (issue 18, hole 6):
+    every field a GPU request reaches Slurm by is refused, in the default partition too."""
+    if option[0].startswith("--tres-per-task") and cluster.install.version < (23, 2):
+        pytest.skip("sbatch of 22.05 has no --tres-per-task")
+    before = user_jobs(cluster)
+    args = (f"--partition={partition}",) * (partition is not None) + option
+    res = sbatch_as_user(cluster, *args)
+    assert res.returncode != 0 and res.stdout == ""
+    assert f"sbatch: error: {OUTSIDE}" in res.stderr and OUTSIDE_FIX in res.stderr
+    assert "in partition 'debug'" in res.stderr
+    assert len([ln for ln in res.stderr.splitlines() if "slurm-mig" in ln]) == 1
+    assert user_jobs(cluster) == before  # no job, so nothing ever ran with the device
+
+
+def test_srun_het_jobs_and_exclusive_get_no_mig_gres_outside_the_partition(
+    cluster: LocalSlurm,
+) -> None:
+    before = user_jobs(cluster)
+    res = cluster.run(
+        "srun",
+        "--immediate=10",
+        "-p",
+        "debug",
+        "--gres=gpu:m0g3:1",
+        "true",
+        user=USER,
+        check=False,
+        timeout=60,
+    )
+    assert res.returncode != 0 and f"srun: error: {OUTSIDE}" in res.stderr
+    # a heterogeneous job: its second component asks for the record
+    res = sbatch_as_user(cluster, "-p", "debug", ":", "-p", "debug", "--gres=gpu:m0g3:1")
+    assert res.returncode != 0 and OUTSIDE in res.stderr
+    # a whole node brings every GRES record of it (see below)
+    for partition, text in (
+        ("debug", EXCLUSIVE),
+        ("mig", "slurm-mig: the mig partition shares each node between MIG slices"),
+    ):
+        res = sbatch_as_user(cluster, "-p", partition, "--exclusive")
+        assert res.returncode != 0 and text in res.stderr, res.stderr
+    res = sbatch_as_user(cluster, "-p", "debug", ":", "-p", "debug", "--exclusive")
+    assert res.returncode != 0 and EXCLUSIVE in res.stderr
+    assert user_jobs(cluster) == before
+
+
+def test_why_every_gpu_type_and_exclusive_are_refused(cluster: LocalSlurm) -> None:
+    """The premises, as root (whose jobs the Lua lets through outside the MIG
+    partition): Slurm matches a requested GRES type by a 32-bit sum of its bytes, so
+    type "60g37" gets record m0g3, and a whole-node job gets every record of the node
+    (--exclusive=user shares the node with the user's own jobs: no records)."""
+    probe = "echo GPUS=$SLURM_JOB_GPUS"
+    alias = cluster.sbatch(probe, "--gres=gpu:60g37:1", partition="debug", user="0")
+    whole = cluster.sbatch(probe, "--exclusive", partition="debug", user="0")
+    mine = cluster.sbatch(probe, "--exclusive=user", partition="debug", user="0")
+    for job in (alias, whole, mine):
+        assert cluster.wait_job(job, ["COMPLETED"], timeout=60) == "COMPLETED"
+    assert cluster.job_output(alias) == f"GPUS={M0G3}\n"
+    assert cluster.job_output(whole) == f"GPUS={ALL_RECORDS}\n"
+    assert cluster.job_output(mine) == "GPUS=\n"
+    # the Lua lets --exclusive=user through for users
+    res = sbatch_as_user(cluster, "-p", "debug", "--exclusive=user", "--hold")
+    assert res.returncode == 0, res.stderr
+    cluster.run("scancel", res.stdout.strip())
+
+
+def test_a_user_cannot_add_mig_gres_to_a_job_outside_the_mig_partition(
+    cluster: LocalSlurm,
+) -> None:
+    res = sbatch_as_user(cluster, "-p", "debug", "--hold")
+    assert res.returncode == 0, res.stderr
+    job = res.stdout.strip()
+    for field in (
+        "Gres=gpu:m0g3:1",
+        "TresPerNode=gres:gpu:m0g3:1",
+        "TresPerNode=gres/gpu:m0g3:1",
+        "TresPerNode=gres:gpu:60g37:1",
+        "TresPerNode=license/x:1,gres/gpu:m0g3:1",
+        "TresPerNode=gresx:gres:gpu:m0g3:1",  # 22.05 reads the name after "gres:"
+        "TresPerNode=gresgpu:m0g3:1",  # 24.11 and later after "gres"
+        "TresPerJob=gres:gpu:1",
+        "TresPerTask=gres/gpu:1",
+        "TresPerSocket=gres:gpu:1",
+    ):
+        assert_user_update_refused(cluster, OUTSIDE, job, field)
+    long = ",".join(["gres/gpu:m0g3:1"] * 100)  # the Lua reads at most 1024 bytes
+    assert_user_update_refused(cluster, "bytes, more than 1024", job, f"TresPerNode={long}")
+    shown = show_o(cluster, job)
+    assert "gres" not in shown.lower(), shown
+    # the owner may still run it: it runs without any GPU record
+    cluster.run("scontrol", "update", f"JobId={job}", "Comment=plain", user=USER)
+    assert cluster.run("scontrol", "release", job, user=USER, check=False).returncode == 0
+    assert cluster.wait_job(job, ["COMPLETED"], timeout=60) == "COMPLETED"
+    assert cluster.job_output(job) == "GPUS=\n"
+
+
+def test_a_user_cannot_move_a_released_job_out_of_the_mig_partition(
+    cluster: LocalSlurm,
+) -> None:
+    """The planner's release, as root (the daemon's own updates: Comment with a token,
+    TresPerNode, Dependency, then release) passes; the owner's move of the released job
+    to another partition, which kept its record and skipped the Prolog's check, does not."""
+    blocker = cluster.sbatch("sleep 60", partition="debug", user="0")
+    cluster.wait_job(blocker, ["RUNNING"], timeout=60)
+    job = cluster.sbatch(
+        "echo GPUS=$SLURM_JOB_GPUS", partition="mig", comment="mig:time=1m", user=USER_UID
+    )
+    comment = f"mig:time=1m migplan={token(job, '2g.10gb', (0, 2), 1.0)}"  # record m0g3
+    cluster.run(
+        "scontrol",
+        "update",
+        f"JobId={job}",
+        f"Comment={comment}",
+        f"TresPerNode={gres.tres_per_node(gres.Record(0, 3))}",
+        f"Dependency=afterany:{blocker}",
+    )
+    cluster.run("scontrol", "release", job)
+    cluster.wait_for(lambda: show(cluster, job)["Reason"] == "Dependency", 30, "the dependency")
+    for fields in (
+        ("Partition=debug",),
+        ("Partition=debug,mig",),
+        ("Partition=debug", "Dependency=", "TresPerNode="),
+    ):
+        assert_user_update_refused(cluster, MOVE_OUT, job, *fields)
+        assert show(cluster, job)["Partition"] == "mig"
+    assert "m0g3" in show_o(cluster, job)
+    assert comment_of(cluster, job) == comment
+    # the daemon clears its dependency (as for a job it holds again); the job runs on
+    # its record
+    cluster.run("scontrol", "update", f"JobId={job}", "Dependency=0")
+    assert cluster.wait_job(job, ["COMPLETED"], timeout=60) == "COMPLETED"
+    assert cluster.job_output(job) == f"GPUS={M0G3}\n"
+    cluster.run("scancel", blocker)
+
+
+def test_a_user_cannot_move_a_held_job_or_array_task_out_of_the_mig_partition(
+    cluster: LocalSlurm,
+) -> None:
+    # held: the planner may write its record between the owner's read and the move
+    held = cluster.sbatch("true", partition="mig", user=USER_UID)
+    array = cluster.sbatch("true", "--array=0-2", partition="mig", user=USER_UID)
+    for job in (held, f"{array}_1", array):
+        assert_user_update_refused(cluster, MOVE_OUT, job, "Partition=debug")
+        assert cluster.job_field(job, "Partition") == "mig"
+    # root (an admin) may move one; the owner may still cancel them
+    moved = update(cluster, held, "Partition=debug")
+    assert moved.returncode == 0, moved.stderr
+    assert cluster.job_field(held, "Partition") == "debug"
+    assert cluster.run("scancel", held, array, user=USER, check=False).returncode == 0
+
+
+def test_site_lists_of_non_mig_gpu_types_and_partitions(slurm_shared, tmp_path: Path) -> None:
+    """OTHER_GPU_TYPES: exact types users may ask for anywhere; NON_MIG_PARTITIONS: where
+    GPU requests and --exclusive are Slurm's business, and whose jobs do not move out."""
+    lua = tmp_path / "job_submit.lua"
+    text = LUA.read_text()
+    for line, site in (
+        # "60g37" is m0g3 to Slurm: the Lua drops it from the list at load
+        ("local OTHER_GPU_TYPES = {}", 'local OTHER_GPU_TYPES = { a100 = true, ["60g37"] = true }'),
+        ("local NON_MIG_PARTITIONS = {}", 'local NON_MIG_PARTITIONS = { ["plain"] = true }'),
+    ):
+        assert line in text
+        text = text.replace(line, site)
+    lua.write_text(text)
+    site = slurm_shared(nodes=("p1",), partition="plain", job_submit_lua=lua, gres={"p1": MODELS})
+    assert (
+        "OTHER_GPU_TYPES: Slurm takes '60g37' for a MIG record's type"
+        in (site.root / "log" / "slurmctld.log").read_text()
+    )
+    # debug may hold MIG nodes: the listed type passes the Lua (this cluster has no
+    # a100 record, so Slurm refuses it), any other type or none does not
+    res = sbatch_as_user(site, "-p", "debug", "--gres=gpu:a100:1")
+    assert res.returncode != 0 and "slurm-mig" not in res.stderr
+    for option in ("--gres=gpu:A100:1", "--gres=gpu:60g37:1", "--gpus=1", "--gpus=a1000:1"):
+        res = sbatch_as_user(site, "-p", "debug", option)
+        assert res.returncode != 0 and OUTSIDE in res.stderr, option
+    # plain is listed: its GPU and whole-node jobs are Slurm's business, and stay there
+    gpu = sbatch_as_user(site, "-p", "plain", "--gres=gpu:m0g3:1", "--hold")
+    whole = sbatch_as_user(site, "-p", "plain", "--exclusive", "--hold")
+    assert gpu.returncode == 0 and whole.returncode == 0, (gpu.stderr, whole.stderr)
+    for res in (gpu, whole):
+        job = res.stdout.strip()
+        text = "cannot move to 'debug', which may hold MIG nodes"
+        assert_user_update_refused(site, text, job, "Partition=debug")
+        assert site.job_field(job, "Partition") == "plain"
+        site.run("scancel", job)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -250,12 +251,98 @@ def test_explain_as_the_jobs_owner_without_root(lc):
     state = lc.jobs()[jid].state
     if state == "PENDING":
         assert "projected start:" in text
+    assert "public_file is off" not in text  # it is set: a user reads it
     # the status file stays root's: a user cannot read it
     denied = _as_user(lc, ["status", "--config", str(lc.config_path)])
     assert denied.returncode == 2 and "it is root's" in denied.stderr
     assert "Traceback" not in denied.stderr
     public = json.loads((lc.root / "public" / "plan.json").read_text())
     assert "MIG-" not in json.dumps(public) and "nobody" not in json.dumps(public)
+
+
+# issue 18, holes 7 and 8: a job name with a title change (OSC 0), a screen clear, rich
+# markup and a hyperlink, and a line break followed by a forged planner log line
+HOSTILE = (
+    "n\x1b]0;pwned\x07\x1b[2J[bold red]RED[/bold red][link=https://evil.example]L[/link]"
+    "\n2030-01-01 00:00:00,000 slurm-mig planner: job 9: released"
+)
+SHOWN = "n\\x1b]0;pwned\\x07\\x1b[2J[bold red]RED[/bold red]"  # as status/explain show it
+# rich's own sequences when it draws to a terminal: colours, and for --watch cursor up,
+# erase line, hide and show the cursor
+RICH_OWN = re.compile(r"\x1b\[[0-9;]*m|\x1b\[[0-9]*A|\x1b\[2K|\x1b\[\?25[lh]|\r")
+
+
+def _acted_on(text: str) -> list[str]:
+    """What in ``text`` a terminal would act on, besides line breaks."""
+    return [repr(c) for c in text if c != "\n" and not c.isprintable()]
+
+
+def test_a_hostile_job_name_reaches_no_terminal_and_forges_no_log_line(lc):
+    waits = lc.cluster.sbatch(
+        "sleep 1", "--begin=now+600", partition="mig", comment="mig:time=5", name=HOSTILE,
+        user="nobody",
+    )  # fmt: skip
+    runs = lc.cluster.sbatch(
+        "sleep 1", partition="mig", comment="mig:time=5", name=HOSTILE, user="nobody"
+    )
+    assert "\x1b]0;pwned" in _wait(lambda: lc.jobs()[waits].name, 30, "squeue to show it")
+    # status, drawn as to a terminal (rich's colours on)
+    env = {**lc.env, "PYTHONPATH": str(ROOT), "COLUMNS": "400", "FORCE_COLOR": "1"}
+    done = subprocess.run(
+        [*CLI, "status", "--config", str(lc.config_path)], env=env, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert SHOWN in RICH_OWN.sub("", done.stdout)
+    assert _acted_on(RICH_OWN.sub("", done.stdout)) == [] and "\x1b]" not in done.stdout
+    # status --watch on a real terminal (tmux): the pane's title stays, the markup shows
+    if shutil.which("tmux") is not None:
+        session = f"slurm-mig-hostile-{os.getpid()}"
+        cmd = " ".join([*CLI, "status", "--watch", "--interval", "0.5", "--config",
+                        str(lc.config_path)])  # fmt: skip
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", session, "-x", "400", "-y", "80", cmd],
+            env={**lc.env, "PYTHONPATH": str(ROOT)},
+            check=True,
+        )
+        try:
+
+            def screen() -> str | None:
+                got = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
+                                     capture_output=True, text=True).stdout  # fmt: skip
+                return got if SHOWN in got else None
+
+            _wait(screen, 30, "status --watch to show the job")
+            time.sleep(1.5)  # three more refreshes, each drawing the name again
+            title = subprocess.run(
+                ["tmux", "display-message", "-p", "-t", session, "#{pane_title}"],
+                capture_output=True, text=True,
+            ).stdout  # fmt: skip
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+        assert "pwned" not in title
+    # explain, as the job's owner
+    done = _as_user(lc, ["explain", waits, "--config", str(lc.config_path)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"job {waits} ({SHOWN}") and _acted_on(done.stdout) == []
+    assert "public_file is off" not in done.stdout
+    # once it ran, the planner logs its runtime under its name (its kind): each such
+    # line whole, the name's escapes and line break written out
+    lc.cluster.wait_job(runs, ["COMPLETED"], timeout=180)
+
+    def named() -> list[str]:
+        lines = lc.log_file.read_text(errors="replace").splitlines()
+        return [line for line in lines if f"job {runs}: " in line and "pwned" in line]
+
+    for line in _wait(named, 60, f"the planner to log job {runs} by its name"):
+        assert "pwned\\x07" in line and "\\n2030-01-01" in line
+    hooks_log = lc.node_path("node1", lc.log_file)
+    for path in (lc.log_file, lc.daemon_log, hooks_log):
+        text = path.read_text(errors="replace")
+        assert not [x for x in text.splitlines() if x.startswith("2030-01-01")], path
+    for path in (lc.log_file, hooks_log):  # hole 9: the logs are root's alone
+        assert oct(path.stat().st_mode & 0o777) == "0o600", path
+    lc.cluster.run("scancel", waits)
 
 
 def _missing(command: str) -> None:

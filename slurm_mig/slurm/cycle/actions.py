@@ -68,7 +68,8 @@ class Note:
 
 @dataclass(frozen=True)
 class Learn:
-    """A finished run's runtime for the runtime store (idempotent per job and restart)."""
+    """A finished run's runtime for the runtime store (idempotent per job and restart),
+    learned under its owner's kind (owner "": unknown, not stored)."""
 
     job_id: str
     restart: int
@@ -77,11 +78,12 @@ class Learn:
     size: int
     seconds: float
     finished: float
+    owner: str = ""
 
     def describe(self) -> str:
         return (
-            f"job {self.job_id}: learned {self.key} on {self.model} size {self.size}: "
-            f"{self.seconds:.1f} s"
+            f"job {self.job_id}: learned {self.key} of {self.owner or '(no owner)'} on "
+            f"{self.model} size {self.size}: {self.seconds:.1f} s"
         )
 
 

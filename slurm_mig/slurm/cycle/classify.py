@@ -84,6 +84,9 @@ class Classified:
     models: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, gpu) -> model
     deferred: dict[str, str] = field(default_factory=dict)  # held, cannot start yet: why
     released: list[tuple[JobLike, Assignment]] = field(default_factory=list)  # not started
+    # of the jobs held this cycle: those pending, not held, that Slurm cannot start
+    # before this cycle's writes land (see `_gated`)
+    gated: set[str] = field(default_factory=set)
     ended: dict[tuple[str, int], list[tuple[Slot, float]]] = field(
         default_factory=lambda: defaultdict(list)
     )  # (node, gpu) -> slots of jobs that left, and when
@@ -146,12 +149,11 @@ def classify(snap: Snapshot) -> Classified:
                 out.ended[where].append((model_slot(current), end))
             if start and end:
                 ran = end - start
-                if ok and ran > 0:
+                run = (job.job_id, current.restart)
+                if ok and ran > 0 and run not in snap.learned:  # learned once per run
                     size = model_slot(current).size
-                    key = est.key if est is not None else job.name
-                    out.learns.append(
-                        Learn(job.job_id, current.restart, key, current.model, size, ran, end)
-                    )
+                    key, owner = (est.key, est.owner) if est is not None else (job.name, "")
+                    out.learns.append(Learn(*run, key, current.model, size, ran, end, owner))
                 if not ok:
                     out.events.append((end, f"job {job.job_id} failed", *where))
                 elif abs(ran - current.planned_seconds) > _late_threshold(current.planned_seconds):
@@ -224,7 +226,10 @@ def classify(snap: Snapshot) -> Classified:
             want_comment = comments.parse(job.comment).with_token(None).with_note(problem).render()
             if job.comment != want_comment:
                 fields_.append(("Comment", want_comment))
-            if fields_:
+            # written only to a job Slurm holds: a job not held may start before the
+            # note lands (Slurm takes this cycle's hold of a started job), and the note
+            # would replace the record of the slice it runs on; it is noted once held
+            if fields_ and job.held:
                 out.notes.append(Note(job.job_id, problem, tuple(fields_)))
             continue
         later = _cannot_start_yet(job, now, own_dependency=ours)
@@ -252,6 +257,41 @@ def classify(snap: Snapshot) -> Classified:
         out.events.append((now, "usable nodes changed", None, None))
     _not_started(snap, out)
     _within_horizon(snap, out)
+    out.gated = _gated([by_id[h.job_id] for h in out.holds], by_id, held_ids, now)
+    return out
+
+
+def _gated(
+    jobs: list[JobLike], by_id: Mapping[str, JobLike], held: set[str], now: float
+) -> set[str]:
+    """Of ``jobs``, those pending and not held that Slurm cannot start before this
+    cycle's writes land: their begin time is ahead, or they wait (``after*``) for a job
+    that is held (the planner releases none before its moves) or whose begin time is
+    ahead. Only such a job may take a new record in place: Slurm starts any other at
+    any moment, and an update that reaches a started job replaces the record of the
+    slice it runs on (Slurm writes AdminComment and Comment to a running job; only a
+    GRES record in the same update makes it refuse the whole update)."""
+    out = set()
+
+    def later(job: JobLike) -> bool:
+        return job.eligible_time is not None and job.eligible_time > now + BEGIN_SLACK
+
+    for job in jobs:
+        if job.held or job_phase(job.state) != "pending":
+            continue
+        if later(job):
+            out.add(job.job_id)
+            continue
+        names = dependency_ids(job.dependency)
+        blocked = [
+            jid in held
+            or (other is not None and job_phase(other.state) == "pending" and later(other))
+            for jid in names
+            for other in [by_id.get(jid)]
+        ]
+        # "a,b": every one must be met, one blocked job suffices; "a?b": any one met
+        if names and (all(blocked) if "?" in job.dependency else any(blocked)):
+            out.add(job.job_id)
     return out
 
 

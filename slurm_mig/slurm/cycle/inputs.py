@@ -4,6 +4,7 @@ nodes, settings, standing plans) and each job's runtime `Estimate`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from ..assignment import Assignment
@@ -16,8 +17,9 @@ __all__ = ["Estimate", "JobLike", "Snapshot"]
 class Estimate:
     """A job's runtime estimate: seconds per instance size per GPU model (inf = cannot
     run there, e.g. too little memory), its learning key, its memory hint, its PCIe
-    demand and alpha, whether it may be restarted elsewhere, and a problem (e.g. a bad
-    hint) that keeps it from being planned."""
+    demand and alpha, whether it may be restarted elsewhere, a problem (e.g. a bad
+    hint) that keeps it from being planned, and its owner: runs are learned per owner
+    and key ("": unknown, nothing is learned)."""
 
     key: str
     times: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
@@ -26,6 +28,7 @@ class Estimate:
     pcie: float = 0.0
     alpha: float = 1.0
     restartable: bool = False
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,3 +51,6 @@ class Snapshot:
     # the standing plans of held jobs, kept by the daemon between cycles (Slurm hears of
     # a plan only at release); None after a start: held jobs are planned again
     plans: Mapping[str, Assignment] | None = None
+    # (job id, restart) of the finished runs the store already holds, kept by the daemon
+    # while squeue shows them (minutes, MinJobAge): no learn action for them again
+    learned: AbstractSet[tuple[str, int]] = frozenset()

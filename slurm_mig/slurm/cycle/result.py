@@ -39,6 +39,14 @@ def cycle_result(
     # predecessors on its slices always go out before it (a cut apply never leaves a
     # job released ahead of one still held, bar one re-planned in place)
     order = [*sorted(released, key=job_sort_key), *sorted(ahead, key=lambda j: order_key(final[j]))]
+    # a job not held that is held now goes out again in this cycle only if Slurm cannot
+    # start it before its update lands (`Classified.gated`); any other is released from
+    # the held state of a later cycle, as are the jobs released ahead of it
+    later = {j for j in order if j in holding and not view.jobs[j].held and j not in view.gated}
+    for jid in order:
+        if later.intersection(ahead.get(jid, ())):
+            later.add(jid)
+    order = [j for j in order if j not in later]
     moved = in_place_order([j for j in order if j in holding], view.jobs, final)
     releases = []
     for jid in [*moved, *(j for j in order if j not in moved)]:
@@ -67,10 +75,10 @@ def cycle_result(
     return CycleResult(
         actions=actions,
         planned=MappingProxyType({j: final[j] for j in sorted(final, key=job_sort_key)}),
-        released=tuple(sorted([*released, *ahead], key=job_sort_key)),
+        released=tuple(sorted(order, key=job_sort_key)),
         batches=tuple(batches),
         replanned=why,
-        busy=len(view.busy) + len(released) + len(ahead),
+        busy=len(view.busy) + len(order),
         waiting=waiting,
         beyond=view.beyond,
         noted=view.noted,
