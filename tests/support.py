@@ -1,17 +1,27 @@
-"""What several test modules share: where the project's reference data lies, and
-batches small enough to plan by hand."""
+"""What several test modules share: where the project's reference data lies, batches
+small enough to plan by hand, jobs as squeue shows them, the command line run as a
+program, and probes of what another user or a slow client can do."""
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from slurm_mig.slurm.assignment import Assignment
+from slurm_mig.slurm.client import Job
+from slurm_mig.slurm.jobrecord import admin_comment_for
 from slurm_mig.workload import Task
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _shared_data() -> Path:
@@ -93,3 +103,108 @@ class FakeClock:
 
     def __getattr__(self, name: str):
         return getattr(time, name)  # strftime, gmtime and the rest
+
+
+def squeue_job(job_id: str, **fields) -> Job:
+    """A job as squeue shows it: alice's ``train``, pending and held by an admin in the
+    ``mig`` partition, submitted at 1000.0; ``fields`` override any of that."""
+    base = dict(
+        job_id=job_id,
+        name="train",
+        user="alice",
+        partition="mig",
+        state="PENDING",
+        reason="JobHeldAdmin",
+        held=True,
+        comment="",
+        admin_comment="",
+        nodes="",
+        required_nodes="",
+        time_limit=None,
+        submit_time=1000.0,
+        start_time=None,
+        end_time=None,
+        restart_count=0,
+        exit_code=None,
+    )
+    base.update(fields)
+    return Job(**base)
+
+
+def completed(pending: Job, slice_: Assignment, start: float, end: float) -> Job:
+    """``pending`` as squeue shows it once it ran on the planner's ``slice_`` from
+    ``start`` to ``end`` and exited 0."""
+    return replace(
+        pending,
+        state="COMPLETED",
+        reason="None",
+        held=False,
+        admin_comment=admin_comment_for(slice_),
+        start_time=start,
+        end_time=end,
+        exit_code=0,
+    )
+
+
+def run_slurm_mig(*args: str) -> subprocess.CompletedProcess:
+    """``python -m slurm_mig ARGS`` in the checkout, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_mig", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def attempts_as(
+    uid: int, ops: dict[str, str], *, gid: int | None = None, setup: str = "", **paths
+) -> dict[str, str]:
+    """What user ``uid`` (group ``gid``, by default the same number; no other groups) gets
+    from each of ``ops`` (name -> a Python expression, run in that order by the system's
+    python3 in /, after the statements ``setup``): {name: "ok", or the errno name of the
+    OSError it raised}. Each of ``paths`` is a variable the expressions may name, bound
+    to that path as a string."""
+    probe = "\n".join(
+        [
+            "import errno, os",
+            *(f"{name} = {str(value)!r}" for name, value in paths.items()),
+            setup,
+            "def attempt(name, op):",
+            "    try:",
+            "        op()",
+            "        print(name, 'ok')",
+            "    except OSError as exc:",
+            "        print(name, errno.errorcode[exc.errno])",
+            *(f"attempt({name!r}, lambda: {expr})" for name, expr in ops.items()),
+        ]
+    )
+    done = subprocess.run(
+        ["/usr/bin/python3", "-c", probe],
+        capture_output=True,
+        text=True,
+        user=uid,
+        group=uid if gid is None else gid,
+        extra_groups=[],
+        cwd="/",
+        timeout=60,
+    )
+    assert done.returncode == 0, done
+    return dict(line.split() for line in done.stdout.splitlines())
+
+
+def sent_slowly(sock: socket.socket, data: bytes, wait: float) -> bool:
+    """Send ``data`` a byte at a time, after each byte waiting up to ``wait`` seconds to
+    hear from the server: True as soon as it closed the connection (EOF or reset), False
+    when all was sent and it still had not."""
+    sock.settimeout(wait)
+    for byte in data:
+        try:
+            sock.sendall(bytes([byte]))
+            if sock.recv(64) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            return True
+    return False

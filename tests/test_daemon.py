@@ -19,6 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from support import run_slurm_mig
+from support import squeue_job as job
 
 from slurm_mig.config import load_config
 from slurm_mig.geometry import Placement, can_coexist, get_model
@@ -63,30 +65,6 @@ def write_config(tmp: Path, nodes: dict[str, list[str]], **planner) -> Path:
     if not (tmp / "key").exists():
         generate_key(tmp / "key")
     return path
-
-
-def job(jid: str, **kw) -> Job:
-    base = dict(
-        job_id=jid,
-        name="train",
-        user="alice",
-        partition="mig",
-        state="PENDING",
-        reason="JobHeldAdmin",
-        held=True,
-        comment="",
-        admin_comment="",
-        nodes="",
-        required_nodes="",
-        time_limit=None,
-        submit_time=1000.0,
-        start_time=None,
-        end_time=None,
-        restart_count=0,
-        exit_code=None,
-    )
-    base.update(kw)
-    return Job(**base)
 
 
 def node(name: str, *states: str) -> Node:
@@ -185,13 +163,7 @@ def test_a_finished_run_goes_to_the_store_once_while_squeue_still_shows_it(tmp_p
 
 def test_cli_errors_are_one_line(tmp_path):
     def cli(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "slurm_mig", "planner", *args],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=60,
-        )
+        return run_slurm_mig("planner", *args)
 
     res = cli("--config", str(tmp_path / "missing.toml"), "--once")
     assert res.returncode == 2 and res.stderr.count("\n") == 1
@@ -305,13 +277,7 @@ def test_an_unreadable_store_costs_a_short_wait_and_jobs_are_planned(tmp_path, c
 def test_planner_refuses_a_signing_key_others_can_read(tmp_path):
     cfg = write_config(tmp_path, {"g1": ["A100-40GB"]})
     (tmp_path / "key").chmod(0o644)
-    res = subprocess.run(
-        [sys.executable, "-m", "slurm_mig", "planner", "--config", str(cfg), "--once"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    res = run_slurm_mig("planner", "--config", str(cfg), "--once")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr == (
         f"slurm-mig: error: {tmp_path / 'key'}: the signing key is readable or writable by "

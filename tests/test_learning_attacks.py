@@ -9,6 +9,7 @@ import math
 from dataclasses import replace
 
 import pytest
+from support import completed, squeue_job
 
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.profiles import HINT_FLOOR, MAX_KEY, PRIOR, RuntimeStore, estimate_times
@@ -28,44 +29,13 @@ class Config:
 
 
 def job(jid: str, user: str, **kw) -> Job:
-    base = dict(
-        job_id=jid,
-        name="resnet50",
-        user=user,
-        partition="mig",
-        state="PENDING",
-        reason="JobHeldAdmin",
-        held=True,
-        comment="",
-        admin_comment="",
-        nodes="",
-        required_nodes="",
-        time_limit=None,
-        submit_time=NOW - 100.0,
-        start_time=None,
-        end_time=None,
-        restart_count=0,
-        exit_code=None,
-    )
-    base.update(kw)
-    return Job(**base)
+    return squeue_job(jid, **{"name": "resnet50", "user": user, "submit_time": NOW - 100.0, **kw})
 
 
 def finished(jid: str, user: str, seconds: float, **kw) -> Job:
     """A job that ran ``seconds`` on 7g.40gb of gpu01 and completed."""
     a = Assignment(jid, 0, "gpu01", 0, A100.name, "7g.40gb", Placement(0, 8), 0, 0, 60.0, NOW)
-    return job(
-        jid,
-        user,
-        state="COMPLETED",
-        reason="None",
-        held=False,
-        admin_comment=admin_comment_for(a),
-        start_time=NOW - 50.0,
-        end_time=NOW - 50.0 + seconds,
-        exit_code=0,
-        **kw,
-    )
+    return completed(job(jid, user, **kw), a, NOW - 50.0, NOW - 50.0 + seconds)
 
 
 def snapshot(jobs, store, learned=frozenset()) -> Snapshot:

@@ -9,11 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
+from support import completed, squeue_job
+from test_daemon import write_config
 
 from slurm_mig.config import load_config
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.profiles import PRIOR, GuardedStore, RuntimeStore, estimate_times
-from slurm_mig.slurm.assignment import Assignment, generate_key
+from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import Job, Node
 from slurm_mig.slurm.cycle import Learn
 from slurm_mig.slurm.daemon import PlannerDaemon, build_snapshot
@@ -23,68 +25,20 @@ NOW = 1_700_000_000.0
 
 
 def config(tmp: Path):
-    lines = [
-        "[slurm]",
-        'partition = "mig"',
-        "[nodes]",
-        '"gpu01" = ["A100-40GB"]',
-        "[paths]",
-        f'state_dir = "{tmp / "state"}"',
-        f'run_dir = "{tmp / "run" / "%n"}"',
-        f'key_file = "{tmp / "key"}"',
-        "[planner]",
-        "batch_window = 0.0",
-        "default_runtime = 3600.0",
-        "serial_fraction = 0.3",
-        "[device]",
-        'backend = "simulated"',
-        f'simulated_dir = "{tmp / "sim" / "%n"}"',
-    ]
-    path = tmp / "config.toml"
-    path.write_text("\n".join(lines) + "\n")
-    generate_key(tmp / "key")
-    return load_config(path)
+    # cycle = 5.0 is the default, which write_config would set to 0.5
+    opts = {"cycle": 5.0, "default_runtime": 3600.0, "serial_fraction": 0.3}
+    return load_config(write_config(tmp, {"gpu01": ["A100-40GB"]}, **opts))
 
 
 def job(jid: str, user: str, **kw) -> Job:
-    base = dict(
-        job_id=jid,
-        name="resnet50",
-        user=user,
-        partition="mig",
-        state="PENDING",
-        reason="JobHeldAdmin",
-        held=True,
-        comment="mig:key=resnet50",
-        admin_comment="",
-        nodes="",
-        required_nodes="",
-        time_limit=None,
-        submit_time=NOW - 100.0,
-        start_time=None,
-        end_time=None,
-        restart_count=0,
-        exit_code=None,
-    )
-    base.update(kw)
-    return Job(**base)
+    """``user``'s pending ``resnet50`` job, submitted 100 s ago, with its kind's key."""
+    defaults = {"name": "resnet50", "user": user, "comment": "mig:key=resnet50"}
+    return squeue_job(jid, **{**defaults, "submit_time": NOW - 100.0, **kw})
 
 
 def instant(jid: str, user: str) -> Job:
-    from slurm_mig.slurm.jobrecord import admin_comment_for
-
     a = Assignment(jid, 0, "gpu01", 0, A100.name, "1g.5gb", Placement(0, 1), 0, 0, 60.0, NOW)
-    return job(
-        jid,
-        user,
-        state="COMPLETED",
-        reason="None",
-        held=False,
-        admin_comment=admin_comment_for(a),
-        start_time=NOW - 60.0,
-        end_time=NOW - 59.0,
-        exit_code=0,
-    )
+    return completed(job(jid, user), a, NOW - 60.0, NOW - 59.0)
 
 
 class Squeue:

@@ -32,7 +32,7 @@ class _Config:
     serial_fraction = 0.3
 
 
-def _snapshot(jobs, now=NOW) -> Snapshot:
+def _snapshot(jobs, now=NOW, plans=None) -> Snapshot:
     est = Estimator(_Config(), None)
     return Snapshot(
         now=now,
@@ -41,13 +41,16 @@ def _snapshot(jobs, now=NOW) -> Snapshot:
         estimates={j.job_id: est(j, ["A100-40GB"]) for j in jobs},
         batch_window=0.0,
         release_ahead=0.0,
+        plans=plans,
     )
 
 
-def _cycle(jobs, now=NOW):
-    snap = _snapshot(jobs, now)
+def _cycle(jobs, now=NOW, number=1, plans=None):
+    """The snapshot, result and report of cycle ``number`` over ``jobs`` on one A100
+    (``plans``: the standing plans it starts from)."""
+    snap = _snapshot(jobs, now, plans)
     result = plan_cycle(snap)
-    report = CycleReport(1, now, now + 0.25, result, None, policy="far", batch_window=0.0)
+    report = CycleReport(number, now, now + 0.25, result, None, policy="far", batch_window=0.0)
     report.extra = {"projected": project_jobs(result.snapshots, result.decisions)}
     return snap, result, report
 

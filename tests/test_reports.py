@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from support import open_tmp_dir
+from support import attempts_as, open_tmp_dir
 
 from slurm_mig.profiles import RuntimeStore
 from slurm_mig.slurm import receiver as receiver_module
@@ -391,36 +391,20 @@ def test_the_need_file_is_writable_by_its_user_but_not_theirs_to_keep(tmp_path):
         reports.make_need_file(run_dir, "7", 4242)
         st = path.stat()
         assert (st.st_uid, st.st_gid) == (0, 0)
-        probe = (
-            "import errno, os, sys\n"
-            "path, drop = sys.argv[1], sys.argv[2]\n"
-            "def write():  # as reports.write_need does it\n"
+        write = (  # as reports.write_need does it
+            "def write():\n"
             "    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK)\n"
             '    os.write(fd, b\'{"key": "resnet", "need": 9663676416}\\n\')\n'
             "    os.close(fd)\n"
-            "def attempt(name, op):\n"
-            "    try:\n"
-            "        op()\n"
-            "        print(name, 'ok')\n"
-            "    except OSError as exc:\n"
-            "        print(name, errno.errorcode[exc.errno])\n"
-            "attempt('write', write)\n"
-            "attempt('read', lambda: open(path).read())\n"
-            "attempt('chmod', lambda: os.chmod(path, 0o666))\n"
-            "attempt('link', lambda: os.link(path, os.path.join(drop, 'kept')))\n"
         )
-        done = subprocess.run(
-            ["/usr/bin/python3", "-c", probe, str(path), str(tmp / "drop")],
-            capture_output=True,
-            text=True,
-            user=4242,
-            group=4242,
-            extra_groups=[],
-            cwd="/",
-            timeout=60,
-        )
-        got = dict(line.split() for line in done.stdout.splitlines())
-        assert got == {"write": "ok", "read": "EACCES", "chmod": "EPERM", "link": "EPERM"}, done
+        ops = {
+            "write": "write()",
+            "read": "open(path).read()",
+            "chmod": "os.chmod(path, 0o666)",
+            "link": "os.link(path, os.path.join(drop, 'kept'))",
+        }
+        got = attempts_as(4242, ops, setup=write, path=path, drop=tmp / "drop")
+        assert got == {"write": "ok", "read": "EACCES", "chmod": "EPERM", "link": "EPERM"}, got
         need, problem = reports.read_need(path, 4242, 40 << 30, "resnet")
         assert problem is None and need == {"key": "resnet", "need": 9 << 30}
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import squeue_job
 
 from slurm_mig.cli import main
 from slurm_mig.geometry import Placement, get_model
@@ -74,27 +75,7 @@ def cli_decisions(capsys, path, name) -> dict:
 
 
 def slurm_job(jid, **kw) -> Job:
-    base = dict(
-        job_id=jid,
-        name="train",
-        user="alice",
-        partition="mig",
-        state="PENDING",
-        reason="JobHeldAdmin",
-        held=True,
-        comment="",
-        admin_comment="",
-        nodes="",
-        required_nodes="",
-        time_limit=None,
-        submit_time=NOW - 600,
-        start_time=None,
-        end_time=None,
-        restart_count=0,
-        exit_code=None,
-    )
-    base.update(kw)
-    return Job(**base)
+    return squeue_job(jid, **{"submit_time": NOW - 600, **kw})
 
 
 def assignment(jid, node, gpu, profile, start, batch, order, seconds, issued) -> Assignment:

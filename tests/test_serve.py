@@ -15,6 +15,7 @@ import time
 import urllib.request
 
 import pytest
+from support import sent_slowly
 
 from slurm_mig.slurm import serve
 from slurm_mig.slurm.serve import Cached, Server
@@ -142,18 +143,8 @@ def test_a_slow_loris_is_closed_after_the_request_timeout(server):
     s = server(request_timeout=0.5)
     with connect(s) as c:
         t0 = time.monotonic()
-        closed = False
-        c.settimeout(0.1)
-        for byte in b"GET /metrics HTTP/1.0\r\nHost: x\r\n":  # never the blank line
-            try:
-                c.sendall(bytes([byte]))
-                closed = c.recv(64) == b""
-            except TimeoutError:
-                continue
-            except (BrokenPipeError, ConnectionResetError):
-                closed = True
-            if closed:
-                break
+        # never the blank line
+        closed = sent_slowly(c, b"GET /metrics HTTP/1.0\r\nHost: x\r\n", 0.1)
         if not closed:
             c.settimeout(10)
             closed = closed_by_server(c)

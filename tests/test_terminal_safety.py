@@ -12,27 +12,23 @@ import io
 import logging
 import os
 import re
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import run_slurm_mig
 from test_daemon import job, node, write_config
+from test_observability import _cycle
 
 from slurm_mig.explain import explain
 from slurm_mig.safetext import UnsafeLogFile, open_private_log, printable
 from slurm_mig.slurm import hooks
-from slurm_mig.slurm.cycle import plan_cycle
-from slurm_mig.slurm.daemon import CycleReport, Estimator, PlannerDaemon, _log_to_file
+from slurm_mig.slurm.daemon import PlannerDaemon, _log_to_file
 from slurm_mig.slurm.jobrecord import admin_comment_for
-from slurm_mig.slurm.projection import project_jobs
 from slurm_mig.slurm.public import read_public, write_public
 
-ROOT = Path(__file__).resolve().parents[1]
 NOW = 10_000.0
 # what a hostile job name carries: a title (OSC 0), a clear screen and home (CSI), a
 # C1 CSI, an OSC 8 hyperlink, bidi override, DEL, and rich markup and emoji codes
@@ -275,13 +271,7 @@ def test_planner_refuses_a_log_file_others_can_read(tmp_path):
     cfg.write_text(cfg.read_text().replace("[planner]", f'log_file = "{log_file}"\n[planner]'))
     log_file.write_text("")
     log_file.chmod(0o644)
-    res = subprocess.run(
-        [sys.executable, "-m", "slurm_mig", "planner", "--config", str(cfg), "--once"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    res = run_slurm_mig("planner", "--config", str(cfg), "--once")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr == (
         f"slurm-mig: error: {cfg}: [paths] log_file: {log_file}: group or others may read "
@@ -315,27 +305,8 @@ def test_log_files_are_created_0600_never_through_a_link(tmp_path):
 # the public summary and explain
 
 
-class _Config:
-    default_runtime = 600.0
-    serial_fraction = 0.3
-
-
 def _report(jobs, number: int, now: float, plans=None):
-    from slurm_mig.slurm.cycle import Snapshot
-
-    est = Estimator(_Config(), None)
-    snap = Snapshot(
-        now=now,
-        jobs=tuple(jobs),
-        nodes={"gpu01": ("A100-40GB",)},
-        estimates={j.job_id: est(j, ["A100-40GB"]) for j in jobs},
-        batch_window=0.0,
-        release_ahead=0.0,
-        plans=plans,
-    )
-    result = plan_cycle(snap)
-    report = CycleReport(number, now, now + 0.25, result, None, policy="far", batch_window=0.0)
-    report.extra = {"projected": project_jobs(result.snapshots, result.decisions)}
+    _, result, report = _cycle(jobs, now, number, plans)
     return result, report
 
 

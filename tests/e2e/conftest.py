@@ -22,11 +22,18 @@ runs this suite once per release. The header of the run names the release.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
+from slurm_mig.demo.live import LiveCluster
 from slurm_mig.demo.slurmroot import SlurmInstall, find_install
+from slurm_mig.slurm.client import Job, SlurmClient
 
 from .cluster import LocalSlurm, skip_reason
 
@@ -108,3 +115,47 @@ def slurm_shared(request: pytest.FixtureRequest) -> Iterator[Callable[..., Local
     for cluster in clusters:
         cluster.stop()
     _SHARED.pop(request.module.__name__, None)
+
+
+@pytest.fixture
+def client(cluster: LocalSlurm) -> SlurmClient:
+    """A SlurmClient of the module's ``cluster``."""
+    return SlurmClient(env=cluster.env)
+
+
+def squeue_job(client: SlurmClient, job_id: str) -> Job:
+    """Job ``job_id`` as squeue shows it (it must be there, once)."""
+    found = [j for j in client.jobs() if j.job_id == job_id]
+    assert len(found) == 1, f"job {job_id} not in squeue"
+    return found[0]
+
+
+@contextmanager
+def live_cluster(prefix: str, **kwargs) -> Iterator[LiveCluster]:
+    """A whole slurm-mig installation (LiveCluster with `LIVE_DEFAULTS` and ``kwargs``) on
+    the Slurm under test, started in a fresh directory named ``prefix...`` that every
+    user can pass through; stopped afterwards, and its directory removed unless
+    $SLURM_MIG_E2E_KEEP is set."""
+    install = require_local_slurm()
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(root, 0o755)
+    cluster = LiveCluster(root, slurm=install, **{**LIVE_DEFAULTS, **kwargs})
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        if not os.environ.get("SLURM_MIG_E2E_KEEP"):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_until(ok: Callable, timeout: float, what: str, poll: float = 0.3):
+    """``ok()``'s first true value, asked every ``poll`` seconds; TimeoutError naming
+    ``what`` when there is none within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = ok()
+        if got:
+            return got
+        time.sleep(poll)
+    raise TimeoutError(f"{what}: not within {timeout:.0f} s")

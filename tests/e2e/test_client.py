@@ -29,6 +29,7 @@ from slurm_mig.slurm.cycle import Release, admin_comment_for, parse_admin_commen
 from slurm_mig.slurm.daemon import apply_actions
 
 from .cluster import LocalSlurm
+from .conftest import squeue_job
 
 
 @pytest.fixture(scope="module")
@@ -36,20 +37,9 @@ def cluster(slurm_shared) -> LocalSlurm:
     return slurm_shared(nodes=("n1", "n2"), requeue_delay=5)
 
 
-@pytest.fixture
-def client(cluster: LocalSlurm) -> SlurmClient:
-    return SlurmClient(env=cluster.env)
-
-
-def job(client: SlurmClient, job_id: str) -> Job:
-    found = [j for j in client.jobs() if j.job_id == job_id]
-    assert len(found) == 1, f"job {job_id} not in squeue"
-    return found[0]
-
-
 def wait_job(cluster: LocalSlurm, client: SlurmClient, job_id: str, cond, what: str) -> Job:
-    cluster.wait_for(lambda: cond(job(client, job_id)), 30, f"job {job_id}: {what}")
-    return job(client, job_id)
+    cluster.wait_for(lambda: cond(squeue_job(client, job_id)), 30, f"job {job_id}: {what}")
+    return squeue_job(client, job_id)
 
 
 # --- reading jobs ----------------------------------------------------------------------
@@ -58,7 +48,7 @@ def test_held_pending_job_fields(cluster: LocalSlurm, client: SlurmClient) -> No
     jid = cluster.sbatch(
         "true", "--hold", "--time=10", partition="mig", name="held", comment="mig:key=a  two"
     )
-    j = job(client, jid)
+    j = squeue_job(client, jid)
     assert (j.name, j.user, j.partition) == ("held", "nobody", "mig")  # the e2e job_user
     assert (j.state, j.reason, j.held) == ("PENDING", "JobHeldUser", True)
     assert j.comment == "mig:key=a  two"
@@ -78,14 +68,17 @@ def test_finished_jobs_stay_listed_with_times_and_exit_codes(
     killed = cluster.sbatch("kill -9 $$", partition="debug")
     for jid in (ok, bad, killed):
         cluster.wait_job(jid, ["COMPLETED", "FAILED"])
-    j = job(client, ok)
+    j = squeue_job(client, ok)
     assert (j.state, j.exit_code, j.held, j.nodes) == ("COMPLETED", 0, False, j.nodes)
     assert j.nodes in ("n1", "n2") and j.finished
     assert j.start_time is not None and j.end_time is not None
     assert 0.5 <= j.end_time - j.start_time <= 5
     assert j.time_limit is None  # unlimited (22.05 says 365 days once it started)
-    assert (job(client, bad).state, job(client, bad).exit_code) == ("FAILED", 3)
-    assert (job(client, killed).state, job(client, killed).exit_code) == ("FAILED", 128 + 9)
+    assert (squeue_job(client, bad).state, squeue_job(client, bad).exit_code) == ("FAILED", 3)
+    assert (squeue_job(client, killed).state, squeue_job(client, killed).exit_code) == (
+        "FAILED",
+        128 + 9,
+    )
 
 
 def test_running_job_and_partition_filter(cluster: LocalSlurm, client: SlurmClient) -> None:
@@ -174,7 +167,7 @@ def test_fixed_width_reader_equals_json_field_by_field(
     assert jobs[ids["array"]].held  # a pending array is one record, as in the JSON
     # the one difference: squeue pads with spaces, so a comment's trailing ones are lost
     assert jobs[ids["spaces"]].comment == "  lead trail"
-    assert job(SlurmClient(env=cluster.env, fast_read=False), ids["spaces"]).comment == (
+    assert squeue_job(SlurmClient(env=cluster.env, fast_read=False), ids["spaces"]).comment == (
         "  lead trail  "
     )
     for jid in (ids["released"], ids["dep"], ids["held"], ids["array"], ids["spaces"]):
@@ -198,12 +191,12 @@ def test_a_comment_too_long_for_the_narrow_fields_is_read_wide(
 # --- changing jobs ---------------------------------------------------------------------
 def test_hold_and_release(cluster: LocalSlurm, client: SlurmClient) -> None:
     jid = cluster.sbatch("echo ran", "--begin=now+1hour", partition="mig")
-    assert not job(client, jid).held
+    assert not squeue_job(client, jid).held
     client.hold(jid)
-    j = job(client, jid)
+    j = squeue_job(client, jid)
     assert (j.held, j.reason, j.state) == (True, "JobHeldAdmin", "PENDING")
     client.release(jid)
-    assert not job(client, jid).held
+    assert not squeue_job(client, jid).held
     cluster.run("scancel", jid)
 
 
@@ -218,7 +211,7 @@ def test_a_move_in_place_is_one_update_of_a_pending_unheld_job(
     jid = cluster.sbatch("true", "--hold", partition="mig")
     client.update_job(jid, ReqNodeList="n1", Dependency=f"afterany:{blocker}")
     client.release(jid)  # released ahead of the blocker
-    j = job(client, jid)
+    j = squeue_job(client, jid)
     assert (j.state, j.held, j.required_nodes) == ("PENDING", False, "n1") and j.dependency
     a = Assignment(jid, 0, "n2", 0, "A100-40GB", "7g.40gb", Placement(0, 8), 0, 0, 60.0, 1.0)
     moved = Release(
@@ -243,10 +236,10 @@ def test_update_nodelist_comment_and_admin_comment(
     comment = """mig:mem=1G note "quoted" 'single' $HOME \\ tab\there migplan=v1.a-b_c.d"""
     admin = 'slurm-mig:{"gpu": 1, "profile": "3g.20gb", "node": "n2"}'
     client.update_job(jid, NodeList="n2", Comment=comment, AdminComment=admin)
-    j = job(client, jid)
+    j = squeue_job(client, jid)
     assert (j.required_nodes, j.comment, j.admin_comment) == ("n2", comment, admin)
     client.update_job(jid, NodeList="", AdminComment="")
-    j = job(client, jid)
+    j = squeue_job(client, jid)
     assert (j.required_nodes, j.admin_comment, j.comment) == ("", "", comment)
     client.update_job(jid, NodeList="n1")
     client.release(jid)
@@ -265,7 +258,7 @@ def test_requeue_held_and_requeue(cluster: LocalSlurm, client: SlurmClient) -> N
     done = cluster.sbatch("echo run", partition="mig")
     wait_job(cluster, client, done, lambda j: j.state == "COMPLETED", "completed")
     client.requeue(done)  # a finished batch job runs again (after requeue_delay)
-    j = job(client, done)
+    j = squeue_job(client, done)
     assert (j.state, j.held, j.restart_count) == ("PENDING", False, 1)
     assert j.reason in ("None", "BeginTime")  # BeginTime once the scheduler looked
     j = wait_job(cluster, client, done, lambda j: j.state == "COMPLETED", "second run")
@@ -680,7 +673,7 @@ def test_task_prolog_failure_fails_the_job_without_running_it(hooked) -> None:
     out = cluster.job_output(jid)
     assert "hello from the task prolog" in out and "TaskProlog failed status=3" in out
     assert "script-ran" not in out
-    j = job(SlurmClient(env=cluster.env), jid)
+    j = squeue_job(SlurmClient(env=cluster.env), jid)
     assert (j.state, j.exit_code) == ("FAILED", 3)
 
 
@@ -754,7 +747,7 @@ def test_running_while_the_prolog_runs_completing_while_the_epilog_runs(hooked) 
     first_seen: dict[str, float] = {}
 
     def record() -> bool:
-        state = job(client, jid).state
+        state = squeue_job(client, jid).state
         first_seen.setdefault(state, time.monotonic())
         return state == "COMPLETED"
 
@@ -763,5 +756,5 @@ def test_running_while_the_prolog_runs_completing_while_the_epilog_runs(hooked) 
     # the script is `true`: RUNNING lasted as long as the 2 s Prolog, COMPLETING the Epilog
     assert first_seen["COMPLETING"] - first_seen["RUNNING"] > 1.5
     assert first_seen["COMPLETED"] - first_seen["COMPLETING"] > 1.5
-    j = job(client, jid)
+    j = squeue_job(client, jid)
     assert j.start_time is not None and j.end_time is not None and j.exit_code == 0

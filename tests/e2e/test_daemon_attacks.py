@@ -19,19 +19,17 @@ from __future__ import annotations
 import os
 import re
 import resource
-import shutil
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 from datetime import datetime
-from pathlib import Path
 
 import pytest
+from support import sent_slowly
 
 from slurm_mig.config import load_config, parse_address
 from slurm_mig.demo.live import LiveCluster
@@ -40,7 +38,7 @@ from slurm_mig.slurm.assignment import load_key
 from slurm_mig.slurm.notify import sign
 from slurm_mig.workload import load_task_source
 
-from .conftest import LIVE_DEFAULTS, require_local_slurm
+from .conftest import live_cluster, wait_until
 
 RODINIA = load_task_source("rodinia-a100", get_model("A100-40GB"))
 CYCLE = 0.5  # [planner] cycle
@@ -54,14 +52,9 @@ USER_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.
 
 @pytest.fixture(scope="module")
 def lc():
-    install = require_local_slurm()
-    root = Path(tempfile.mkdtemp(prefix="slurm-mig-attacks-"))
-    os.chmod(root, 0o755)
-    cluster = LiveCluster(
-        root, slurm=install, planner={"cycle": CYCLE, "batch_window": 0.0}, **LIVE_DEFAULTS
-    )
-    try:
-        cluster.start()
+    with live_cluster(
+        "slurm-mig-attacks-", planner={"cycle": CYCLE, "batch_window": 0.0}
+    ) as cluster:
         cluster.learn(RODINIA, SCALE)
         ids = [cluster.submit(k, SCALE) for k in KERNELS]
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -74,20 +67,10 @@ def lc():
         _wait(lambda: cluster.status().get("cycle", 0) >= 3, 30, "cycles")
         cluster.ids = ids
         yield cluster
-    finally:
-        cluster.stop()
-        if not os.environ.get("SLURM_MIG_E2E_KEEP"):
-            shutil.rmtree(root, ignore_errors=True)
 
 
 def _wait(ok, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = ok()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+    return wait_until(ok, timeout, what, poll=0.1)
 
 
 def _address(lc: LiveCluster, what: str) -> tuple[str, int]:
@@ -176,18 +159,7 @@ def test_a_slow_loris_is_closed_and_the_daemon_says_nothing_of_it(lc):
     host, port = _address(lc, "metrics")
     with socket.create_connection((host, port), timeout=10) as c:
         t0 = time.monotonic()
-        closed = False
-        for byte in b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-a: " + b"a" * 100:
-            try:
-                c.sendall(bytes([byte]))
-                c.settimeout(0.5)
-                closed = c.recv(64) == b""
-            except TimeoutError:
-                continue
-            except (BrokenPipeError, ConnectionResetError):
-                closed = True
-            if closed:
-                break
+        closed = sent_slowly(c, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-a: " + b"a" * 100, 0.5)
         took = time.monotonic() - t0
     print(f"\na slow-loris connection was closed after {took:.1f} s")
     assert closed and took < 30, "the slow client kept its connection"

@@ -8,12 +8,6 @@ user that every Debian root has, by number as 26.05 wants)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-import time
-from pathlib import Path
-
 import pytest
 
 from slurm_mig.config import load_config
@@ -21,7 +15,8 @@ from slurm_mig.demo.live import LiveCluster
 from slurm_mig.geometry import get_model
 from slurm_mig.profiles import PRIOR, RuntimeStore, estimate_times
 
-from .conftest import LIVE_DEFAULTS, require_local_slurm
+from .conftest import live_cluster
+from .conftest import wait_until as _wait
 
 ATTACKER = "65534"
 VICTIM = "1"
@@ -30,27 +25,8 @@ KIND = "mig:key=resnet50"
 
 @pytest.fixture
 def lc():
-    install = require_local_slurm()
-    root = Path(tempfile.mkdtemp(prefix="slurm-mig-learn-"))
-    os.chmod(root, 0o755)
-    cluster = LiveCluster(root, slurm=install, planner={"batch_window": 0.5}, **LIVE_DEFAULTS)
-    try:
-        cluster.start()
+    with live_cluster("slurm-mig-learn-", planner={"batch_window": 0.5}) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        if not os.environ.get("SLURM_MIG_E2E_KEEP"):
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def _wait(ok, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = ok()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
 
 
 def _submit(lc: LiveCluster, wrap: str, user: str, comment: str = KIND) -> str:

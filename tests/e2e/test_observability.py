@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -24,7 +23,8 @@ from slurm_mig.demo.live import LiveCluster
 from slurm_mig.geometry import get_model
 from slurm_mig.workload import load_task_source
 
-from .conftest import LIVE_DEFAULTS, require_local_slurm
+from .conftest import live_cluster
+from .conftest import wait_until as _wait
 
 A100 = get_model("A100-40GB")
 RODINIA = load_task_source("rodinia-a100", A100)
@@ -44,32 +44,13 @@ KERNELS = ["Gaussian", "Gaussian", "CFD", "CFD", "Gaussian", "CFD", "Gaussian"]
 
 @pytest.fixture(scope="module")
 def lc():
-    install = require_local_slurm()
-    root = Path(tempfile.mkdtemp(prefix="slurm-mig-obs-"))
-    os.chmod(root, 0o755)
-    cluster = LiveCluster(root, slurm=install, planner={"batch_window": 1.0}, **LIVE_DEFAULTS)
-    try:
-        cluster.start()
+    with live_cluster("slurm-mig-obs-", planner={"batch_window": 1.0}) as cluster:
         cluster.learn(RODINIA, SCALE)
         cluster.ids = [cluster.submit(k, SCALE) for k in KERNELS]
         cluster.start_planner()
         cluster.wait_plan(len(KERNELS), 60)
         _wait(lambda: _running(cluster), 60, "a job to run")
         yield cluster
-    finally:
-        cluster.stop()
-        if not os.environ.get("SLURM_MIG_E2E_KEEP"):
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def _wait(ok, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = ok()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
 
 
 def _running(lc: LiveCluster) -> set[str]:

@@ -7,25 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_mig.slurm.client import Job, SlurmClient, SlurmError
+from slurm_mig.slurm.client import SlurmClient, SlurmError
 
 from .cluster import LocalSlurm
+from .conftest import squeue_job
 
 
 @pytest.fixture(scope="module")
 def cluster(slurm_shared) -> LocalSlurm:
     return slurm_shared(nodes=("n1",))
-
-
-@pytest.fixture
-def client(cluster: LocalSlurm) -> SlurmClient:
-    return SlurmClient(env=cluster.env)
-
-
-def job(client: SlurmClient, job_id: str) -> Job:
-    found = [j for j in client.jobs() if j.job_id == job_id]
-    assert len(found) == 1, f"job {job_id} not in squeue"
-    return found[0]
 
 
 def running(cluster: LocalSlurm, client: SlurmClient, record: str) -> str:
@@ -41,7 +31,7 @@ def test_a_hold_of_a_started_job_is_taken(cluster: LocalSlurm, client: SlurmClie
     a hold that lands after a slow start is no sign that the job is still pending."""
     jid = running(cluster, client, "slurm-mig:{}")
     assert client.hold_jobs([jid]) == {}
-    j = job(client, jid)
+    j = squeue_job(client, jid)
     assert (j.state, j.held) == ("RUNNING", False)
     assert cluster.job_field(jid, "Priority") == "0"
     cluster.run("scancel", jid)
@@ -56,7 +46,7 @@ def test_a_started_jobs_record_is_rewritten_by_an_update_without_a_pending_only_
     jid = running(cluster, client, "slurm-mig:{old}")
     with pytest.raises(SlurmError, match="(?i)pending"):
         client.update_job(jid, AdminComment="slurm-mig:{new}", Comment="c", Dependency="0")
-    assert job(client, jid).admin_comment == "slurm-mig:{new}"
+    assert squeue_job(client, jid).admin_comment == "slurm-mig:{new}"
     cluster.run("scancel", jid)
 
 
@@ -68,5 +58,5 @@ def test_a_started_job_refuses_the_whole_update_with_tres_per_node(
     jid = running(cluster, client, "slurm-mig:{old}")
     with pytest.raises(SlurmError, match="(?i)pending"):
         client.update_job(jid, AdminComment="slurm-mig:{new}", TresPerNode="gres/gpu:1")
-    assert job(client, jid).admin_comment == "slurm-mig:{old}"
+    assert squeue_job(client, jid).admin_comment == "slurm-mig:{old}"
     cluster.run("scancel", jid)
