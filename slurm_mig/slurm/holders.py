@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..safetext import printable
+
 __all__ = ["Holder", "describe_holders", "find_holders"]
 
 MAX_HOLDERS = 5  # named in a drain reason; the rest are counted
@@ -83,8 +85,7 @@ def _holds(fd_dir: Path, names: set[str]) -> bool:
 
 
 def _describe(path: Path, pid: int) -> Holder:
-    command = _read(path / "comm").strip()[:32] or "?"
-    command = "".join(c if c.isprintable() else "?" for c in command)
+    command = printable(_read(path / "comm").strip(), 32) or "?"
     try:
         uid: int | None = path.stat().st_uid
     except OSError:
