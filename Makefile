@@ -4,8 +4,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# Debian packages for a real Slurm on loopback (the e2e tests start one).
-SLURM_PKGS := slurmctld slurmd slurm-client munge
+# Debian packages for a real Slurm on loopback (the e2e tests start one); slurmdbd and
+# mariadb-server for the clusters with accounting (LocalSlurm(accounting=True)), whose
+# MariaDB server always is the host's, for every release's slurmdbd.
+SLURM_PKGS := slurmctld slurmd slurm-client munge slurmdbd mariadb-server
 # Debian packages the observability tests drive: tmux (status on a terminal screen) and
 # headless Chromium (the web page); each is installed where its command is missing.
 VIEW_PKGS := tmux chromium
@@ -34,14 +36,27 @@ $(VENV)/.installed-test: $(BIN)/python setup.cfg pyproject.toml
 
 venv: $(VENV)/.installed-test
 
+# Installs whichever of SLURM_PKGS is missing, with a policy-rc.d that exits 101 while
+# apt-get runs (removed afterwards, unless it was there before): Debian's post-install
+# scripts must not start slurmctld, slurmdbd or MariaDB on the host.
 slurm-packages:
-	@if command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ]; then \
-		echo "slurm packages: present"; \
+	@missing=""; for pkg in $(SLURM_PKGS); do \
+		dpkg -s $$pkg 2>/dev/null | grep -q "^Status: install ok installed" \
+			|| missing="$$missing $$pkg"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "slurm packages: present"; \
 	else \
-		echo "slurm packages: installing $(SLURM_PKGS)"; \
+		echo "slurm packages: installing$$missing"; \
+		policy=/usr/sbin/policy-rc.d; own=""; \
+		if [ ! -e $$policy ]; then \
+			printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee $$policy >/dev/null && \
+			$(SUDO) chmod 755 $$policy && own=1; \
+		fi; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			--no-install-recommends $(SLURM_PKGS); \
+			--no-install-recommends $$missing; status=$$?; \
+		[ -z "$$own" ] || $(SUDO) rm -f $$policy; \
+		exit $$status; \
 	fi
 
 view-packages:

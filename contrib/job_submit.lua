@@ -16,6 +16,9 @@ For jobs submitted to the MIG partition:
     --gpus-per-task, --gpus-per-socket, --tres-per-task ...) is rejected: the planner
     gives each job its MIG instance's GRES record, which is what lets Slurm's device
     cgroup open that instance only;
+  * a heterogeneous job (sbatch with ':' or '#SBATCH hetjob') is rejected: the planner
+    gives each job one MIG slice (job arrays are fine: each task is planned as a job of
+    its own, known to the planner and the hooks as <array id>_<task>);
   * a job that would run as root is rejected (ALLOW_ROOT_JOBS): root can leave its
     device cgroup and open every instance;
   * the job is held (priority 0) so that the slurm-mig planner decides where and when
@@ -80,6 +83,10 @@ local NO_VAL = 4294967294
 local RELEASE_REFUSED = "slurm-mig: jobs of the MIG partition are released by the "
 	.. "slurm-mig planner when their slices are free; 'slurm-mig explain JOB' says when "
 	.. "(scancel the job to withdraw it)"
+
+local HETJOB_REFUSED = "slurm-mig: heterogeneous jobs cannot run in the " .. MIG_PARTITION
+	.. " partition (the planner gives each job one MIG slice); submit each component as "
+	.. "a job of its own (sbatch without ':' or '#SBATCH hetjob')"
 
 local PREFIX = "mig:"
 local KEYS = "key, mem, iters, time, pcie, alpha, restartable, deadline"
@@ -536,6 +543,11 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 	if mig == "mixed" then
 		slurm.log_user("%s", "slurm-mig: the " .. MIG_PARTITION .. " partition cannot be combined with others (" ..
 			partition .. "); submit to " .. MIG_PARTITION .. " alone")
+		return slurm.ERROR
+	end
+	-- slurmctld calls this once per component of a heterogeneous job, with its offset
+	if job_desc.het_job_offset ~= nil and job_desc.het_job_offset ~= NO_VAL then
+		slurm.log_user("%s", HETJOB_REFUSED)
 		return slurm.ERROR
 	end
 	if (job_desc.user_id == 0 or submit_uid == 0 and job_desc.user_id == nil) and not ALLOW_ROOT_JOBS then

@@ -88,6 +88,31 @@ def _from_public(job: Any, entry: Mapping[str, Any] | None) -> _PublicPlan | Non
         return None
 
 
+def _priority_lines(entry: Mapping[str, Any], public: Mapping[str, Any] | None) -> list[str]:
+    """The job's priority as the planner read it from Slurm, and why it starts before
+    jobs of higher priority, if it does."""
+    prio = entry.get("priority")
+    if not isinstance(prio, int) or isinstance(prio, bool):
+        return []
+    out = [f"priority: {prio} (Slurm's multifactor priority: fairshare, QOS, age, partition)"]
+    ahead = entry.get("ahead_of")
+    if isinstance(ahead, list) and ahead:
+        names = ", ".join(str(j)[:20] for j in ahead[:5])
+        reorder = (public or {}).get("reorder")
+        bound = (
+            f"up to {reorder} lower-priority jobs ([planner] reorder) when that packs the "
+            "GPUs better, and "
+            if isinstance(reorder, int) and not isinstance(reorder, bool) and reorder > 0
+            else ""
+        )
+        out.append(
+            f"starts before higher-priority job(s) {names}: they wait for slices that are "
+            f"busy longer; the planner starts {bound}any job whose slices are free earlier "
+            "when that delays no job of higher priority (backfill)"
+        )
+    return out
+
+
 def explain(
     job: Any,
     public: Mapping[str, Any] | None,
@@ -190,6 +215,7 @@ def explain(
             else:
                 lines.append("held by the planner until its slices are free")
             if entry is not None:
+                lines.extend(_priority_lines(entry, public))
                 start = entry.get("start") if isinstance(entry.get("start"), int | float) else None
                 free = entry.get("free_at")
                 if isinstance(free, int | float) and free > now:
@@ -214,6 +240,7 @@ def explain(
             lines.append(f"not planned: {text.removeprefix('not planned:').strip()}")
         elif entry is not None and entry.get("state") == "deferred":
             lines.append(f"not planned yet: {entry.get('why', '')}")
+            lines.extend(_priority_lines(entry, public))
         elif job.held and job.reason == "JobHeldUser":
             lines.append(
                 "held, waiting for the planner to take it (the planner's cycle has not "
@@ -223,7 +250,7 @@ def explain(
             lines.append(
                 f"waiting: the planner keeps plans for the first "
                 f"{_count(public.get('max_planned'))} held jobs of the partition by "
-                f"submission time ([planner] max_planned); {_count(public.get('beyond'))} "
+                f"priority, then submission time ([planner] max_planned); {_count(public.get('beyond'))} "
                 "more wait unplanned until those start"
             )
         else:

@@ -61,6 +61,7 @@ class QueueRow:
     start: float | None  # projected start
     free_at: float | None  # when the slices it waits for are free
     why: str = ""
+    priority: int | None = None  # Slurm's priority as the planner read it (held jobs)
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,9 @@ def build_view(
 
     queue: list[QueueRow] = []
     deferred = status.get("deferred") or {}
+    priority = status.get("priority") or {}
+    if not isinstance(priority, dict):
+        priority = {}
     for j in jobs:
         if job_phase(j.state) != "pending":
             continue
@@ -239,6 +243,7 @@ def build_view(
                 _num(p.get("start")) if p else None,
                 _num(p.get("free_at")) if p else None,
                 printable(why, LONG),
+                _prio(priority.get(j.job_id)),
             )
         )
     queue.sort(key=lambda q: (q.start is None, q.start or 0.0, job_sort_key(q.job)))
@@ -252,6 +257,12 @@ def build_view(
         gpus=tuple(gpus),
         queue=tuple(queue),
     )
+
+
+def _prio(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32:
+        return value
+    return None
 
 
 def _kept_note(inst: Mapping[str, Any]) -> str:

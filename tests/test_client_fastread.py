@@ -31,6 +31,7 @@ from slurm_mig.slurm.client import (
 WIDTHS = dict(FAST_FIELDS)
 BASE = {
     "JobID": "41",
+    "JobArrayID": "41",
     "UserID": "0",
     "UserName": "root",
     "Partition": "mig",
@@ -44,6 +45,10 @@ BASE = {
     "EndTime": "N/A",
     "EligibleTime": "N/A",
     "Deadline": "N/A",
+    "Nice": "0",
+    "Account": "(null)",
+    "QOS": "normal",
+    "Reservation": "(null)",
     "Dependency": "(null)",
     "Name": "train",
     "Comment": "mig:mem=4G",
@@ -70,6 +75,8 @@ BASE_JOB = Job(
     end_time=None,
     restart_count=0,
     exit_code=None,
+    qos="normal",
+    uid=0,
 )
 
 

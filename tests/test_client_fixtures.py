@@ -164,6 +164,9 @@ def pyslurm_view(rec: dict) -> types.SimpleNamespace:
         eligible_time=num(rec.get("eligible_time")) or None,
         deadline=num(rec.get("deadline")) or None,
         dependencies={"after": rec["dependency"]} if rec.get("dependency") else {},
+        account=rec.get("account") or "", qos=rec.get("qos") or "",
+        nice=num(rec.get("nice")) or 0, reservation=rec.get("resv_name") or "",
+        user_id=rec.get("user_id"),
     )  # fmt: skip
 
 

@@ -342,11 +342,13 @@ def test_no_larger_profile_names_the_need_and_the_largest_profile(tmp_path):
 # Slurm: record the need, set mem= in the hint, requeue
 
 
-def fake_slurm(tmp_path: Path, comment: str) -> tuple[Path, Path]:
-    """squeue and scontrol stand-ins: squeue lists job 4242, scontrol logs its argv."""
+def fake_slurm(tmp_path: Path, comment: str, **record) -> tuple[Path, Path]:
+    """squeue and scontrol stand-ins: squeue lists job 4242 (``record``: more of its
+    fields), scontrol logs its argv."""
     bin_dir, log = tmp_path / "bin", tmp_path / "slurm.log"
     bin_dir.mkdir()
-    jobs = {"jobs": [{"job_id": 4242, "name": "train", "job_state": "RUNNING", "comment": comment}]}
+    job = {"job_id": 4242, "name": "train", "job_state": "RUNNING", "comment": comment, **record}
+    jobs = {"jobs": [job]}
     (bin_dir / "squeue").write_text(
         f"#!{sys.executable}\nimport json, sys\n"
         "if '--json' not in sys.argv: sys.exit('JSON only')\n"  # the client then reads JSON
@@ -362,23 +364,24 @@ def fake_slurm(tmp_path: Path, comment: str) -> tuple[Path, Path]:
     return bin_dir, log
 
 
+def oom_under_slurm(tmp_path: Path, bin_dir: Path, **env: str) -> subprocess.CompletedProcess:
+    """mig-run of a job that runs out of memory on a 1g.5gb slice, as job 4242 under
+    the fake Slurm of ``bin_dir`` (``env``: more of the job's environment)."""
+    job = script(tmp_path, OOM_JOB.format(size=6 * GIB))
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242", **env}
+    return mig_run(
+        "--slice", "1g.5gb", "--gpu-model", "A100-40GB", "--emulate", "--",
+        sys.executable, job, env=env,
+    )  # fmt: skip
+
+
 def test_slurm_mode_records_the_need_sets_the_hint_and_requeues(tmp_path):
     bin_dir, log = fake_slurm(tmp_path, "nightly run mig:key=llm,iters=100")
     config = tmp_path / "config.toml"
     config.write_text(
         f'[nodes]\n"n1" = ["A100-40GB"]\n[paths]\nstate_dir = "{tmp_path / "state"}"\n'
     )
-    job = script(tmp_path, OOM_JOB.format(size=6 * GIB))
-    env = {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "SLURM_JOB_ID": "4242",
-        "SLURM_JOB_NAME": "train",
-        "SLURM_MIG_CONFIG": str(config),
-    }
-    done = mig_run(
-        "--slice", "1g.5gb", "--gpu-model", "A100-40GB", "--emulate", "--",
-        sys.executable, job, env=env,
-    )  # fmt: skip
+    done = oom_under_slurm(tmp_path, bin_dir, SLURM_JOB_NAME="train", SLURM_MIG_CONFIG=str(config))
     assert done.returncode == 75, done.stderr
     need = int(6 * GIB * 1.1)
     calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -397,16 +400,25 @@ def test_slurm_mode_records_the_need_sets_the_hint_and_requeues(tmp_path):
     assert f"requeued job 4242 with mem=6.6 GiB ({need} bytes)" in done.stderr.splitlines()[-1]
 
 
+def test_slurm_mode_requeues_an_array_task_by_its_task_name(tmp_path):
+    # task 3 of array 4240 runs as job 4242; scontrol would take the number 4240 for
+    # every task of the array, so the task is named as squeue and the planner name it
+    bin_dir, log = fake_slurm(tmp_path, "mig:key=llm", array_job_id=4240, array_task_id=3)
+    done = oom_under_slurm(tmp_path, bin_dir, SLURM_ARRAY_JOB_ID="4240", SLURM_ARRAY_TASK_ID="3")
+    assert done.returncode == 75, done.stderr
+    need = int(6 * GIB * 1.1)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [c for c in calls if c[0] == "scontrol"] == [
+        ["scontrol", "update", "JobId=4240_3", f"Comment=mig:key=llm,mem={need}"],
+        ["scontrol", "requeue", "4240_3"],
+    ]
+
+
 def test_slurm_mode_says_why_when_the_hint_has_no_room_for_mem(tmp_path):
     # a hint word 250 bytes long: mem= would take it past the 256 the Lua accepts
     hint = "mig:key=" + "k" * 242
     bin_dir, log = fake_slurm(tmp_path, f"run {hint}")
-    job = script(tmp_path, OOM_JOB.format(size=6 * GIB))
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
-    done = mig_run(
-        "--slice", "1g.5gb", "--gpu-model", "A100-40GB", "--emulate", "--",
-        sys.executable, job, env=env,
-    )  # fmt: skip
+    done = oom_under_slurm(tmp_path, bin_dir)
     assert done.returncode != 75, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "cannot write mem=" in last and "4242" in last and "256" in last, last
@@ -415,12 +427,7 @@ def test_slurm_mode_says_why_when_the_hint_has_no_room_for_mem(tmp_path):
 
 def test_slurm_mode_respects_restartable_no(tmp_path):
     bin_dir, log = fake_slurm(tmp_path, "mig:restartable=no")
-    job = script(tmp_path, OOM_JOB.format(size=6 * GIB))
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
-    done = mig_run(
-        "--slice", "1g.5gb", "--gpu-model", "A100-40GB", "--emulate", "--",
-        sys.executable, job, env=env,
-    )  # fmt: skip
+    done = oom_under_slurm(tmp_path, bin_dir)
     assert done.returncode == 1
     assert "mig:restartable=no, so it is not requeued" in done.stderr
     assert all(json.loads(line)[0] == "squeue" for line in log.read_text().splitlines())

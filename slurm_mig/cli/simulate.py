@@ -28,7 +28,7 @@ workloads (--workload):
   smart-mig-poisson  the same jobs at a fixed rate (base x multiplier), 1000 jobs
   FILE        CSV or JSON jobs; columns id, arrival, per-size times 1,2,3,4,7 (or
               runtime + size), optional size, memory_mib, pcie_demand, alpha,
-              restartable, kind
+              restartable, kind, deadline, priority (Slurm's: higher first)
   Trace presets read the shared data folder ($SLURM_MIG_SHARED_DATA, or
   ../shared/data beside the checkout).
 
@@ -81,6 +81,9 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                     help="number of jobs (presets) or the first K of a file")  # fmt: skip
     si.add_argument("--policy", metavar="P1,P2,...", default="baseline,far",
                     help="policies to compare (default: baseline,far)")  # fmt: skip
+    si.add_argument("--reorder", metavar="N|none", type=_reorder, default=None,
+                    help="batch policies: jobs a batch may reorder past a job of higher "
+                    "priority (0: strict priority order; default: none, unbounded)")  # fmt: skip
     si.add_argument("--seed", metavar="S", type=int, default=0,
                     help="seed of the workload's random draws (default: 0)")  # fmt: skip
     si.add_argument("--json", action="store_true",
@@ -91,6 +94,21 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                     help="assert the simulator's invariants after every event (slower)")  # fmt: skip
     si.set_defaults(handler=run)
     return si
+
+
+def _reorder(text: str) -> int | None:
+    """``--reorder``: a whole number >= 0, or ``none`` (unbounded)."""
+    if text.strip().lower() in ("none", "unbounded"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number; give N >= 0 or none"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0 (0: strict priority order)")
+    return value
 
 
 def _share(text: str) -> float:
@@ -158,6 +176,7 @@ def parse_policies(spec: str) -> list[tuple[str, str, dict]]:
 
 def run(args: argparse.Namespace) -> int:
     from ..geometry import get_model
+    from ..planner.registry import policy_info
     from ..sim.api import PolicyError
     from ..sim.cluster import InvariantError
     from ..sim.engine import SimInputError, simulate
@@ -172,6 +191,18 @@ def run(args: argparse.Namespace) -> int:
             "give a multiple of the node count"
         )
     specs = parse_policies(args.policy)
+    reorder = getattr(args, "reorder", None)
+    if reorder is not None:  # a policy's own reorder= option wins
+        specs = [
+            (
+                label,
+                name,
+                opts
+                if "reorder" in opts or policy_info(name).kind == "online"
+                else {**opts, "reorder": reorder},
+            )
+            for label, name, opts in specs
+        ]
     policies = [(label, get_policy(name, **opts)) for label, name, opts in specs]
     jobs = build_workload(
         args.workload,

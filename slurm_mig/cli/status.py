@@ -170,7 +170,7 @@ def render(view) -> Any:
             t.add_row("-", "-", "no instances", "", "", "", "")
         parts.append(t)
     q = Table(title="Queue", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("Job", "User", "Name", "State", "Node", "GPU", "Profile", "Start", "Why"):
+    for name in ("Job", "User", "Name", "State", "Prio", "Node", "GPU", "Profile", "Start", "Why"):
         q.add_column(name, overflow="fold" if name == "Why" else "ellipsis")
     for r in view.queue:
         why = r.why
@@ -181,6 +181,7 @@ def render(view) -> Any:
             r.user or "-",
             r.name or "-",
             r.state,
+            "-" if r.priority is None else str(r.priority),
             r.node or "-",
             "-" if r.gpu is None else str(r.gpu),
             r.profile or "-",
@@ -189,7 +190,7 @@ def render(view) -> Any:
         )
         q.add_row(*(plain(c) for c in cells))
     if not view.queue:
-        q.add_row("-", "", "", "no jobs wait", "", "", "", "", "")
+        q.add_row("-", "", "", "no jobs wait", "", "", "", "", "", "")
     parts.append(q)
     return Group(*parts)
 

@@ -56,6 +56,9 @@ class LiveCluster:
     # config's run_dir is then one path (as at a site) instead of one per node (%n)
     private_nodes: bool = False
     job_user: str | None = None  # who `submit` submits as by default (None: root)
+    # Slurm accounting (LocalSlurm.accounting: MariaDB and slurmdbd; associations,
+    # fairshare, QOS and limits through `cluster.add_account` & co.)
+    accounting: bool = False
     # more LocalSlurm fields (task_plugin, cgroup_conf, ... for a device-isolation test)
     slurm_options: Mapping[str, object] = field(default_factory=dict)
     cluster: LocalSlurm | None = field(default=None, init=False)
@@ -151,6 +154,7 @@ class LiveCluster:
             private_nodes=self.private_nodes,
             node_dirs=(self.run_root, self.state_dir, self.sim_root, self.log_dir),
             job_user=self.job_user,
+            accounting=self.accounting,
             **self.slurm_options,
         )
         self.cluster.start()

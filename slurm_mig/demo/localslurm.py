@@ -17,6 +17,19 @@ each node's hierarchy slurm_<node>: such clusters running at once need distinct 
 names). ``gres`` gives nodes a MIG gres.conf (slurm_mig.slurm.gres) over fake device
 nodes made with mknod under ``<root>/dev/<node>``; LiveCluster always does.
 
+``accounting`` adds Slurm accounting, for tests of Slurm's own policy (associations,
+fairshare, QOS and association limits): a private MariaDB server (always the host's
+``mariadbd``, on a free port of 127.0.0.1, its data copied from a datadir that
+mariadb-install-db makes once per process) and the release's own slurmdbd, both started
+before slurmctld and stopped after it; slurm.conf then enforces
+associations,limits,qos, so a job's user needs an association (`add_user`). slurmdbd
+pushes every change to slurmctld at once (`scontrol show assoc_mgr` shows it; the add_*
+methods wait for that), but priority/multifactor computes usage and FairShare only at
+its start and every PriorityCalcPeriod (a minute at least): `accounting_setup` makes
+associations before slurmctld starts, `restart_slurmctld` recomputes. Slurm 25.05+
+knows no user named nobody (uid_from_string): `add_user` adds nobody by uid. About
+0.5-1 s more per start (the first of a process up to 5 s more: mariadb-install-db).
+
 ``private_nodes`` makes each node a host of its own, as the e2e fixtures do: its slurmd
 (and so its Prologs, Epilogs and jobs) starts under ``unshare --mount --propagation
 private`` with a preamble that bind-mounts ``<root>/nodes/<node>/<name>`` over each
@@ -84,6 +97,7 @@ import itertools
 import os
 import pwd
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -105,6 +119,12 @@ SLURM_BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol"
 SBIN_PATHS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 # Client programs a root's cluster puts on PATH as wrappers (daemons are started directly).
 CLIENT_PROGRAMS = ("sbatch", "squeue", "sinfo", "scontrol", "scancel", "sacct", "srun", "sprio")
+CLIENT_PROGRAMS += ("sacctmgr", "sshare")  # accounting
+# The host's MariaDB server (Debian's mariadb-server) for every release's slurmdbd.
+MARIADB_SERVERS = ("mariadbd", "mysqld")
+MARIADB_INSTALLERS = ("mariadb-install-db", "mysql_install_db")
+# slurm.conf keys that may appear once; extra_conf naming one replaces the default line
+_REPEATED_KEYS = ("nodename", "partitionname", "nodeset", "frontendname", "downnodes")
 _counter = itertools.count(1)
 FAKE_GPU_MAJOR = 195  # NVIDIA's
 FAKE_CAPS_MAJOR = 240  # "local/experimental use" (devices.txt); no driver here
@@ -121,23 +141,91 @@ def find_binary(name: str) -> str | None:
     return shutil.which(name, path=path)
 
 
-def skip_reason(slurm: str | SlurmInstall | None = None) -> str | None:
+def skip_reason(slurm: str | SlurmInstall | None = None, accounting: bool = False) -> str | None:
     """Why LocalSlurm cannot run here with that Slurm (not root, programs or root
-    missing), or None. ``slurm``: "host" (the default) or a root's suite."""
+    missing), or None. ``slurm``: "host" (the default) or a root's suite;
+    ``accounting``: also slurmdbd (of that release) and the host's MariaDB server."""
     if os.geteuid() != 0:
         return "LocalSlurm needs root (it starts munged, slurmctld and slurmd)"
     if isinstance(slurm, SlurmInstall):
         slurm = slurm.name
+    missing = []
     if slurm not in (None, "host"):
         found = find_install(slurm)
-        return found if isinstance(found, str) else None
-    missing = [name for name in SLURM_BINARIES if find_binary(name) is None]
+        if isinstance(found, str):
+            return found
+        if accounting and not (found.root / "usr" / "sbin" / "slurmdbd").exists():
+            missing.append(f"slurmdbd in the {slurm} root")
+    else:
+        missing = [name for name in SLURM_BINARIES if find_binary(name) is None]
+        if accounting and find_binary("slurmdbd") is None:
+            missing.append("slurmdbd")
+    if accounting and _first_binary(MARIADB_SERVERS) is None:
+        missing.append("mariadbd")
+    if accounting and _first_binary(MARIADB_INSTALLERS) is None:
+        missing.append("mariadb-install-db")
     if missing:
         return (
-            f"Slurm is not installed ({', '.join(missing)} missing); "
-            "apt-get install slurmctld slurmd slurm-client munge"
+            f"Slurm is not installed ({', '.join(missing)} missing); apt-get install "
+            f"slurmctld slurmd slurm-client munge{' slurmdbd mariadb-server' * accounting}"
+            " (make slurm-packages; a root's: make slurm-roots)"
         )
     return None
+
+
+def _first_binary(names: Iterable[str]) -> str | None:
+    return next(filter(None, map(find_binary, names)), None)
+
+
+_TEMPLATE: list[Path] = []  # this process's freshly installed, never started datadir
+
+
+def _mariadb_cnf(datadir: Path, port: int, run_dir: Path) -> str:
+    """my.cnf of a private MariaDB server: root, 127.0.0.1:``port``, small buffers and
+    no durability (the database lives as long as its cluster)."""
+    return (
+        f"[mysqld]\nuser=root\ndatadir={datadir}\nsocket={run_dir / 'mysqld.sock'}\n"
+        f"pid-file={run_dir / 'mysqld.pid'}\nbind-address=127.0.0.1\nport={port}\n"
+        "skip-name-resolve\nskip-log-bin\nperformance_schema=OFF\nkey_buffer_size=1M\n"
+        "innodb_buffer_pool_size=32M\ninnodb_log_file_size=8M\ninnodb_lock_wait_timeout=900\n"
+        "innodb_flush_log_at_trx_commit=0\ninnodb_doublewrite=0\ninnodb_flush_method=nosync\n"
+    )
+
+
+def _mariadb_template() -> Path:
+    """A datadir fresh from mariadb-install-db, made once per process (0.5 to 5 s) and
+    copied for each cluster (a few ms); removed at exit."""
+    if _TEMPLATE:
+        return _TEMPLATE[0]
+    installer = _first_binary(MARIADB_INSTALLERS)
+    if installer is None:
+        raise ClusterError(f"accounting: {skip_reason(accounting=True)}")
+    top = Path(tempfile.mkdtemp(prefix="slurm-e2e-mariadb-"))
+    atexit.register(shutil.rmtree, top, ignore_errors=True)
+    cnf = top / "my.cnf"
+    cnf.write_text(_mariadb_cnf(top / "data", free_port(), top))
+    argv = [installer, f"--defaults-file={cnf}", "--auth-root-authentication-method=normal"]
+    res = subprocess.run(
+        [*argv, "--skip-test-db", "--skip-name-resolve"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if res.returncode != 0:
+        raise ClusterError(f"{installer} exited {res.returncode}: {res.stdout}{res.stderr}")
+    _TEMPLATE.append(top / "data")
+    return _TEMPLATE[0]
+
+
+def _overridden(lines: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """slurm.conf ``lines`` then ``extra``, less each line whose key an ``extra`` line
+    sets again (Slurm logs every repeated key as an error); node and partition lines add."""
+
+    def key(line: str) -> str:
+        return line.split("=", 1)[0].strip().lower()
+
+    keys = {key(line) for line in extra if "=" in line} - set(_REPEATED_KEYS)
+    return [line for line in lines if key(line) not in keys] + list(extra)
 
 
 def _pids_with_env(entry: str) -> list[int]:
@@ -166,6 +254,12 @@ def _world_reachable(path: Path) -> bool:
         return all(os.stat(d).st_mode & 0o001 for d in real.parents)
     except OSError:
         return False
+
+
+def _listening(port: int) -> bool:
+    """Something accepts TCP connections on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def free_port() -> int:
@@ -216,6 +310,16 @@ class LocalSlurm:
     # controller's processes have the rest, as on a host of their own (benchmarks;
     # `cpugroup`); 0: no limit
     node_cpus: float = 0.0
+    # Slurm accounting: a private MariaDB server (the host's) and this release's slurmdbd,
+    # started before slurmctld, with AccountingStorageEnforce=associations,limits,qos;
+    # `sacctmgr`, `add_account`, `add_user` and `add_qos` then manage it
+    accounting: bool = False
+    # run once slurmdbd knows the cluster, before slurmctld starts (add_account, add_user,
+    # add_qos): slurmctld's first fairshare calculation, at its start, then sees them
+    # (priority/multifactor recalculates only every PriorityCalcPeriod, one minute at least)
+    accounting_setup: Callable[[LocalSlurm], object] | None = None
+    cluster_name: str = field(default="", init=False)
+    dbd_port: int = field(default=0, init=False)
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False, repr=False)
     _own_root: bool = field(default=False, init=False, repr=False)
     cpu_group: CpuGroup | None = field(default=None, init=False, repr=False)
@@ -229,6 +333,11 @@ class LocalSlurm:
     @property
     def munge_socket(self) -> Path:
         return self.root / "munge" / "munge.socket"
+
+    @property
+    def db_dir(self) -> Path:
+        """The accounting database server's directory (datadir, my.cnf, socket)."""
+        return self.root / "db"
 
     @property
     def out_dir(self) -> Path:
@@ -345,8 +454,8 @@ class LocalSlurm:
 
     # --- life cycle ----------------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> LocalSlurm:
-        """Write the configuration, start munged, slurmctld and the slurmds, and wait
-        until every node is idle."""
+        """Write the configuration, start munged, (with `accounting`) MariaDB and
+        slurmdbd, slurmctld and the slurmds, and wait until every node is idle."""
         if self.requeue_delay < 5:
             raise ClusterError("requeue_delay (AuthInfo cred_expire) must be at least 5 s")
         if self.root is None:
@@ -361,7 +470,9 @@ class LocalSlurm:
             self._write_conf()
             self._make_private_dirs()
             self._make_cpu_group()
-            self._spawn("slurmctld", [self._binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+            if self.accounting:
+                self._start_accounting(timeout)
+            self._spawn_slurmctld()
             for node in self.nodes:
                 self._spawn(
                     f"slurmd-{node}",
@@ -374,6 +485,21 @@ class LocalSlurm:
             self.stop()
             raise
         return self
+
+    def _spawn_slurmctld(self) -> None:
+        self._spawn("slurmctld", [self._binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+
+    def restart_slurmctld(self, timeout: float = 30.0) -> None:
+        """Stop slurmctld (it saves its state: jobs, association usage) and start it
+        again; jobs live on. priority/multifactor computes usage and fairshare at start,
+        otherwise only every PriorityCalcPeriod (a minute at least)."""
+        self._kill(["slurmctld"])
+        self._spawn_slurmctld()
+        self.wait_for(
+            lambda: "UP" in self.run("scontrol", "ping", check=False).stdout,
+            timeout,
+            "slurmctld to answer again",
+        )
 
     def _binary(self, name: str) -> str | None:
         if self.install.root is None:
@@ -412,6 +538,64 @@ class LocalSlurm:
         )
         self.wait_for(self.munge_socket.exists, 10.0, "munged to open its socket")
 
+    def _start_accounting(self, timeout: float) -> None:
+        """A private MariaDB server (the host's, on a free port of 127.0.0.1, small
+        buffers, no durability) and this release's slurmdbd (`dbd_port`) on it, and this
+        cluster added there: slurmctld registers with slurmdbd only as a known cluster."""
+        db = self.db_dir
+        db.mkdir(exist_ok=True)
+        os.chmod(db, 0o700)
+        port, password = free_port(), secrets.token_hex(12)
+        cnf = db / "my.cnf"
+        cnf.write_text(_mariadb_cnf(db / "data", port, db))
+        # run by the server before it accepts connections; the database made here, as
+        # slurmdbd 24.11's own creation fails its first try (TLS) and retries in 5 s
+        init = db / "init.sql"
+        init.write_text(
+            "CREATE DATABASE IF NOT EXISTS slurm_acct_db;\n"
+            f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
+            "GRANT ALL ON *.* TO 'slurm'@'127.0.0.1';\n"
+        )
+        server = _first_binary(MARIADB_SERVERS)
+        if server is None:
+            raise ClusterError(f"accounting: {skip_reason(self.install, accounting=True)}")
+        shutil.copytree(_mariadb_template(), db / "data", symlinks=True)
+        self._spawn(
+            "mariadbd", [server, f"--defaults-file={cnf}", f"--init-file={init}"], host=True
+        )
+        ready = self.root / "mariadbd.out"
+        self._wait_started(
+            "mariadbd", lambda: "ready for connections" in ready.read_text(), timeout
+        )
+        dbd_conf = self.conf.parent / "slurmdbd.conf"  # slurmdbd reads it beside SLURM_CONF
+        dbd_conf.touch(mode=0o600)
+        os.chmod(dbd_conf, 0o600)  # slurmdbd refuses a file others may read
+        dbd_conf.write_text(
+            "AuthType=auth/munge\n"
+            f"AuthInfo=socket={self.munge_socket}\n"
+            f"DbdHost=localhost\nDbdAddr=127.0.0.1\nDbdPort={self.dbd_port}\nSlurmUser=root\n"
+            f"PidFile={self.root / 'slurmdbd.pid'}\nLogFile={self.root / 'log' / 'slurmdbd.log'}\n"
+            "DebugLevel=info\nStorageType=accounting_storage/mysql\n"
+            f"StorageHost=127.0.0.1\nStoragePort={port}\nStorageUser=slurm\n"
+            f"StoragePass={password}\nStorageLoc=slurm_acct_db\n"
+        )
+        self._spawn("slurmdbd", [self._binary("slurmdbd"), "-D"])
+        self._wait_started("slurmdbd", lambda: _listening(self.dbd_port), timeout)
+        self.sacctmgr("add", "cluster", self.cluster_name)
+        if self.accounting_setup is not None:
+            self.accounting_setup(self)
+
+    def _wait_started(self, name: str, ready: Callable[[], object], timeout: float) -> None:
+        """Wait until ``ready()``; ClusterError with the logs when daemon ``name`` exits first."""
+
+        def up() -> object:
+            proc = self._procs[name]
+            if proc.poll() is not None:
+                raise ClusterError(f"{name} exited {proc.returncode}\n{self.logs()}")
+            return ready()
+
+        self.wait_for(up, timeout, f"{name} to start")
+
     def _hook(self, kind: str, path: Path | None) -> Path | None:
         """The hook itself, or a wrapper that exports `hook_env` first (Slurm gives
         hooks a clean environment)."""
@@ -435,8 +619,9 @@ class LocalSlurm:
         self.out_dir.mkdir(exist_ok=True)
         os.chmod(self.out_dir, 0o1777)
         host = socket.gethostname().split(".")[0]
+        self.cluster_name = f"e2e{os.getpid()}x{next(_counter)}"
         lines = [
-            f"ClusterName=e2e{os.getpid()}x{next(_counter)}",
+            f"ClusterName={self.cluster_name}",
             f"SlurmctldHost={host}(127.0.0.1)",
             "SlurmUser=root",
             "SlurmdUser=root",
@@ -480,7 +665,16 @@ class LocalSlurm:
         if self.job_submit_lua:
             shutil.copyfile(self.job_submit_lua, etc / "job_submit.lua")
             lines.append("JobSubmitPlugins=lua")
-        lines.extend(self.extra_conf)
+        if self.accounting:
+            self.dbd_port = free_port()
+            lines += [
+                "AccountingStorageType=accounting_storage/slurmdbd",
+                "AccountingStorageHost=127.0.0.1",
+                f"AccountingStoragePort={self.dbd_port}",
+                f"AccountingStoragePass={self.munge_socket}",  # munge socket to slurmdbd
+                "AccountingStorageEnforce=associations,limits,qos",
+            ]
+        lines = _overridden(lines, self.extra_conf)
         node_gres = self._write_gres(etc)
         if node_gres:
             lines.append("GresTypes=gpu")
@@ -530,13 +724,17 @@ class LocalSlurm:
         argv: list[str | None],
         extra_env: Mapping[str, str] | None = None,
         node: str | None = None,
+        host: bool = False,
     ) -> None:
-        """Start a daemon (a node's in that node's namespace, see `node_argv`)."""
+        """Start a daemon (a node's in that node's namespace, see `node_argv`; ``host``:
+        the host's program even where the cluster runs a root's release)."""
         if any(a is None for a in argv):
-            raise ClusterError(f"{name}: program not found ({skip_reason()})")
+            reason = skip_reason(self.install, self.accounting)
+            raise ClusterError(f"{name}: program not found ({reason})")
         env = self.env
         env.update(extra_env or {})
-        cmd = self._argv(argv)  # a root's release: its own namespace and chroot inside
+        # a root's release: its own namespace and chroot inside
+        cmd = [str(a) for a in argv] if host else self._argv(argv)
         if node is not None:
             cmd = self.node_argv(node, cmd)
             if self.cpu_group is not None:  # in the group before it runs
@@ -548,27 +746,13 @@ class LocalSlurm:
             )
 
     def stop(self) -> None:
-        """Kill every daemon this cluster started (slurmds first, munged last) and
-        remove its directory (kept when $SLURM_MIG_E2E_KEEP is set)."""
-        order = sorted(self._procs, key=lambda n: (n == "munged", n == "slurmctld"))
-        for name in order:
-            proc = self._procs[name]
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 5.0
-        for name in order:
-            proc = self._procs[name]
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
+        """Kill every daemon this cluster started (slurmds and slurmctld first, then
+        slurmdbd, MariaDB and munged last) and remove its directory (kept when
+        $SLURM_MIG_E2E_KEEP is set)."""
+        last = ("slurmdbd", "mariadbd", "munged")
+        slurm = [n for n in self._procs if n not in last]
+        for group in (slurm, ["slurmdbd"], ["mariadbd", "munged"]):
+            self._kill([n for n in group if n in self._procs])
         self._procs.clear()
         if self.root is not None:  # slurmstepds and job processes outlive slurmd
             for pid in _pids_with_env(f"SLURM_CONF={self.conf}"):
@@ -583,6 +767,28 @@ class LocalSlurm:
         atexit.unregister(self.stop)
         if self._own_root and self.root is not None and not os.environ.get("SLURM_MIG_E2E_KEEP"):
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _kill(self, names: Sequence[str], grace: float = 5.0) -> None:
+        """SIGTERM the daemons ``names`` (their process groups), SIGKILL those still
+        running after ``grace`` seconds; reaped either way."""
+        for name in names:
+            proc = self._procs[name]
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        for name in names:
+            proc = self._procs[name]
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
 
     def _make_cpu_group(self) -> None:
         """The nodes' CPU cgroup (``node_cpus``), or why there is none in
@@ -626,6 +832,73 @@ class LocalSlurm:
             shown = " ".join(argv) + (f" (as {user})" if user else "")
             raise ClusterError(f"{shown} exited {res.returncode}: {res.stderr.strip()}")
         return res
+
+    # --- accounting (accounting=True) ---------------------------------------------------
+    def sacctmgr(self, *args: str, timeout: float = 30.0) -> str:
+        """``sacctmgr -i ARGS`` against this cluster's slurmdbd; its output
+        (ClusterError with sacctmgr's message when it fails)."""
+        if not self.accounting:
+            raise ClusterError(
+                "sacctmgr: this cluster has no accounting (LocalSlurm(accounting=True))"
+            )
+        return self.run("sacctmgr", "-i", *args, timeout=timeout).stdout
+
+    def add_account(
+        self, name: str, parent: str | None = None, fairshare: int | str | None = None
+    ) -> None:
+        """Add account ``name`` (under ``parent``, default root) with ``fairshare``
+        (its RawShares), and wait until slurmctld has it."""
+        args = ["add", "account", name]
+        if parent is not None:
+            args.append(f"parent={parent}")
+        if fairshare is not None:
+            args.append(f"fairshare={fairshare}")
+        self.sacctmgr(*args)
+        self._wait_assoc_mgr(["flags=assoc", f"accounts={name}"], f"Account={name} ")
+
+    def add_user(
+        self,
+        user: str,
+        account: str,
+        fairshare: int | str | None = None,
+        qos: str | Sequence[str] | None = None,
+        default_qos: str | None = None,
+    ) -> None:
+        """Give ``user`` an association in ``account`` (its RawShares ``fairshare``, the
+        QOS it may use, its default QOS), and wait until slurmctld has it. nobody is
+        added by uid (65534): Slurm 25.05+ maps the name nobody to no user."""
+        if user == "nobody":
+            user = str(pwd.getpwnam(user).pw_uid)
+        args = ["add", "user", user, f"account={account}"]
+        if fairshare is not None:
+            args.append(f"fairshare={fairshare}")
+        if qos is not None:
+            args.append(f"qos={qos if isinstance(qos, str) else ','.join(qos)}")
+        if default_qos is not None:
+            args.append(f"defaultqos={default_qos}")
+        self.sacctmgr(*args)
+        self._wait_assoc_mgr(
+            ["flags=assoc", f"accounts={account}", f"users={user}"], f"UserName={user}("
+        )
+
+    def add_qos(self, name: str, **limits: object) -> None:
+        """Add QOS ``name`` with ``limits`` as sacctmgr spells them (MaxJobsPerUser=1,
+        Priority=10, ...), and wait until slurmctld has it."""
+        self.sacctmgr("add", "qos", name, *(f"{k}={v}" for k, v in limits.items()))
+        self._wait_assoc_mgr(["flags=qos", f"qos={name}"], f"QOS={name}(")
+
+    def _wait_assoc_mgr(self, args: Sequence[str], text: str, timeout: float = 10.0) -> None:
+        """Wait until ``scontrol show assoc_mgr ARGS`` shows ``text``: slurmdbd pushes
+        each change to the registered slurmctld (nothing to wait for before it runs)."""
+        ctld = self._procs.get("slurmctld")
+        if ctld is None or ctld.poll() is not None:
+            return
+
+        def shown() -> bool:
+            res = self.run("scontrol", "show", "assoc_mgr", *args, check=False)
+            return text in res.stdout
+
+        self.wait_for(shown, timeout, f"slurmctld to show {text!r} (assoc_mgr {' '.join(args)})")
 
     def run_on(self, node: str, *argv: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
         """Run a host program as on node ``node`` (as root, with `env`; see `node_argv`),

@@ -1,9 +1,10 @@
 """Other Slurm releases for the end-to-end tests: Debian roots built with debootstrap.
 
 A root is a ``debootstrap --variant=minbase`` of a Debian suite (trixie: Slurm 24.11,
-sid: 26.05) with slurmctld, slurmd, slurm-client, munge and python3, kept in a cache
-directory outside any checkout (``/var/cache/slurm-mig/roots/<suite>``;
-$SLURM_MIG_ROOTS moves it) so that every clone on the machine reuses it. A root counts
+sid: 26.05) with slurmctld, slurmd, slurmdbd, slurm-client, munge and python3 (the
+MariaDB server of accounting is always the host's), kept in a cache directory outside
+any checkout (``/var/cache/slurm-mig/roots/<suite>``; $SLURM_MIG_ROOTS moves it) so
+that every clone on the machine reuses it. A root counts
 only once its stamp file is written: a build is made in ``<suite>.partial`` and renamed
 when complete, under a lock, so an interrupted or concurrent build never leaves a root
 that looks usable.
@@ -38,9 +39,9 @@ from pathlib import Path
 DEFAULT_CACHE = Path("/var/cache/slurm-mig/roots")
 HOST_USR = Path("/run/slurm-mig-host-usr")  # the host's /usr, inside a root
 SUITES = {"trixie": "Debian 13, Slurm 24.11", "sid": "Debian unstable, Slurm 26.05"}
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "python3", "libstdc++6")
+PACKAGES = ("slurmctld", "slurmd", "slurmdbd", "slurm-client", "munge", "python3", "libstdc++6")
 STAMP = ".slurm-mig-root"  # at the top of a finished root; /.slurm-mig-root inside it
-FORMAT = 1  # bump when a root needs rebuilding (other packages, other layout)
+FORMAT = 2  # bump when a root needs rebuilding (other packages, other layout)
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 

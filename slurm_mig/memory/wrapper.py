@@ -879,7 +879,14 @@ class Runner:
         assert outcome.need is not None
         from ..slurm.client import SlurmClient, SlurmError
 
-        job = self.env["SLURM_JOB_ID"]
+        number = self.env["SLURM_JOB_ID"]
+        # an array task is addressed as <array id>_<task>, as squeue and the planner
+        # name it: its number may be the array's own, which scontrol takes for every task
+        array, task = (
+            self.env.get("SLURM_ARRAY_JOB_ID", ""),
+            self.env.get("SLURM_ARRAY_TASK_ID", ""),
+        )
+        job = f"{array}_{task}" if array.isdigit() and task.isdigit() else number
         slurm = SlurmClient(env=self.env)
         try:
             found = [j for j in slurm.jobs() if j.job_id == job]
@@ -896,7 +903,7 @@ class Runner:
             self._say(f"{outcome.reason}; the job says mig:restartable=no, so it is not requeued")
             return outcome.exit_code or EXIT_FAILED
         key = (hints.key if hints else None) or self.env.get("SLURM_JOB_NAME") or job
-        self._record_need(key, outcome.need, job)
+        self._record_need(key, outcome.need, number)
         written = with_mem_hint(comment, outcome.need)
         problem = comment_problem(written) or _hint_problem(written)
         if problem:

@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 INF = math.inf
+MAX_PRIORITY = float(2**32)  # Slurm's priorities are 32-bit unsigned
 
 
 class SnapshotError(ValueError):
@@ -61,7 +62,8 @@ class Job:
     """A job as the planner knows it: seconds alone per instance size (compute slices;
     missing or ``inf``: cannot run there), the memory it needs, its PCIe demand (GB/s
     alone) and alpha (Eq. 2 of the PCIe paper), whether it may be restarted elsewhere,
-    the size its user asked for (``None``: the policy chooses) and its deadline."""
+    the size its user asked for (``None``: the policy chooses), its deadline and its
+    priority (Slurm's: higher goes first)."""
 
     id: str
     arrival: float
@@ -73,6 +75,7 @@ class Job:
     size: int | None = None
     kind: str = ""  # job kind (learning key; a label in reports)
     deadline: float | None = None  # absolute time, or None
+    priority: float = 0.0  # Slurm's job priority: higher goes first
 
     def time(self, size: int) -> float:
         """Seconds on an instance of ``size`` compute slices alone (inf: cannot run)."""
@@ -399,6 +402,7 @@ def _job_json(j: Job) -> dict[str, Any]:
         ("size", None),
         ("kind", ""),
         ("deadline", None),
+        ("priority", 0.0),
     ):
         value = getattr(j, key)
         if value != default:
@@ -509,7 +513,16 @@ class _Reader:
             size=None if size is None else self.int_(size, f"{where}.size", 1),
             kind=self.text(d.get("kind", ""), f"{where}.kind", empty=True),
             deadline=None if deadline is None else self.num(deadline, f"{where}.deadline"),
+            priority=self.priority(d.get("priority", 0.0), f"{where}.priority"),
         )
+
+    def priority(self, data: Any, where: str) -> float:
+        value = self.num(data, where)
+        if abs(value) > MAX_PRIORITY:
+            raise self.fail(
+                where, f"{data!r} is out of range: a priority lies between -2^32 and 2^32"
+            )
+        return value
 
 
 def snapshot_from_json(data: Any, source: str = "snapshot") -> ClusterSnapshot:

@@ -46,6 +46,7 @@ Job files (FILE = CSV or JSON), one job per row/object:
   pcie_demand GB/s alone (default 0)     alpha   Eq. 2 sensitivity (default 1)
   restartable 1/0 or true/false (default false)   kind   a label for reports
   deadline    seconds from the start by which it should end (default: none)
+  priority    Slurm's job priority, higher goes first (default 0)
 JSON: a list of such objects (or {"jobs": [...]}), per-size times as
 ``"times": {"1": 310.0, ...}``.
 """
@@ -62,6 +63,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..geometry import GeometryError, GpuModel
+from ..planner.snapshot import MAX_PRIORITY
 from ..workload import WorkloadError
 from .api import SimJob
 
@@ -363,6 +365,14 @@ def _job_from(item: Mapping, where: str, model: GpuModel) -> SimJob:
                 f"{where}: deadline {deadline} is before its arrival {arrival}; give seconds "
                 "from the start, at or after the arrival"
             )
+    priority = 0.0
+    if item.get("priority") not in (None, ""):
+        priority = _num(item["priority"], where, "priority")
+        if abs(priority) > MAX_PRIORITY:
+            raise WorkloadError(
+                f"{where}: priority {priority:g} is out of range; give a number between "
+                "-2^32 and 2^32 (Slurm's: higher goes first)"
+            )
     rs = item.get("restartable", False)
     if isinstance(rs, str):
         if rs.strip().lower() not in _BOOL:
@@ -379,6 +389,7 @@ def _job_from(item: Mapping, where: str, model: GpuModel) -> SimJob:
         size=size,
         kind=str(item.get("kind") or ""),
         deadline=deadline,
+        priority=priority,
     )
 
 

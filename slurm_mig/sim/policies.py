@@ -7,7 +7,9 @@ Options of batch policies: ``window`` (s a partial batch waits for more jobs; de
 ``inf``), ``eager`` (plan the waiting jobs as soon as no standing plan waits to start;
 default true: the simulator's batches form when the previous one has started in
 full), ``max_batch`` (jobs per batch; default all), ``moldable`` (default true; false
-runs each job on its requested size only); every other option goes to the planner.
+runs each job on its requested size only), ``reorder`` (jobs a batch may reorder past
+a job of higher priority; default none: unbounded, 0: strict priority order); every
+other option goes to the planner.
 Online policies take their own options.
 """
 
@@ -19,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..planner.decisions import Decisions
-from ..planner.driver import BatchSettings, step
+from ..planner.driver import BatchSettings, by_priority, step
 from ..planner.registry import Policy, UnknownPolicy, policy_info, policy_names
 from ..planner.registry import get_policy as _registry_policy
 from ..planner.snapshot import ClusterSnapshot, Planned
@@ -27,7 +29,7 @@ from ..planner.snapshot import ClusterSnapshot, Planned
 __all__ = ["SimPolicy", "UnknownPolicy", "get_policy", "policy_names"]
 
 KEEP_PLANS = 64
-_DRIVER_OPTIONS = ("window", "eager", "max_batch", "moldable")
+_DRIVER_OPTIONS = ("window", "eager", "max_batch", "moldable", "reorder")
 # The simulator forms the next batch once the previous one has started in full, so
 # far-pcie ranks its candidates by when their last task starts unless told otherwise.
 _SIM_DEFAULTS: dict[str, dict[str, Any]] = {"far-pcie": {"objective": "start"}}
@@ -57,7 +59,7 @@ class SimPolicy:
 
     def decide(self, snap: ClusterSnapshot) -> Decisions:
         if self.kind == "online":
-            got = self.policy.decide(snap)  # type: ignore[union-attr]
+            got = self.policy.decide(by_priority(snap))  # type: ignore[union-attr]
         else:
             got = step(snap, self.policy, self.settings)
             formed = int(got.stats.get("batches", 0))
@@ -88,10 +90,18 @@ def get_policy(name: str, **options: Any) -> SimPolicy:
     size = driver.get("max_batch")
     if size is not None and int(size) < 1:
         raise UnknownPolicy(f"policy {name!r}: max_batch {size} must be at least 1")
+    reorder = driver.get("reorder")
+    if reorder is not None and (
+        isinstance(reorder, bool) or not isinstance(reorder, int) or reorder < 0
+    ):
+        raise UnknownPolicy(
+            f"policy {name!r}: reorder {reorder!r} must be a whole number >= 0, or none"
+        )
     settings = BatchSettings(
         window=window,
         size=0 if size is None else int(size),
         eager=bool(driver.get("eager", True)),
         moldable=bool(driver.get("moldable", True)),
+        reorder=reorder,
     )
     return SimPolicy(_registry_policy(name, **options), settings)

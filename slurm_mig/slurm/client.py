@@ -39,10 +39,15 @@ import os
 import re
 import struct
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .sitepolicy import SitePolicy
 
 # Jobs in these states have not ended: no end time, no exit code.
 UNFINISHED_STATES = frozenset(
@@ -137,6 +142,8 @@ _UNLIMITED_MINUTES = 525600  # 365 days: how 22.05 reports an unlimited job once
 _NO_VAL32 = 0xFFFFFFFE  # INFINITE / NO_VAL in raw 32-bit fields
 LIST_CHUNK = 256  # job ids per scontrol hold/release call (its command line stays short)
 _JOB_ID_RE = re.compile(r"[0-9]+(?:_[0-9]+)?")
+_TASK_RANGE_RE = re.compile(r"([0-9]{1,10})(?:-([0-9]{1,10})(?::([0-9]{1,10}))?)?")
+_MAX_ARRAY_TASKS = 4_000_001  # Slurm's MaxArraySize is at most 4,000,001
 _FIELD_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 log = logging.getLogger(__name__)
 
@@ -179,6 +186,12 @@ class Job:
     dependency: str = ""  # e.g. "afterany:41(unfulfilled)"; "" when none (or fulfilled)
     eligible_time: float | None = None  # --begin (or when it became eligible); None: unset
     deadline: float | None = None  # --deadline, absolute; None: none
+    account: str = ""  # the account (association) the job runs under
+    qos: str = ""  # its QOS ("" when unknown)
+    nice: int = 0  # its nice value (lowers the priority)
+    reservation: str = ""  # the reservation it asked for ("" when none)
+    priority: int = 0  # Slurm's priority (0 while held: Slurm does not compute it then)
+    uid: int | None = None  # the job's user id (None when unknown)
 
     @property
     def finished(self) -> bool:
@@ -266,6 +279,11 @@ def _time_limit(value: Any) -> float | None:
     return float(minutes) * 60.0
 
 
+def _uid(value: Any) -> int | None:
+    n = _number(value)
+    return int(n) if n is not None and 0 <= n < 2**32 else None
+
+
 def job_from_json(data: Mapping[str, Any]) -> Job:
     """A Job from one entry of ``squeue --json``'s "jobs" (22.05 to 24.x)."""
     state = _job_state(data.get("job_state"))
@@ -276,7 +294,7 @@ def job_from_json(data: Mapping[str, Any]) -> Job:
     )
     ended = state not in UNFINISHED_STATES
     return Job(
-        job_id=str(data.get("job_id", "")),
+        job_id=_json_job_id(data),
         name=_text(data.get("name")),
         user=_text(data.get("user_name")) or str(data.get("user_id", "")),
         partition=_text(data.get("partition")),
@@ -297,7 +315,61 @@ def job_from_json(data: Mapping[str, Any]) -> Job:
         dependency=_text(data.get("dependency")),
         eligible_time=_time(data.get("eligible_time")),
         deadline=_time(data.get("deadline")),
+        account=_text(data.get("account")),
+        qos=_text(data.get("qos")),
+        nice=int(_number(data.get("nice")) or 0),
+        reservation=_text(data.get("resv_name")),
+        priority=int(priority or 0),
+        uid=_uid(data.get("user_id")),
     )
+
+
+def _json_job_id(data: Mapping[str, Any]) -> str:
+    """An array task's ``<array id>_<task>`` (as `_fast_job_id`), else the job id."""
+    task = _number(data.get("array_task_id"))
+    array = _number(data.get("array_job_id"))
+    if task is not None and array and 0 <= task < _NO_VAL32:
+        return f"{int(array)}_{int(task)}"
+    return str(data.get("job_id", ""))
+
+
+def jobs_from_json(data: Mapping[str, Any]) -> list[Job]:
+    """The Jobs of one entry of ``squeue --json``'s "jobs": one per task of a job
+    array's pending record (squeue -r lists those apart; the JSON does not), else
+    `job_from_json`'s one. Tasks of a list squeue cut ("0-3,5,...": longer than
+    SLURM_BITSTR_LEN) are left out, with a warning."""
+    job = job_from_json(data)
+    tasks = _text(data.get("array_task_string"))
+    array = _number(data.get("array_job_id"))
+    if not tasks or not array:
+        return [job]
+    ids = array_task_ids(tasks)
+    if ids is None:
+        log.warning(
+            "job array %d: squeue --json lists its tasks as %r, which does not parse "
+            "(set SLURM_BITSTR_LEN=0 for the planner); its pending tasks are left out",
+            int(array),
+            tasks[:80],
+        )
+        return []
+    return [replace(job, job_id=f"{int(array)}_{t}") for t in ids]
+
+
+def array_task_ids(text: str) -> list[int] | None:
+    """The task ids of a job array's task list ("0-3", "1,3-5", "0-15:4", "0-9%2"),
+    or None when it does not parse (a cut list ends in "...")."""
+    ids: list[int] = []
+    for part in text.split("%", 1)[0].split(","):
+        m = _TASK_RANGE_RE.fullmatch(part)
+        if m is None:
+            return None
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) else first
+        step = int(m.group(3)) if m.group(3) else 1
+        if last < first or step < 1 or (last - first) // step >= _MAX_ARRAY_TASKS:
+            return None
+        ids.extend(range(first, last + 1, step))
+    return ids
 
 
 def _node_states(base: Any, flags: Any) -> frozenset[str]:
@@ -381,6 +453,9 @@ def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
         if getattr(j, "dependencies", None):
             # pyslurm gives the dependency as a dict without Slurm's (unfulfilled) state
             raise PyslurmDisagrees(f"job {j.id}: pyslurm gives no dependency text")
+        if getattr(j, "array_id", None):
+            # an array's pending tasks are one record there: squeue -r lists each task
+            raise PyslurmDisagrees(f"job {j.id}: an array task (read through squeue)")
         records.append(
             {
                 "job_id": j.id,
@@ -403,6 +478,11 @@ def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
                 "exit_code": {"return_code": j.exit_code, "signal": j.exit_code_signal},
                 "eligible_time": getattr(j, "eligible_time", None),
                 "deadline": getattr(j, "deadline", None),
+                "account": getattr(j, "account", ""),
+                "qos": getattr(j, "qos", ""),
+                "nice": getattr(j, "nice", 0),
+                "resv_name": getattr(j, "reservation", ""),
+                "user_id": getattr(j, "user_id", None),
             }
         )
     return records
@@ -420,6 +500,7 @@ def _pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
 # overflows its width moves only its own record's newline, which is then missing.
 FAST_FIELDS: tuple[tuple[str, int], ...] = (
     ("JobID", 12),  # the job's own numeric id (what the JSON's job_id is)
+    ("JobArrayID", 24),  # an array task's <array id>_<task> (`_fast_job_id`)
     ("UserID", 12),
     ("UserName", 32),
     ("Partition", 32),
@@ -433,6 +514,10 @@ FAST_FIELDS: tuple[tuple[str, int], ...] = (
     ("EndTime", 16),
     ("EligibleTime", 16),
     ("Deadline", 16),
+    ("Nice", 12),
+    ("Account", 64),
+    ("QOS", 64),
+    ("Reservation", 64),
     ("Dependency", 1024),
     ("Name", 200),
     ("Comment", 1025),  # Slurm caps a comment at 1024 bytes
@@ -492,6 +577,9 @@ _PADS = (b" ",) * len(FAST_FIELDS)
 _BUFFER_MAX = 31
 _NULL = "(null)"  # what 22.05's printf prints for an unset text field
 _DIGITS_RE = re.compile(r"[0-9]+")
+_ARRAY_TASK_RE = re.compile(r"[0-9]+_[0-9]+")
+_HET_ID_RE = re.compile(r"[0-9]+\+[0-9]+")
+_NICE_RE = re.compile(r"-?[0-9]{1,10}")
 _STATE_RE = re.compile(r"[A-Z][A-Z_]*")
 _TIME_LIMIT_RE = re.compile(r"(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]{2})")
 _EXIT_RE = re.compile(r"(-?[0-9]+)|([0-9]+):([0-9]+)")
@@ -609,7 +697,7 @@ def jobs_from_fixed_width(
                 filled.append(_record_job_id(n, raw, layout))
                 continue
         job_id = job.job_id
-        if job_id in seen:  # -r: a pending array's tasks, one record in slurmctld
+        if job_id in seen:  # a job listed twice (a pending array's tasks are apart)
             if seen[job_id] != raw:
                 raise FastReadError(f"job {job_id} is listed twice with different fields")
             continue
@@ -620,8 +708,24 @@ def jobs_from_fixed_width(
     return sorted(jobs.values(), key=_job_number)
 
 
-def _job_number(job: Job) -> int:
-    return int(job.job_id)
+def _job_number(job: Job) -> tuple[int, int]:
+    """Job id order: a job's number, an array task's (array id, task id)."""
+    number, _, task = job.job_id.partition("_")
+    return int(number), int(task) if task else -1
+
+
+def _fast_job_id(job_id: str, array_id: str) -> str:
+    """The id the planner knows a job by: an array task's ``<array id>_<task>`` (which
+    Slurm keeps when it splits a pending task into a record of its own with a new
+    JobID, and which the hooks rebuild from SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID),
+    else its JobID; FastReadError when either does not parse."""
+    if not _DIGITS_RE.fullmatch(job_id):
+        raise FastReadError(f"JobID {job_id!r} is not a number")
+    if _ARRAY_TASK_RE.fullmatch(array_id):
+        return array_id
+    if _DIGITS_RE.fullmatch(array_id) or _HET_ID_RE.fullmatch(array_id):  # 6+1: hetjob
+        return job_id
+    raise FastReadError(f"JobArrayID {array_id!r} is not a job or array task id")
 
 
 def _job_from_record(n: int, raw: bytes, layout: FixedWidthLayout) -> Job:
@@ -637,11 +741,15 @@ def _job_from_record(n: int, raw: bytes, layout: FixedWidthLayout) -> Job:
 
 
 def _record_job_id(n: int, raw: bytes, layout: FixedWidthLayout) -> str:
-    """The JobID of a record (its first field), checked."""
-    text = raw[: layout.fields[0][1]].rstrip(b" ")
-    if not _DIGITS_RE.fullmatch(text.decode("ascii", "replace")):
-        raise FastReadError(f"record {n} has no job id")
-    return text.decode()
+    """The job id of a record (its first two fields, as `_fast_job_id` reads them),
+    checked."""
+    first, second = layout.fields[0][1], layout.fields[1][1]
+    job_id = raw[:first].rstrip(b" ").decode("ascii", "replace")
+    array_id = raw[first : first + second].rstrip(b" ").decode("ascii", "replace")
+    try:
+        return _fast_job_id(job_id, array_id)
+    except FastReadError:
+        raise FastReadError(f"record {n} has no job id") from None
 
 
 def _misfit(n: int, items: tuple[bytes, ...], layout: FixedWidthLayout) -> None:
@@ -652,8 +760,9 @@ def _misfit(n: int, items: tuple[bytes, ...], layout: FixedWidthLayout) -> None:
 
 
 (
-    _JOB_ID, _UID, _USER, _PARTITION, _STATE, _REASON, _PRIORITY, _RESTARTS, _EXIT,
-    _SUBMIT, _START, _END, _ELIGIBLE, _DEADLINE, _DEPENDENCY, _NAME, _COMMENT, _ADMIN,
+    _JOB_ID, _ARRAY_ID, _UID, _USER, _PARTITION, _STATE, _REASON, _PRIORITY, _RESTARTS, _EXIT,
+    _SUBMIT, _START, _END, _ELIGIBLE, _DEADLINE, _NICE, _ACCOUNT, _QOS, _RESERVATION,
+    _DEPENDENCY, _NAME, _COMMENT, _ADMIN,
     _TIME_LIMIT, _REQ_NODES, _NODES,
 ) = range(len(FAST_FIELDS))  # fmt: skip
 
@@ -663,8 +772,7 @@ def _text_field(value: str) -> str:
 
 
 def _job_from_fields(v: Sequence[str]) -> Job:
-    if not _DIGITS_RE.fullmatch(v[_JOB_ID]):
-        raise FastReadError(f"JobID {v[_JOB_ID]!r} is not a number")
+    job_id = _fast_job_id(v[_JOB_ID], v[_ARRAY_ID])
     for i in (_PARTITION,):  # squeue copies it through a 32-byte buffer (Reason: no)
         if len(v[i].encode()) >= _BUFFER_MAX:
             raise FastReadError(
@@ -680,10 +788,13 @@ def _job_from_fields(v: Sequence[str]) -> Job:
     user = v[_USER]
     if not user or (user == "nobody" and v[_UID] != "65534"):
         raise FastReadError(f"uid {v[_UID]} has no user name")
+    if not _NICE_RE.fullmatch(v[_NICE]):
+        raise FastReadError(f"Nice {v[_NICE]!r} is not a number")
+    nice = int(v[_NICE])
     held = state == "PENDING" and (v[_PRIORITY] == "0" or reason in HELD_REASONS)
     ended = state not in UNFINISHED_STATES
     return Job(
-        job_id=v[_JOB_ID],
+        job_id=job_id,
         name=_text_field(v[_NAME]),
         user=user,
         partition=v[_PARTITION],
@@ -704,7 +815,16 @@ def _job_from_fields(v: Sequence[str]) -> Job:
         dependency=_text_field(v[_DEPENDENCY]),
         eligible_time=_epoch(v[_ELIGIBLE], "EligibleTime"),
         deadline=_epoch(v[_DEADLINE], "Deadline"),
+        account=_text_field(v[_ACCOUNT]),
+        qos=_text_field(v[_QOS]),
+        nice=nice,
+        reservation=_text_field(v[_RESERVATION]),
+        priority=int(v[_PRIORITY]),
+        uid=int(v[_UID]),
     )
+
+
+SHARES_REFRESH = 60.0  # seconds between reads of sshare's fairshare factors
 
 
 # --- the client ----------------------------------------------------------------------
@@ -805,7 +925,7 @@ class SlurmClient:
             records = self._json(*argv).get("jobs") or []
             self.last_read = "json"
         if jobs is None:
-            jobs = [job_from_json(r) for r in records or ()]
+            jobs = [j for r in records or () for j in jobs_from_json(r)]
         if partition is not None:
             jobs = [j for j in jobs if j.partition == partition]
         return jobs
@@ -883,6 +1003,47 @@ class SlurmClient:
         if partition is not None:
             nodes = [n for n in nodes if partition in n.partitions]
         return nodes
+
+    def site_policy(self, refresh: float = 300.0) -> SitePolicy:
+        """Slurm's policy as the planner reads it (`sitepolicy`): the association
+        manager's associations and QOS with their usage and the active reservations,
+        read anew at each call (two commands); the fairshare factors after
+        `SHARES_REFRESH` seconds (Slurm recalculates them once a PriorityCalcPeriod, a
+        minute at least), the priority weights and partitions after ``refresh``."""
+        from ..config import expand_hostlist
+        from . import sitepolicy
+
+        now = time.monotonic()
+        cached = getattr(self, "_site_static", None)
+        if cached is None or now - cached[0] > refresh:
+            weights = sitepolicy.parse_config(self._run("scontrol", "show", "config"))
+            parts = sitepolicy.parse_partitions(self._run("scontrol", "-o", "show", "partition"))
+            cached = self._site_static = (now, weights, parts)
+        _, weights, parts = cached
+        assocs, qos = sitepolicy.parse_assoc_mgr(
+            self._run("scontrol", "-o", "show", "assoc_mgr", "flags=assoc,qos")
+        )
+        shared = getattr(self, "_site_shares", None)
+        if shared is None or now - shared[0] > min(refresh, SHARES_REFRESH):
+            try:  # six decimals where the association manager prints two
+                shares = sitepolicy.parse_sshare(
+                    self._run("sshare", "-a", "-P", "-n", "-o", "Account,User,FairShare")
+                )
+            except SlurmError:  # no accounting: no fairshare either
+                shares = {}
+            shared = self._site_shares = (now, shares)
+        shares = shared[1]
+        env = dict(os.environ if self.env is None else self.env)
+        env["SLURM_TIME_FORMAT"] = "%s"
+        resv = self._exec(["scontrol", "-o", "show", "reservation"], env, text=True)
+        return sitepolicy.SitePolicy(
+            weights=weights,
+            assocs=assocs,
+            qos=MappingProxyType(qos),
+            partitions=MappingProxyType(parts),
+            reservations=sitepolicy.parse_reservations(resv, expand_hostlist),
+            fairshare=MappingProxyType(shares),
+        )
 
     # changes
     def hold(self, job_id: str | int) -> None:

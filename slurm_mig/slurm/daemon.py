@@ -115,6 +115,8 @@ def build_snapshot(
     previous_nodes: frozenset[str] | None = None,
     plans: Mapping[str, Any] | None = None,
     learned: AbstractSet[tuple[str, int]] = frozenset(),
+    policy: Any = None,
+    limited: Mapping[str, str] | None = None,
 ) -> Snapshot:
     """The cycle's input from what squeue and sinfo said and the learned runtimes;
     ``learned``: the finished runs the store already holds (no learn action again)."""
@@ -144,6 +146,9 @@ def build_snapshot(
         start_timeout=config.start_timeout,
         plans=plans,
         learned=frozenset(learned),
+        policy=policy,
+        reorder=getattr(config, "reorder", 0),
+        limited=dict(limited or {}),
     )
 
 
@@ -164,6 +169,7 @@ class ApplyReport:
     calls: int = 0  # Slurm commands run
 
 
+LIMIT_RETRY = 60.0  # seconds a job Slurm kept pending for a limit waits to be planned again
 RELEASE_CHUNK = 64  # releases per slice: their updates at once, then one release call
 
 
@@ -503,6 +509,7 @@ class CycleReport:
     batch_window: float = 30.0
     batch_size: int = 0
     max_planned: int = 0
+    reorder: int = -1  # [planner] reorder (-1: no bound)
     # per job projections, running drift, next batch (`projection`); status and explain
     extra: dict = field(default_factory=dict)
 
@@ -527,6 +534,7 @@ class CycleReport:
             # what Slurm took (a failed update is no release); a dry run: what it would
             "released": (a.released if a else list(r.released)) if r else [],
             "deferred": dict(r.deferred) if r else {},
+            "priority": dict(r.priority) if r else {},
             "batches": list(r.batches) if r else [],
             "replanned": list(r.replanned) if r else [],
             "busy": r.busy if r else 0,
@@ -539,6 +547,7 @@ class CycleReport:
             "batch_window": self.batch_window,
             "batch_size": self.batch_size,
             "max_planned": self.max_planned,
+            "reorder": self.reorder,
             "state": [s.to_json() for s in r.snapshots] if r else [],
         }
 
@@ -629,6 +638,9 @@ class PlannerDaemon:
         # finished runs whose runtime the store holds: squeue shows a finished job for
         # minutes (MinJobAge), and each cycle would offer it to the store again
         self.stored: set[tuple[str, int]] = set()
+        # released jobs Slurm kept pending for a limit: job id -> (limit, when seen);
+        # deferred for LIMIT_RETRY seconds, then planned again
+        self.limited: dict[str, tuple[str, float]] = {}
 
     def status_path(self) -> Path:
         return Path(self.config.state_dir) / STATUS_FILE
@@ -645,6 +657,8 @@ class PlannerDaemon:
             jobs = self.client.jobs(self.config.partition)
             self.completing = any(j.state == "COMPLETING" for j in jobs)
             nodes = self.client.nodes()
+            policy = self._site_policy()
+            limited = {j: r for j, (r, t) in self.limited.items() if now - t < LIMIT_RETRY}
             snap = build_snapshot(
                 self.config,
                 jobs,
@@ -654,6 +668,8 @@ class PlannerDaemon:
                 self.previous_nodes,
                 self.plans,
                 self.stored,
+                policy,
+                limited,
             )
             result = plan_cycle(snap)
         except (SlurmError, StoreError) as exc:
@@ -696,6 +712,12 @@ class PlannerDaemon:
             done = set(applied.stored)
         seen = {j.job_id for j in jobs}  # runs of jobs squeue no longer shows: forgotten
         self.stored = {r for r in self.stored if r[0] in seen} | done
+        self.limited = {
+            j: v for j, v in self.limited.items() if j in seen and now - v[1] < LIMIT_RETRY
+        }
+        for jid, reason in result.limited.items():
+            self.limited[jid] = (reason, now)
+            log.info("job %s: Slurm keeps it pending for %s; planned again later", jid, reason)
         report = self._report(started, result, applied, None)
         log.info(
             "cycle %d done in %.2f s: %d actions, %d failed; %d planned, %d released, "
@@ -718,6 +740,26 @@ class PlannerDaemon:
             self._write_public(report)
             self._gather_accounting()
         return report
+
+    def _site_policy(self) -> Any:
+        """Slurm's priority weights, limits and reservations (`sitepolicy`), or None
+        when ``[planner] site_policy`` is off or the client cannot read them; a read that
+        fails leaves this cycle without them (one log line), it does not stop it."""
+        read = getattr(self.client, "site_policy", None)
+        if getattr(self.config, "site_policy", "on") != "on" or read is None:
+            return None
+        from .client import SlurmError
+
+        try:
+            return read()
+        except SlurmError as exc:
+            log.warning(
+                "cycle %d: cannot read Slurm's priorities and limits (%s); planning by "
+                "submission order this cycle",
+                self.cycles,
+                " ".join(str(exc).split())[:300],
+            )
+            return None
 
     def _cycle_failed(self, exc: OSError, started: float | None = None) -> CycleReport:
         """A cycle that an OSError ended (out of descriptors, memory, processes): one log
@@ -808,6 +850,7 @@ class PlannerDaemon:
             c.batch_window,
             c.batch_size,
             getattr(c, "max_planned", 0),
+            reorder=getattr(c, "reorder", -1),
         )
 
     def _write_status(self, report: CycleReport) -> None:

@@ -28,9 +28,9 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..config import Config, ConfigError, load_config
 from ..devices.base import DeviceError, Instance, InstanceInUse, InstanceNotFound, MigBackend
@@ -64,10 +64,12 @@ ERR, WARNING, INFO = 3, 4, 6
 HOOKS = ("prolog", "epilog", "taskprolog")
 MAX_COMMENT = 4096  # Slurm caps a Comment at 1024; more is not Slurm's doing
 _JOB_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+_ARRAY_TASK = re.compile(r"^[0-9]{1,10}_[0-9]{1,10}$")  # <array id>_<task>
 _GPU_CHARS = frozenset("0123456789,-")  # SLURM_JOB_GPUS: GRES indices
 _EXTRA_PATH = "/usr/bin:/usr/local/bin:/bin:/usr/sbin:/sbin"
 
 Clock = Callable[[], float]
+_Item = TypeVar("_Item", JobRecord, Refusal)
 
 
 class HookInputError(ValueError):
@@ -86,6 +88,19 @@ class JobEnv:
     problem: str | None = None  # a malformed variable: the prolog refuses the job
     uid: int | None = None  # SLURM_JOB_UID: the job's user, who may read its task record
     gpus: str = ""  # SLURM_JOB_GPUS: the GRES Slurm gave the job (see check_current)
+    # the array task SLURM_JOB_ID is could not be asked of slurmctld (`as_array_task`)
+    array_unknown: bool = False
+    # SLURM_JOB_ID where job_id is an array task's <array id>_<task> (`as_array_task`)
+    slurm_id: str = ""
+
+    @property
+    def own_id(self) -> str:
+        """SLURM_JOB_ID: what the job itself knows it by, which names the files it reads
+        and writes on the node (its task record, mig-run's need file); ``job_id`` is the
+        planner's (an array task's ``<array id>_<task>``: its token, records, reports).
+        The TaskProlog's environment names no array task (a task submitted from an array
+        task inherits the variables): it knows its job by this number alone."""
+        return self.slurm_id or self.job_id
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JobEnv:
@@ -231,7 +246,8 @@ def check_assignment(
             a, job_id=job.job_id, restart=job.restart, node=job.node, now=now, max_age=token_ttl
         )
     except AssignmentError as exc:
-        return Refusal(job.job_id, "requeue" if a.job_id == job.job_id else "fail", str(exc))
+        ours = a.job_id == job.job_id or (job.array_unknown and _ARRAY_TASK.match(a.job_id))
+        return Refusal(job.job_id, "requeue" if ours else "fail", str(exc))
     problem = impossible(a, models)
     if problem:
         return Refusal(job.job_id, "fail", problem)
@@ -397,7 +413,8 @@ def _prolog_gated(
             placed = _place(verdict, job, state, backend, clock, out, gres=config.gres == "on")
             if isinstance(placed, JobRecord):
                 _undo_unless(lambda: state.put_job(placed), placed, state, backend, out)
-                _undo_unless(lambda: state.put_task(placed, job.uid), placed, state, backend, out)
+                task = _own(placed, job)
+                _undo_unless(lambda: state.put_task(task, job.uid), placed, state, backend, out)
     except DeviceError as exc:
         if exc.node_fault:
             out.fault(str(exc))
@@ -447,7 +464,7 @@ def _reused(job: JobEnv, backend: MigBackend, state: NodeState, now: float, out:
     if rec.restart == job.restart:
         if any(i.uuid == rec.uuid for i in backend.instances(rec.gpu)):
             state.remove_refusal(job.job_id)
-            state.put_task(rec, job.uid)
+            state.put_task(_own(rec, job), job.uid)
             out.say(f"reusing {_describe(rec)}, prepared by an earlier try of this prolog")
             return True
         out.warn(f"its record names {_describe(rec)}, which is gone; preparing it again")
@@ -458,9 +475,14 @@ def _reused(job: JobEnv, backend: MigBackend, state: NodeState, now: float, out:
     return False
 
 
+def _own(item: _Item, job: JobEnv) -> _Item:
+    """``item`` for the job's task record, named by the job's own number (`own_id`)."""
+    return item if item.job_id == job.own_id else replace(item, job_id=job.own_id)
+
+
 def _refuse(state: NodeState, refusal: Refusal, job: JobEnv, out: Outcome) -> None:
     state.put_refusal(refusal)
-    state.put_task(refusal, job.uid)
+    state.put_task(_own(refusal, job), job.uid)
     out.event("refusal", refusal.action)
     out.warn(f"refused (action {refusal.action}): {refusal.reason}")
 
@@ -652,7 +674,7 @@ def task_prolog(job: JobEnv, config: Config) -> Outcome:
         return Outcome()
     out = Outcome()
     state = NodeState(config.run_dir_for(job.node), warn=out.warn)
-    item = state.task(job.job_id)  # the job's own record: root's are not readable here
+    item = state.task(job.own_id)  # the job's own record: root's are not readable here
     rec = item if isinstance(item, JobRecord) else None
     if rec is not None and rec.restart == job.restart:
         out.stdout.append(f"export CUDA_VISIBLE_DEVICES={rec.uuid}")
@@ -715,7 +737,7 @@ def _epilog_gated(
     expired kept instances of any GPU."""
     rec = state.job(job.job_id)
     state.remove_refusal(job.job_id)
-    state.remove_task(job.job_id)
+    state.remove_task(job.own_id)
     if rec is None:
         out.say("no instance recorded for this job; nothing to destroy")
     else:
@@ -736,7 +758,7 @@ def _hand_over(
     hook of an older slurm-mig may hold the gate and rotate it)."""
     rec = state.job(job.job_id)
     state.remove_refusal(job.job_id)
-    state.remove_task(job.job_id)
+    state.remove_task(job.own_id)
     if rec is None:
         out.warn(f"{why}; no instance recorded for this job")
         return
@@ -857,6 +879,53 @@ def scontrol_path(env: Mapping[str, str]) -> str:
     return shutil.which("scontrol", path=path) or "scontrol"
 
 
+def as_array_task(
+    job: JobEnv, config: Config, env: Mapping[str, str], scontrol: str | None = None
+) -> JobEnv:
+    """The Prolog's or Epilog's job under the id the planner knows it by: an array
+    task's ``<array id>_<task>``, which their environment does not name. Asked of
+    slurmctld (squeue, beside ``scontrol``) only when the job's token names an array
+    task or cannot be read (gone from a rewritten comment): a plain job's genuine token
+    names its own SLURM_JOB_ID. ``array_unknown`` when slurmctld did not answer."""
+    if not _digits(job.job_id, 10):
+        return job
+    token = comments.parse(job.comment).token
+    if token is not None:
+        try:
+            if open_token(token, load_key(config.key_file)).job_id == job.job_id:
+                return job
+        except AssignmentError:
+            pass  # forged, or no key: the Prolog refuses it; the Epilog still asks
+    task, failed = array_task_of(job.job_id, env, scontrol)
+    if failed is not None:
+        return replace(job, array_unknown=True)
+    return job if task is None else replace(job, job_id=task, slurm_id=job.job_id)
+
+
+def array_task_of(
+    job_id: str, env: Mapping[str, str], scontrol: str | None = None
+) -> tuple[str | None, str | None]:
+    """(``<array id>_<task>`` of Slurm job ``job_id``, or None when it is no array task;
+    what went wrong, or None). Read from ``squeue -j`` as numbers only: no job name or
+    comment in the output, so nothing a user wrote can pose as another job's line."""
+    import subprocess
+
+    exe = str(Path(scontrol or scontrol_path(env)).with_name("squeue"))
+    argv = [exe, "-h", "--states=all", "-r", f"--jobs={job_id}", "-O", "JobID:12,JobArrayID:24"]
+    clean = {k: v for k, v in env.items() if not k.startswith("SQUEUE_")}
+    try:
+        done = subprocess.run(argv, env=clean, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"{exe}: {exc}"
+    if done.returncode != 0:
+        return None, f"{exe} exited {done.returncode}: {' '.join(done.stderr.split())[:300]}"
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == job_id:  # -j <array id> lists every task
+            return (words[1] if _ARRAY_TASK.match(words[1]) else None), None
+    return None, f"{exe}: job {job_id} is not in slurmctld's list"
+
+
 def run_scontrol(
     args: list[str], env: Mapping[str, str], scontrol: str | None = None
 ) -> str | None:
@@ -944,6 +1013,8 @@ def _run(
     config = None
     try:
         config = load_config(env.get("SLURM_MIG_CONFIG") or None)
+        if hook != "taskprolog" and in_partition(job, config):
+            job = as_array_task(job, config, env, scontrol)
         out = _decide(hook, job, config, clock, open_backend)
     except ConfigError as exc:
         out = _broken(hook, f"slurm-mig config: {exc}")
@@ -958,7 +1029,10 @@ def _run(
         if failed:
             out.warn(f"could not drain the node: {failed}")
     if out.requeue:
-        failed = run_scontrol(["requeuehold", job.job_id], env, scontrol)
+        target = job.job_id
+        if hook == "taskprolog":  # by number, the last task of an array names all of it
+            target = array_task_of(job.job_id, env, scontrol)[0] or job.job_id
+        failed = run_scontrol(["requeuehold", target], env, scontrol)
         if failed:
             out.warn(f"could not requeue the job: {failed}")
     if hook != "taskprolog" and config is not None and in_partition(job, config):
@@ -979,7 +1053,8 @@ def _run(
         from . import reports  # stdlib only
 
         hint = _hint_key(job.comment) if hook == "epilog" else None
-        reports.after_hook(hook, config, job.node, out, env, job, hint)
+        own = replace(job, job_id=job.own_id)  # its need file is named as mig-run knows it
+        reports.after_hook(hook, config, job.node, out, env, own, hint)
     if config is not None and config.notify:
         if hook == "epilog":
             _notify(config, job.job_id, "ended", out)

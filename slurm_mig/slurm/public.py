@@ -16,6 +16,7 @@ published for it (read back from the file) until it starts or leaves the queue, 
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -54,6 +55,7 @@ def summary(report: Any, previous: Mapping[str, Any] | None = None) -> dict[str,
                 jobs[job_id] = {k: p.get(k) for k in FIELDS if k in p}
         for job_id, why in r.deferred.items():
             jobs.setdefault(job_id, {"state": "deferred", "why": str(why)[:300]})
+        _priorities(jobs, getattr(r, "priority", {}) or {})
         if previous:
             waiting = _still_waiting(r, projected)
             for job_id, entry in previous.items():
@@ -71,9 +73,43 @@ def summary(report: Any, previous: Mapping[str, Any] | None = None) -> dict[str,
         "batch_window": report.batch_window,
         "next_batch_at": report.extra.get("next_batch_at") if report.extra else None,
         "max_planned": getattr(report, "max_planned", 0),
+        "reorder": getattr(report, "reorder", None),
         "beyond": r.beyond if r is not None else 0,
         "jobs": dict(list(jobs.items())[:MAX_JOBS]),
     }
+
+
+MAX_AHEAD = 5  # higher-priority jobs named per job that starts before them
+
+
+def _priorities(jobs: dict[str, dict[str, Any]], priority: Mapping[str, int]) -> None:
+    """Each job's priority, and for a job projected to start before jobs of higher
+    priority, which (``ahead_of``: at most `MAX_AHEAD`), so that explain can say why."""
+    if not priority:
+        return
+    for job_id, entry in jobs.items():
+        if job_id in priority:
+            entry["priority"] = int(priority[job_id])
+    starts = sorted(
+        (float(e["start"]), e["priority"], jid)
+        for jid, e in jobs.items()
+        if isinstance(e.get("start"), int | float) and "priority" in e
+    )
+    unplanned = heapq.nlargest(
+        MAX_AHEAD,
+        ((e["priority"], jid) for jid, e in jobs.items() if "priority" in e and "start" not in e),
+    )
+    top: list[tuple[int, str]] = []  # the highest priorities of the jobs starting later
+    k = len(starts)
+    for start, prio, jid in reversed(starts):
+        while k > 0 and starts[k - 1][0] > start + 1.0:  # a second apart: not a tie
+            k -= 1
+            heapq.heappush(top, (starts[k][1], starts[k][2]))
+            if len(top) > MAX_AHEAD:
+                heapq.heappop(top)
+        higher = sorted((x for x in [*top, *unplanned] if x[0] > prio), reverse=True)
+        if higher:
+            jobs[jid]["ahead_of"] = [other for _, other in higher[:MAX_AHEAD]]
 
 
 def _still_waiting(result: Any, projected: Mapping[str, Any]) -> set[str]:

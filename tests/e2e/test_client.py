@@ -164,7 +164,10 @@ def test_fixed_width_reader_equals_json_field_by_field(
     dep = jobs[ids["dep"]]
     assert dep.dependency == f"afterok:{ids['released']}(unfulfilled)"
     assert dep.eligible_time and dep.deadline and dep.time_limit == 5400.0
-    assert jobs[ids["array"]].held  # a pending array is one record, as in the JSON
+    # a pending array (one record in slurmctld) is a job per task both ways (test_job_ids)
+    tasks = [f"{ids['array']}_{t}" for t in (1, 2, 3)]
+    assert sorted(j for j in jobs if j.startswith(f"{ids['array']}_")) == tasks
+    assert all(jobs[t].held for t in tasks)
     # the one difference: squeue pads with spaces, so a comment's trailing ones are lost
     assert jobs[ids["spaces"]].comment == "  lead trail"
     assert squeue_job(SlurmClient(env=cluster.env, fast_read=False), ids["spaces"]).comment == (

@@ -119,6 +119,10 @@ class CycleResult:
     nodes: frozenset[str]  # pass as the next snapshot's previous_nodes
     # held jobs not planned because they cannot start yet (begin time, dependency): why
     deferred: Mapping[str, str] = field(default_factory=dict)
+    # held jobs' priorities (Slurm's multifactor terms; empty without a site policy)
+    priority: Mapping[str, int] = field(default_factory=dict)
+    # released jobs Slurm keeps pending for a limit, held this cycle: the limit
+    limited: Mapping[str, str] = field(default_factory=dict)
     # what the policy saw and answered, per GPU model (plans carry their timing stats)
     snapshots: tuple[ClusterSnapshot, ...] = field(default=(), compare=False)
     decisions: tuple[Decisions, ...] = field(default=(), compare=False)

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from ...geometry import Slot, get_model
 from .. import comment as comments
+from .. import sitepolicy
 from ..assignment import Assignment
 from ..jobrecord import (
     JobLike,
@@ -90,6 +91,9 @@ class Classified:
     ended: dict[tuple[str, int], list[tuple[Slot, float]]] = field(
         default_factory=lambda: defaultdict(list)
     )  # (node, gpu) -> slots of jobs that left, and when
+    priority: dict[str, int] = field(default_factory=dict)  # held jobs: Slurm's priority
+    pool: dict[str, str] = field(default_factory=dict)  # held jobs: their reservation
+    limited: dict[str, str] = field(default_factory=dict)  # released, pending for a limit
 
 
 def classify(snap: Snapshot) -> Classified:
@@ -183,6 +187,22 @@ def classify(snap: Snapshot) -> Classified:
             out.holds.append(Hold(job.job_id, f"released, but {squat}", clear_dependency=ours))
             out.events.append((now, f"job {job.job_id} cannot start", current.node, current.gpu))
             current = None
+        elif not job.held and current is not None and sitepolicy.is_limit_reason(job.reason):
+            # Slurm keeps it pending for a QOS or association limit: its slices go on
+            # to others, and it is planned again once the limit may allow it
+            out.holds.append(
+                Hold(
+                    job.job_id,
+                    f"released, but Slurm keeps it pending for a limit ({job.reason})",
+                    clear_dependency=bool(job.dependency)
+                    and _planners_dependency(job.dependency, current, by_id),
+                )
+            )
+            out.limited[job.job_id] = job.reason
+            out.events.append(
+                (now, f"job {job.job_id} waits for a limit", current.node, current.gpu)
+            )
+            continue
         elif not job.held:
             if current is not None and valid(current):
                 out.released.append((job, current))
@@ -233,6 +253,17 @@ def classify(snap: Snapshot) -> Classified:
                 out.notes.append(Note(job.job_id, problem, tuple(fields_)))
             continue
         later = _cannot_start_yet(job, now, own_dependency=ours)
+        if later is None and job.held and job.job_id in snap.limited:
+            later = (
+                f"waits for a limit: Slurm kept it pending for {snap.limited[job.job_id]} "
+                "after its release"
+            )
+        if later is None and snap.policy is not None:
+            pool = sitepolicy.pool_of(snap.policy, job)
+            if pool is None:
+                later = f"waits for its reservation {job.reservation[:80]} to start"
+            else:
+                out.pool[job.job_id] = pool
         if later is not None:
             out.deferred[job.job_id] = later
             if current is not None:
@@ -256,6 +287,7 @@ def classify(snap: Snapshot) -> Classified:
     if snap.previous_nodes is not None and nodes != snap.previous_nodes:
         out.events.append((now, "usable nodes changed", None, None))
     _not_started(snap, out)
+    _site_policy(snap, out)
     _within_horizon(snap, out)
     out.gated = _gated([by_id[h.job_id] for h in out.holds], by_id, held_ids, now)
     return out
@@ -295,9 +327,41 @@ def _gated(
     return out
 
 
+def _site_policy(snap: Snapshot, out: Classified) -> None:
+    """Each held job's priority (Slurm's multifactor terms, `sitepolicy.job_priority`),
+    and the jobs a QOS or association limit would keep pending: those are deferred
+    (with the limit) instead of planned, so that they hold no slices. Jobs are
+    admitted in the order they would start (priority, then submission)."""
+    policy = snap.policy
+    if policy is None:
+        return
+    now = snap.now
+    held = [*out.waiting, *(out.jobs[j] for j in out.kept)]
+    for job in held:
+        out.priority[job.job_id] = sitepolicy.job_priority(policy, job, now)
+    order = sorted(held, key=lambda j: _priority_key(out, j, now))
+    started = [job for job, _ in out.released]
+    denied = sitepolicy.admit(policy, order, started)
+    if not denied:
+        return
+    out.deferred.update(denied)
+    out.waiting = [j for j in out.waiting if j.job_id not in denied]
+    for jid in denied:
+        out.kept.pop(jid, None)
+
+
+def _priority_key(out: Classified, job: JobLike, now: float) -> tuple:
+    """Higher priority first, then earlier submission, then job id."""
+    return (
+        -out.priority.get(job.job_id, 0),
+        job.submit_time if job.submit_time is not None else now,
+        job_sort_key(job.job_id),
+    )
+
+
 def _within_horizon(snap: Snapshot, out: Classified) -> None:
     """At most ``snap.max_planned`` held jobs have a plan (standing or to make): the
-    waiting jobs first by submission join the plans, the rest wait unplanned (counted
+    waiting jobs first by priority, then submission, join the plans, the rest wait unplanned (counted
     in ``out.beyond``), as Slurm's backfill looks at its first ``bf_max_job_test`` jobs.
     A cycle's work then grows with the plans it keeps, not with the queue. Room is
     filled once a quarter of the limit is free: FAR plans one large batch better than
@@ -308,13 +372,7 @@ def _within_horizon(snap: Snapshot, out: Classified) -> None:
         return
     if room < max(1, limit // 4):
         room = 0
-    order = sorted(
-        out.waiting,
-        key=lambda j: (
-            j.submit_time if j.submit_time is not None else snap.now,
-            job_sort_key(j.job_id),
-        ),
-    )
+    order = sorted(out.waiting, key=lambda j: _priority_key(out, j, snap.now))
     out.waiting = order[:room]
     out.beyond = len(order) - room
 
@@ -411,8 +469,9 @@ def _not_started(snap: Snapshot, out: Classified) -> None:
         out.busy = [b for b in out.busy if b.job_id not in stale]
 
 
-_AFTER = re.compile(r"after[a-z]*:([0-9:]+)")
-_PLANNER_DEP = re.compile(r"afterany:([0-9]+(?::[0-9]+)*)(?:\(unfulfilled\))?")
+_AFTER = re.compile(r"after[a-z]*:([0-9_:]+)")
+_ID = r"[0-9]+(?:_[0-9]+)?"  # a job, or an array task (<array id>_<task>)
+_PLANNER_DEP = re.compile(rf"afterany:({_ID}(?::{_ID})*)(?:\(unfulfilled\))?")
 
 
 def dependency_ids(dependency: str) -> list[str]:

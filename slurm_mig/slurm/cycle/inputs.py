@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..assignment import Assignment
 from ..jobrecord import JobLike
+from ..sitepolicy import SitePolicy
 
 __all__ = ["Estimate", "JobLike", "Snapshot"]
 
@@ -54,3 +55,10 @@ class Snapshot:
     # (job id, restart) of the finished runs the store already holds, kept by the daemon
     # while squeue shows them (minutes, MinJobAge): no learn action for them again
     learned: AbstractSet[tuple[str, int]] = frozenset()
+    # Slurm's policy (priority weights and factors, limits, reservations); None: every
+    # job priority 0, no limits read, no reservations (the planner's order is arrival)
+    policy: SitePolicy | None = None
+    reorder: int = 0  # lower-priority jobs that may go before a job (-1: no bound)
+    # held jobs that Slurm kept pending for a limit after their release, and which
+    # limit, for ``LIMIT_RETRY`` seconds (kept by the daemon between cycles)
+    limited: Mapping[str, str] = field(default_factory=dict)

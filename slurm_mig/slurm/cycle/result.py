@@ -85,6 +85,8 @@ def cycle_result(
         makespan=_makespan(groups, decisions),
         nodes=_seen_nodes(snap, view, bool(why)),
         deferred=MappingProxyType(dict(view.deferred)),
+        priority=MappingProxyType(dict(view.priority)),
+        limited=MappingProxyType(dict(view.limited)),
         snapshots=tuple(groups),
         decisions=tuple(decisions),
     )

@@ -22,5 +22,9 @@ def schedule(
     if not groups:
         return []
     policies = [get_policy(snap.algorithm) for _ in groups]
-    settings = BatchSettings(window=snap.batch_window, size=max(0, snap.batch_size))
+    settings = BatchSettings(
+        window=snap.batch_window,
+        size=max(0, snap.batch_size),
+        reorder=None if snap.reorder < 0 else snap.reorder,
+    )
     return step_groups(groups, policies, settings)

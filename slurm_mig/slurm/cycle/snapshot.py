@@ -12,6 +12,7 @@ from ...geometry import GpuModel, get_model
 from ...planner.driver import MIN_RUNTIME
 from ...planner.snapshot import ClusterSnapshot, Event, Gpu, Instance, Job, Planned, Running
 from ..jobrecord import JobLike, job_sort_key
+from ..sitepolicy import node_pools
 from .classify import Busy, Classified, feasible
 from .inputs import Estimate, Snapshot
 from .slots import legal_slot
@@ -64,7 +65,9 @@ def job_deadline(job: JobLike, memo: dict | None = None) -> float | None:
     return hints.deadline(job.submit_time)
 
 
-def _job(job: JobLike, est: Estimate, model: GpuModel, now: float, memo: dict) -> Job:
+def _job(
+    job: JobLike, est: Estimate, model: GpuModel, now: float, memo: dict, priority: int = 0
+) -> Job:
     return Job(
         id=job.job_id,
         arrival=_submitted(job, now),
@@ -75,20 +78,29 @@ def _job(job: JobLike, est: Estimate, model: GpuModel, now: float, memo: dict) -
         restartable=est.restartable,
         kind=est.key,
         deadline=job_deadline(job, memo),
+        priority=float(priority),
     )
 
 
 def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot, ...]:
-    """Step 2: one `ClusterSnapshot` per GPU model of the usable nodes (package doc)."""
+    """Step 2: one `ClusterSnapshot` per GPU model of the usable nodes (package doc),
+    and per active reservation: the GPUs of a reservation's nodes are planned only for
+    the jobs of that reservation, the others only for jobs of none."""
     now = snap.now
     memo: dict = {}
-    groups: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    pools = (
+        node_pools(snap.policy, snap.nodes)
+        if snap.policy is not None
+        else dict.fromkeys(snap.nodes, "")
+    )
+    groups: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
     for key, model in view.models.items():
-        groups[model].append(key)
+        groups[(pools.get(key[0], ""), model)].append(key)
+    priority = view.priority
     out = []
-    for name in sorted(groups):
+    for pool, name in sorted(groups):
         model = get_model(name)
-        keys = sorted(groups[name])
+        keys = sorted(groups[(pool, name)])
         index = {k: i for i, k in enumerate(keys)}
         insts: dict[int, list[Instance]] = defaultdict(list)
         busy: dict[str, tuple[Busy, int]] = {}
@@ -124,12 +136,17 @@ def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot
         )
         held = sorted(
             [*view.waiting, *(view.jobs[j] for j in view.kept)],
-            key=lambda j: (_submitted(j, now), job_sort_key(j.job_id)),
+            key=lambda j: (-priority.get(j.job_id, 0), _submitted(j, now), job_sort_key(j.job_id)),
         )
-        pending_ids = [j.job_id for j in held if name in feasible(snap.estimates.get(j.job_id))]
+        pending_ids = [
+            j.job_id
+            for j in held
+            if view.pool.get(j.job_id, "") == pool
+            and name in feasible(snap.estimates.get(j.job_id))
+        ]
 
         def pending_job(jid: str, model: GpuModel = model) -> Job:
-            return _job(view.jobs[jid], snap.estimates[jid], model, now, memo)
+            return _job(view.jobs[jid], snap.estimates[jid], model, now, memo, priority.get(jid, 0))
 
         pending = _Lazy(pending_ids, pending_job)
         planned: dict[str, Planned] = {}
