@@ -151,7 +151,9 @@ def test_the_account_with_more_fairshare_goes_first(lc, planner):
 
 
 def test_a_qos_limit_keeps_a_job_from_slices_and_explain_names_it(lc, planner):
-    first = submit(lc, "light", "--qos=one", hints="")
+    # the first runs long enough that the others come while it runs, however busy the
+    # machine: the assertions are about order, not about when
+    first = submit(lc, "light", "--qos=one", hints="", scale=SCALE * 40)
     wait_until(lambda: lc.jobs()[first].state == "RUNNING", 60, f"job {first} to run")
     second = submit(lc, "light", "--qos=one", hints="")
     status = lc.wait_status(lambda s: second in s.get("deferred", {}), 60)
@@ -159,14 +161,11 @@ def test_a_qos_limit_keeps_a_job_from_slices_and_explain_names_it(lc, planner):
     assert second not in status.get("released", [])
     text = explain(lc, second)
     assert "QOS one MaxJobsPerUser=1" in text, text
-    # its slices are not held: another user's... another job of normal QOS runs meanwhile
+    # its slices are not held: a job of the normal QOS, submitted after it, runs first
     other = submit(lc, "light", hints="")
-    wait_until(
-        lambda: lc.jobs()[other].state in ("RUNNING", "COMPLETED"), 60, f"job {other} to start"
-    )
-    assert lc.jobs()[second].state == "PENDING"
     starts = start_times(lc, [first, second, other])
-    assert starts[second] >= lc.jobs()[first].end_time - 1
+    ended = lc.jobs()[first].end_time
+    assert starts[other] < ended <= starts[second] + 1, (starts, ended)
 
 
 def test_a_reservations_jobs_run_only_on_its_nodes(lc, planner):
