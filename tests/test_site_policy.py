@@ -322,3 +322,62 @@ def test_a_job_that_backfills_ahead_of_higher_priority_is_named_with_why():
     view = build_view(report.to_json(), [running, high, low], {}, now)
     prio = {q.job: q.priority for q in view.queue}
     assert prio["2"] == result.priority["2"] and prio["3"] == result.priority["3"]
+
+
+def test_a_reservation_without_a_node_of_the_partition_says_so():
+    resv = sitepolicy.Reservation("elsewhere", frozenset({"login1"}), frozenset())
+    result = plan_cycle(
+        snapshot([job("1", reservation="elsewhere")], policy=policy(reservations=(resv,)))
+    )
+    assert "1" not in result.planned
+    assert "holds no usable node of the partition" in result.deferred["1"]
+
+
+def test_the_daemon_holds_a_job_slurm_keeps_for_a_limit_and_retries_a_minute_later(tmp_path):
+    from test_daemon import node, write_config
+
+    from slurm_mig.config import load_config
+    from slurm_mig.slurm.daemon import LIMIT_RETRY, PlannerDaemon
+    from slurm_mig.slurm.jobrecord import admin_comment_for
+
+    cfg = load_config(write_config(tmp_path, {"node1": ["A100-40GB"]}))
+    first = plan_cycle(snapshot([job("2", account="free")]))
+    record = admin_comment_for(first.planned["2"])
+    clock = [T0 + 100]
+
+    class Slurm:
+        shown = job("2", account="free", held=False, reason="QOSMaxJobsPerUserLimit",
+                    admin_comment=record)  # fmt: skip
+        held: list[str] = []
+
+        def jobs(self, partition=None):
+            return [self.shown]
+
+        def nodes(self, partition=None):
+            return [node("node1", "IDLE")]
+
+        def site_policy(self):
+            return policy()
+
+        def hold_jobs(self, ids):
+            self.held += list(ids)
+            self.shown = job("2", account="free", admin_comment=record)  # held again
+            return {}
+
+        def update_job(self, job_id, **fields):
+            pass
+
+        def release_jobs(self, ids):
+            return {}
+
+    slurm = Slurm()
+    daemon = PlannerDaemon(cfg, slurm, None, b"k" * 32, clock=lambda: clock[0])
+    daemon.run_cycle()
+    assert slurm.held == ["2"] and "2" in daemon.limited
+    clock[0] += 10
+    report = daemon.run_cycle()
+    assert "QOSMaxJobsPerUserLimit" in report.result.deferred["2"]
+    assert "2" not in report.result.planned
+    clock[0] += LIMIT_RETRY
+    report = daemon.run_cycle()
+    assert "2" not in report.result.deferred and "2" in report.result.planned

@@ -1,7 +1,7 @@
 """Slurm's policy as the planner reads it: priority weights, fairshare factors, QOS and
 association limits with their usage, partitions' priority factors and the active
 reservations, parsed from Slurm's own reports. Pure: the daemon runs the commands
-(`slurm_mig.slurm.client.SlurmClient.site_reports`) and the cycle asks the functions.
+(`slurm_mig.slurm.client.SlurmClient.site_policy`) and the cycle asks the functions.
 
 Slurm computes no priority for a held job (priority 0 *is* the hold: the multifactor
 plugin skips such jobs, and so does sprio), so `job_priority` adds up Slurm's own
@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
 __all__ = [
@@ -104,7 +105,8 @@ class Qos:
 
 @dataclass(frozen=True)
 class Reservation:
-    """An active reservation: its nodes and who may use it (Slurm checks who)."""
+    """An active reservation: its nodes and flags (who may use it is Slurm's check:
+    a job that names it was let in at submission)."""
 
     name: str
     nodes: frozenset[str]
@@ -126,22 +128,22 @@ class SitePolicy:
     # association manager's has 2); absent: the association manager's
     fairshare: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
 
-    def __post_init__(self) -> None:
-        by_user = {}
-        by_account = {}
-        for a in self.assocs:
-            if a.user:
-                by_user.setdefault((a.account, a.user, a.partition), a)
-            else:
-                by_account.setdefault(a.account, a)
-        object.__setattr__(self, "_by_user", by_user)
-        object.__setattr__(self, "_by_account", by_account)
-        object.__setattr__(self, "_max_assoc", max((a.priority for a in self.assocs), default=0))
-        object.__setattr__(
-            self, "_max_qos", max((q.priority for q in self.qos.values()), default=0)
-        )
-        object.__setattr__(
-            self, "_max_part", max((p for p, _ in self.partitions.values()), default=0)
+    @cached_property
+    def _by_user(self) -> dict[tuple[str, str, str], Assoc]:
+        return {(a.account, a.user, a.partition): a for a in reversed(self.assocs) if a.user}
+
+    @cached_property
+    def _by_account(self) -> dict[str, Assoc]:
+        return {a.account: a for a in reversed(self.assocs) if not a.user}
+
+    @cached_property
+    def max_priorities(self) -> tuple[int, int, int]:
+        """The largest association, QOS and partition priorities (Slurm normalises by
+        them)."""
+        return (
+            max((a.priority for a in self.assocs), default=0),
+            max((q.priority for q in self.qos.values()), default=0),
+            max((p for p, _ in self.partitions.values()), default=0),
         )
 
     def assoc_of(
@@ -149,7 +151,7 @@ class SitePolicy:
     ) -> Assoc | None:
         """The job's user association (its partition's first, else the account's); by
         name, else by uid (Slurm 25.05+ records nobody by its uid)."""
-        by = self._by_user  # type: ignore[attr-defined]
+        by = self._by_user
         for who in (user, None if uid is None else str(uid)):
             if who is None:
                 continue
@@ -165,7 +167,7 @@ class SitePolicy:
         seen = set()
         while account and account not in seen and len(out) < 64:
             seen.add(account)
-            a = self._by_account.get(account)  # type: ignore[attr-defined]
+            a = self._by_account.get(account)
             if a is None:
                 break
             out.append(a)
@@ -399,13 +401,11 @@ def job_priority(policy: SitePolicy, job, now: float) -> int:
     fs = 0.0
     if assoc is not None:
         fs = policy.fairshare.get((assoc.account, assoc.user), assoc.fairshare)
-    max_assoc = policy._max_assoc  # type: ignore[attr-defined]
+    max_assoc, max_qos, max_part = policy.max_priorities
     a = assoc.priority / max_assoc if assoc is not None and max_assoc else 0.0
     q = policy.qos.get(job.qos)
-    max_qos = policy._max_qos  # type: ignore[attr-defined]
     qf = q.priority / max_qos if q is not None and max_qos else 0.0
     part = policy.partitions.get(_first(job.partition))
-    max_part = policy._max_part  # type: ignore[attr-defined]
     pf = part[0] / max_part if part is not None and max_part else 0.0
     total = w.age * age + w.assoc * a + w.fairshare * fs + w.partition * pf + w.qos * qf
     return max(1, int(total) - int(getattr(job, "nice", 0) or 0))
@@ -484,15 +484,14 @@ def admit(policy: SitePolicy, jobs: Sequence, started: Iterable = ()) -> dict[st
         checks = _checks(policy, job)
         over = next(
             (
-                (limit, used + added.get(key, 0), what)
+                f"waits for a limit: {what} reached ({used + added.get(key, 0)} in use)"
                 for key, limit, used, what in checks
                 if used + added.get(key, 0) + 1 > limit
             ),
             None,
         )
         if over is not None:
-            limit, in_use, what = over
-            out[job.job_id] = f"waits for a limit: {what} reached ({in_use} in use)"
+            out[job.job_id] = over
             continue
         for key, _, _, _ in checks:
             added[key] = added.get(key, 0) + 1

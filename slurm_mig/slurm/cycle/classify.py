@@ -262,6 +262,8 @@ def classify(snap: Snapshot) -> Classified:
             pool = sitepolicy.pool_of(snap.policy, job)
             if pool is None:
                 later = f"waits for its reservation {job.reservation[:80]} to start"
+            elif pool and not _pool_nodes(snap, pool):
+                later = f"its reservation {pool[:80]} holds no usable node of the partition"
             else:
                 out.pool[job.job_id] = pool
         if later is not None:
@@ -340,7 +342,8 @@ def _site_policy(snap: Snapshot, out: Classified) -> None:
     for job in held:
         out.priority[job.job_id] = sitepolicy.job_priority(policy, job, now)
     order = sorted(held, key=lambda j: _priority_key(out, j, now))
-    started = [job for job, _ in out.released]
+    waiting = {j.job_id for j in out.waiting}  # released and not started for too long
+    started = [job for job, _ in out.released if job.job_id not in waiting]
     denied = sitepolicy.admit(policy, order, started)
     if not denied:
         return
@@ -348,6 +351,12 @@ def _site_policy(snap: Snapshot, out: Classified) -> None:
     out.waiting = [j for j in out.waiting if j.job_id not in denied]
     for jid in denied:
         out.kept.pop(jid, None)
+
+
+def _pool_nodes(snap: Snapshot, pool: str) -> bool:
+    """Whether reservation ``pool`` holds a usable node of the partition."""
+    assert snap.policy is not None
+    return any(r.name == pool and r.nodes & snap.nodes.keys() for r in snap.policy.reservations)
 
 
 def _priority_key(out: Classified, job: JobLike, now: float) -> tuple:
@@ -361,8 +370,9 @@ def _priority_key(out: Classified, job: JobLike, now: float) -> tuple:
 
 def _within_horizon(snap: Snapshot, out: Classified) -> None:
     """At most ``snap.max_planned`` held jobs have a plan (standing or to make): the
-    waiting jobs first by priority, then submission, join the plans, the rest wait unplanned (counted
-    in ``out.beyond``), as Slurm's backfill looks at its first ``bf_max_job_test`` jobs.
+    waiting jobs first by priority, then submission, join the plans, the rest wait
+    unplanned (counted in ``out.beyond``), as Slurm's backfill looks at its first
+    ``bf_max_job_test`` jobs.
     A cycle's work then grows with the plans it keeps, not with the queue. Room is
     filled once a quarter of the limit is free: FAR plans one large batch better than
     many small ones."""
