@@ -57,11 +57,14 @@ def lc():
         c = lc.cluster
         c.add_qos("one", MaxJobsPerUser=1)
         c.add_qos("high", Priority=100, Preempt="normal")
-        c.add_account("light", fairshare=90)
+        c.add_account("light", fairshare=90)  # the other tests' jobs
+        # the fairshare test's alone: no other test's usage counts against either
+        c.add_account("favoured", fairshare=90)
         c.add_account("heavy", fairshare=10)
         c.add_account("ops", fairshare=1)
         c.add_user("nobody", "heavy", qos=["normal", "one"], default_qos="normal")
         c.add_user("nobody", "light", qos=["normal", "one"], default_qos="normal")
+        c.add_user("nobody", "favoured", qos=["normal"], default_qos="normal")
         c.add_user("root", "ops", qos=["normal", "high"], default_qos="normal")
         lc.learn(RODINIA, SCALE)
         yield lc
@@ -107,7 +110,7 @@ def explain(lc: LiveCluster, job_id: str) -> str:
 
 
 def _charge(lc: LiveCluster, account: str) -> None:
-    """Give ``account`` some usage, so that its fairshare falls below the light one's
+    """Give ``account`` some usage, so that its fairshare falls below the favoured one's
     (with no usage every association has the same factor): a job of it runs, and
     slurmctld, restarted, counts it (otherwise it would at its next priority
     calculation, within PriorityCalcPeriod)."""
@@ -119,7 +122,7 @@ def _charge(lc: LiveCluster, account: str) -> None:
     def charged():
         shares = SlurmClient(env=lc.env).site_policy(refresh=0).fairshare
         heavy = [f for (a, _), f in shares.items() if a == account]
-        light = [f for (a, _), f in shares.items() if a == "light"]
+        light = [f for (a, _), f in shares.items() if a == "favoured"]
         return heavy and light and max(heavy) < min(light)
 
     wait_until(charged, 90, f"account {account}'s fairshare to drop")
@@ -131,7 +134,7 @@ def test_the_account_with_more_fairshare_goes_first(lc, planner):
     lc.stop_planner()
     _charge(lc, "heavy")
     heavy = [submit(lc, "heavy") for _ in range(3)]
-    light = [submit(lc, "light") for _ in range(2)]
+    light = [submit(lc, "favoured") for _ in range(2)]
     # the planner's sum of Slurm's factors is Slurm's own priority for a job not held
     probe = lc.cluster.sbatch("true", "--account=heavy", "--begin=now+3600", partition="debug")
     client = SlurmClient(env=lc.env)
