@@ -131,7 +131,39 @@ demo: $(VENV)/.installed
 		$(BIN)/slurm-mig demo; \
 	fi
 
-bench: $(VENV)/.installed
+# Tracked benchmarks (benchmarks/tracked, pytest-benchmark; not part of `make test` or
+# CI): `make bench` times them, compares the figures with those stored in
+# benchmarks/baseline/ and names every one more than BENCH_THRESHOLD (20 %) worse, exiting 1
+# then; `make bench-save` stores a run as the new figures after an intended change.
+# `make bench-scripts` runs the scripts under benchmarks/ that print figures (slow).
+BENCH_BASELINE  := benchmarks/baseline/figures.json
+BENCH_RUN       := .benchmarks/last-run.json
+BENCH_THRESHOLD ?= 0.20
+.PHONY: bench-save bench-scripts
+BENCH_PYTEST = $(BIN)/python -m pytest benchmarks/tracked -q -o addopts= -p no:randomly \
+	--benchmark-sort=name --benchmark-columns=min,median,mean,rounds \
+	--benchmark-json=$(BENCH_RUN)
+
+$(VENV)/.installed-bench: $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[bench]'
+	touch $@ $(VENV)/.installed
+
+bench: $(VENV)/.installed-bench
+	@mkdir -p $(dir $(BENCH_RUN)); rm -f $(BENCH_RUN)
+	@echo "== tracked benchmarks; load average $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
+	@$(BENCH_PYTEST); status=$$?; \
+	echo "== compared with $(BENCH_BASELINE)"; \
+	$(BIN)/python benchmarks/tracked/compare.py --threshold $(BENCH_THRESHOLD) \
+		$(BENCH_BASELINE) $(BENCH_RUN) || status=1; \
+	exit $$status
+
+bench-save: $(VENV)/.installed-bench
+	@mkdir -p $(dir $(BENCH_RUN)); rm -f $(BENCH_RUN)
+	@echo "== tracked benchmarks; load average $$(cut -d' ' -f1-3 /proc/loadavg) on $$(nproc) CPUs"
+	@$(BENCH_PYTEST)
+	$(BIN)/python benchmarks/tracked/compare.py --save $(BENCH_RUN) $(BENCH_BASELINE)
+
+bench-scripts: $(VENV)/.installed
 	@set -e; found=0; \
 	for script in benchmarks/*.py; do \
 		[ -e "$$script" ] || continue; found=1; \

@@ -660,6 +660,11 @@ def main() -> int:
     ap.add_argument("--job-seconds", type=float, default=5.0, help="each job's sleep (5)")
     ap.add_argument("--cycle", type=float, default=1.0, help="[planner] cycle seconds (1.0)")
     ap.add_argument(
+        "--algorithm",
+        default="adaptive",
+        help="[planner] algorithm (adaptive, the daemon's default; far before issue 20)",
+    )
+    ap.add_argument(
         "--batch-window", type=float, default=2.0, help="[planner] batch_window seconds (2.0)"
     )
     ap.add_argument(
@@ -732,7 +737,11 @@ def main() -> int:
         gpus=args.gpus,
         model=MODEL,
         latency_scale=args.latency_scale,
-        planner={"cycle": args.cycle, "batch_window": args.batch_window},
+        planner={
+            "cycle": args.cycle,
+            "batch_window": args.batch_window,
+            "algorithm": args.algorithm,
+        },
         slurm=install,
         # Slurm's default MaxJobCount (10,000) would make the last sbatch wait forever.
         # MessageTimeout: the nodes share a CPU or two, and a slurmd that waits longer

@@ -97,7 +97,9 @@ def table4(reps: int) -> dict:
         row = []
         for n in T4_N:
             rhos = [
-                plan_far(Batch(tuple(generate(n, model, sc, "WIDETIMES", 0.0, seed)), model)).rho
+                plan_far(
+                    Batch(tuple(generate(n, model, sc, "WIDETIMES", 0.0, seed)), model)
+                ).area_rho
                 for seed in range(reps)
             ]
             row.append(_mean(rhos))
@@ -115,7 +117,7 @@ def rodinia() -> dict:
     return {
         "far_makespan": far.makespan,
         "lower_bound": far.lower_bound,
-        "far_rho": far.rho,
+        "far_rho": far.area_rho,
         "sigma": sig,
     }
 

@@ -76,6 +76,7 @@ class Config:
     max_planned: int = 2000  # held jobs with a standing plan at most (0: no limit)
     reorder: int = 0  # lower-priority jobs that may go before a job (-1: no bound)
     site_policy: str = "on"  # "on": Slurm's priority, limits and reservations decide
+    objective: str = "balanced"  # makespan | jct | balanced (planner.sequencing)
     lease_ttl: float = 30.0
     public_file: Path | None = None
     metrics_file: Path | None = None
@@ -163,6 +164,8 @@ def _between(low: int, high: int) -> Callable[[object], str | None]:
 
 
 _NON_NEGATIVE = _at_least(0, strict=False)
+# [planner] objective: planner.sequencing.OBJECTIVES (not imported: hooks read this file)
+OBJECTIVES = ("makespan", "jct", "balanced")
 
 SCHEMA: dict[str, dict[str, _Field]] = {
     "slurm": {
@@ -182,7 +185,7 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         ),
     },
     "planner": {
-        "algorithm": _Field("algorithm", "policy", "far", '"far"'),
+        "algorithm": _Field("algorithm", "policy", "adaptive", '"adaptive"'),
         "batch_window": _Field("batch_window", "float", 30.0, "30.0", _NON_NEGATIVE),
         "batch_size": _Field("batch_size", "int", 0, "0 (all waiting jobs)", _NON_NEGATIVE),
         "max_planned": _Field("max_planned", "int", 2000, "2000 (0: no limit)", _NON_NEGATIVE),
@@ -190,6 +193,7 @@ SCHEMA: dict[str, dict[str, _Field]] = {
             "reorder", "int", 0, "0 (strict priority order; -1: no bound)", _between(-1, 100_000)
         ),  # fmt: skip
         "site_policy": _Field("site_policy", "choice", "on", '"on"', choices=("on", "off")),
+        "objective": _Field("objective", "choice", "balanced", '"balanced"', choices=OBJECTIVES),
         "cycle": _Field("cycle", "float", 5.0, "5.0", _POSITIVE),
         "token_ttl": _Field("token_ttl", "float", 3600.0, "3600.0", _POSITIVE),
         "release_ahead": _Field("release_ahead", "float", 600.0, "600.0", _NON_NEGATIVE),

@@ -14,6 +14,9 @@ from slurm_mig.plan import lower_bound
 from slurm_mig.planner import Batch, get_planner
 from slurm_mig.planner.allotment import (
     Allotments,
+    Staircase,
+    _moldable_bound_np,
+    allotments,
     canonical_allotment,
     canonical_size,
     ladder,
@@ -103,6 +106,35 @@ def test_canonical_size_is_the_least_work_within_the_target():
 def test_the_vectorised_allotments_are_the_canonical_ones(case, target):
     tasks = case[0]
     assert Allotments(tasks, SIZES).at(target) == canonical_allotment(tasks, SIZES, target)
+
+
+@settings(max_examples=80, deadline=None)
+@given(batches(), st.floats(1.0, 200.0))
+def test_the_pure_python_staircase_is_the_numpy_table(case, target):
+    """Same allotments, T* and ladder top with or without numpy (small batches skip
+    its import)."""
+    tasks, gpus, backlog = case
+    stairs, table = Staircase(tasks, SIZES), Allotments(tasks, SIZES)
+    assert stairs.at(target) == table.at(target) == canonical_allotment(tasks, SIZES, target)
+    star = stairs.bound(7 * gpus, backlog)
+    assert star == pytest.approx(_moldable_bound_np(tasks, SIZES, 7 * gpus, backlog), rel=1e-12)
+    assert stairs.at(star) == table.at(star)
+    assert stairs.top() == table.top()
+
+
+def test_staircase_ties_and_sizes_a_task_cannot_use():
+    tie = Task("tie", {1: 10.0, 2: 5.0, 3: math.inf, 4: math.inf, 7: 2.0})  # work 10, 10, 14
+    stairs = Staircase([tie], SIZES)
+    assert stairs.at(1.0) == [7]  # none within: the fastest
+    assert stairs.at(5.0) == [2]
+    assert stairs.at(10.0) == [1]  # the smaller size of equal work
+    assert stairs.bound(7) == pytest.approx(2.0)  # on 7g: 14 slice-seconds by 2 s
+
+
+def test_one_table_per_batch():
+    tasks = tuple(generate(20, A100, "MIXEDSCALING", "WIDETIMES", 0.0, 1))
+    assert allotments(tasks, SIZES) is allotments(tasks, SIZES)
+    assert allotments(list(tasks), SIZES) is not allotments(list(tasks), SIZES)
 
 
 def test_the_ladder_runs_from_the_bound_to_the_least_work_allotment():

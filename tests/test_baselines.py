@@ -302,3 +302,42 @@ def test_rodinia_makespans():
     assert best.makespan / 12.6093 == pytest.approx(1.16, abs=0.005)
     ones = fixpart_planner("1-1-1-1-1-1-1")(batch)
     assert ones.makespan / 12.6093 == pytest.approx(2.18, abs=0.01)
+
+
+# ---------------------------------------------------------------------------
+# Batch baselines are not a site's static layout (issue 20)
+
+
+def _stream(n: int = 40, gap: float = 15.0) -> list:
+    from slurm_mig.sim import SimJob
+
+    jobs = []
+    for i in range(n):
+        long = i % 4 == 0
+        times = {1: 900.0 if long else 90.0, 2: 500.0 if long else 50.0}
+        times.update({3: times[2] * 0.8, 4: times[2] * 0.7, 7: times[2] * 0.5})
+        jobs.append(SimJob(f"j{i}", i * gap, times))
+    return jobs
+
+
+def test_fixpart_best_repartitions_between_batches_where_static_never_does():
+    from slurm_mig.sim import get_policy, simulate
+
+    jobs = _stream()
+    best = simulate(jobs, get_policy("fixpart-best"), 1, 2, A100, check=True)
+    static = simulate(jobs, get_policy("static", layout="4-3", match="fit"), 1, 2, A100)
+    assert best.destroys > 0  # a new partition for a later batch
+    assert (static.creates, static.destroys) == (4, 0)
+
+
+def test_batch_baselines_are_still_batch_planners_and_say_what_they_are_not():
+    from slurm_mig.planner.registry import get_policy, policy_info
+
+    batch = Batch([task("a", {1: 10.0}), task("b", {1: 10.0})], A100)
+    for name in ("miso-opt", "fixpart-best", "fixpart-4-3"):
+        policy = get_policy(name)
+        assert policy.kind == "batch"
+        validate_plan(policy.plan(batch))
+    assert "not MISO's online scheduler" in policy_info("miso-opt").summary
+    for name in ("fixpart-best", "fixpart-4-3"):
+        assert "see static" in policy_info(name).summary

@@ -76,7 +76,8 @@ def test_plan_table_lists_every_task_sorted_by_start_then_the_summary(capsys):
     rc, out, _ = run(capsys, "plan", "rodinia-a100", "--planner", "far", "--json")
     data = json.loads(out)
     assert summary["makespan"] == f"{data['makespan']:.3f} s"
-    assert summary["rho"] == f"{data['makespan'] / data['lower_bound']:.3f}"
+    rho = data["makespan"] / data["lower_bound"]
+    assert summary["rho"] == f"{rho:.3f} (vs the {data['bound']} bound)"
     n_ops = len(data["reconfigurations"])
     assert summary["reconfigurations"].startswith(f"{n_ops} (")
     assert summary["planner"].startswith("far on 1 x A100-40GB")
@@ -654,3 +655,44 @@ def test_time_budget_must_be_a_positive_number(capsys, value):
         main(["plan", "rodinia-a100", "--planner", "exact", "--time-budget", value])
     assert exc.value.code == 2
     assert "--time-budget" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# plan --objective
+
+
+def _mean_end(data: dict) -> float:
+    return sum(t["end"] for t in data["tasks"]) / len(data["tasks"])
+
+
+def test_plan_objective_balanced_is_the_default_and_beats_fars_mean_completion(capsys):
+    far = json.loads(
+        run(
+            capsys, "plan", "rodinia-a100", "--planner", "far", "--objective", "makespan", "--json"
+        )[1]
+    )
+    assert "objective" not in far["stats"]  # FAR's plan as published
+    default = json.loads(run(capsys, "plan", "rodinia-a100", "--planner", "far", "--json")[1])
+    assert default["stats"]["objective"] == "balanced"
+    for objective in ("balanced", "jct"):
+        rc, out, _ = run(
+            capsys, "plan", "rodinia-a100", "--planner", "far", "--objective", objective, "--json"
+        )
+        data = json.loads(out)
+        assert rc == 0 and validate_plan(data, embedded_tasks()) == []
+        assert _mean_end(data) < _mean_end(far)
+        if objective == "balanced":
+            assert data["tasks"] == default["tasks"]
+            assert data["makespan"] <= 1.05 * far["makespan"] + 1e-9
+
+
+def test_plan_objective_names_a_planner_without_one_and_a_bad_name(capsys):
+    code, _, err = run(capsys, "plan", "rodinia-a100", "--planner", "exact", "--objective", "jct")
+    assert code == 2
+    assert "--objective jct" in err and "'exact'" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "rodinia-a100", "--objective", "fastest"])
+    assert exc.value.code == 2
+    assert "--objective" in capsys.readouterr().err
+    # a planner without an objective still plans when none is asked for
+    assert run(capsys, "plan", "rodinia-a100", "--planner", "fixpart-7", "--json")[0] == 0

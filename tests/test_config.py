@@ -57,7 +57,7 @@ def test_only_nodes_is_required_and_everything_else_takes_the_documented_default
         run_dir=Path("/run/slurm-mig"),
         key_file=Path("/etc/slurm-mig/key"),
         log_file=None,
-        algorithm="far",
+        algorithm="adaptive",
         batch_window=30.0,
         batch_size=0,
         release_ahead=600.0,
@@ -631,3 +631,43 @@ def test_keygen_with_a_broken_config_says_so_instead_of_guessing(tmp_path, capsy
     assert main(["keygen", "--config", str(missing)]) == 2
     err = capsys.readouterr().err
     assert str(missing) in err and "contrib/config.toml" in err
+
+
+# ---------------------------------------------------------------------------
+# [planner] objective
+
+
+def test_objective_defaults_to_balanced_and_takes_the_planner_names(tmp_path):
+    from slurm_mig.planner.sequencing import DEFAULT_OBJECTIVE, OBJECTIVES
+
+    assert config_mod.OBJECTIVES == OBJECTIVES  # the hooks do not import the planner
+    assert load_config(write(tmp_path, NODES)).objective == DEFAULT_OBJECTIVE == "balanced"
+    for name in OBJECTIVES:
+        path = write(tmp_path, NODES + f'[planner]\nobjective = "{name}"\n')
+        assert load_config(path).objective == name
+
+
+def test_a_bad_objective_is_one_clear_line(tmp_path, capsys):
+    path = write(tmp_path, NODES + '[planner]\nobjective = "jtc"\n')
+    problems = check_config(path)
+    assert problems == [
+        f"{path}: planner.objective: unknown value 'jtc' (did you mean 'jct'?); "
+        "choose one of 'makespan', 'jct', 'balanced'"
+    ]
+    rc = main(["check-config", str(path)])
+    out, err = capsys.readouterr()
+    assert rc == 1 and out.splitlines() == problems and "Traceback" not in out + err
+    bad = write(tmp_path, NODES + "[planner]\nobjective = 1\n")
+    assert check_config(bad) == [
+        f'{bad}: planner.objective: must be a string in quotes, got 1; write e.g. "balanced"'
+    ]
+
+
+def test_the_daemon_passes_the_objective_to_a_policy_that_takes_one():
+    from slurm_mig.planner.sequencing import objective_options
+
+    c = config_from_dict({"nodes": {"x": ["A100"]}, "planner": {"objective": "jct"}})
+    assert objective_options(c.algorithm, c.objective) == {"objective": "jct"}
+    # policies without the option plan by their own rule; a policy not installed is no error
+    assert objective_options("baseline", c.objective) == {}
+    assert objective_options("far-pcie", "balanced") == {}  # its names: makespan, jct, ...

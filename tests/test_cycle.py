@@ -124,7 +124,7 @@ class World:
 
     # -- squeue / sinfo ---------------------------------------------------------
     def snapshot(self, previous_nodes=None, **settings_) -> Snapshot:
-        opts = {"batch_window": 0.0, "batch_size": 64, **settings_}
+        opts = {"batch_window": 0.0, "batch_size": 64, "algorithm": "far", **settings_}
         for j in self.jobs.values():  # Slurm empties a met dependency (held jobs too)
             if j.state == "PENDING" and j.dependency and not self.waits(j):
                 j.dependency = ""

@@ -107,7 +107,7 @@ def test_snapshot_estimates_from_hints_time_limits_and_learned_runtimes(tmp_path
     assert "mem=12X" in est["5"].problem and est["5"].times == {}
     assert est["6"].key == "bert" and est["6"].times == {}
     assert snap.nodes == {"g1": ("A100-40GB",), "g2": ("A30-24GB",)}
-    assert (snap.partition, snap.batch_window, snap.algorithm) == ("mig", 0.0, "far")
+    assert (snap.partition, snap.batch_window, snap.algorithm) == ("mig", 0.0, "adaptive")
     # the bad hint becomes a note the user can read
     result = plan_cycle(snap)
     assert "5" not in result.planned and {"1", "2", "3", "4"} <= set(result.planned)

@@ -42,6 +42,7 @@ def _snapshot(jobs, now=NOW, plans=None) -> Snapshot:
         batch_window=0.0,
         release_ahead=0.0,
         plans=plans,
+        algorithm="far",  # standing plans to report
     )
 
 

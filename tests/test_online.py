@@ -3,6 +3,7 @@ on departure, and its policies run in the real simulator with every invariant ch
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -299,3 +300,111 @@ def test_migration_on_departure_in_the_simulator_pays_the_restart():
     res = simulate(jobs, get_policy("ff+lb+dp", threshold=1.0), 1, 2, A100, check=True)
     assert res.migrations == 0
     assert max(f - s for f, s in zip(res.finish, res.start)) == pytest.approx(1000.0)
+
+
+# ---------------------------------------------------------------------------
+# The baselines a site runs: static layouts and whole GPUs
+
+GRADED = {1: 400.0, 2: 200.0, 3: 100.0, 4: 80.0, 7: 50.0}  # seconds alone per size
+
+
+def _same(a, b) -> bool:
+    drop = ("wall_s", "events_per_s", "policy")
+    return {k: v for k, v in a.items() if k not in drop} == {
+        k: v for k, v in b.items() if k not in drop
+    }
+
+
+def test_a_layout_may_be_a_number_a_name_with_g_or_its_sizes_in_any_order():
+    seven = parse_layout("7", A100)
+    assert parse_layout(7, A100) == seven == parse_layout("7g", A100)
+    assert parse_layout("whole", A100) == seven
+    assert parse_layout("3-2-2", A100) == parse_layout("2-2-3", A100)
+    assert parse_layout("4g-3g", A100) == parse_layout("4-3", A100)
+    with pytest.raises(ValueError, match="names 2 partitions.*left to right"):
+        parse_layout("3-2-1-1", A100)
+
+
+def test_mixed_layouts_take_a_slash_a_comma_or_a_plus_and_cycle_over_the_gpus():
+    want = parse_layout("7", A100) + parse_layout("4-3", A100)
+    assert parse_layout("7/4-3", A100) == want
+    assert parse_layout("7,4-3", A100) == parse_layout("7+4-3", A100) == want
+    # three GPUs: 7, 4-3, 7 -> four instances, made once, never repartitioned
+    jobs = [SimJob(f"j{i}", 0.0, GRADED) for i in range(6)]
+    res = simulate(jobs, get_policy("static", layout="7/4-3", match="fit"), 1, 3, A100)
+    assert (res.creates, res.destroys, res.migrations) == (4, 0, 0)
+    assert sorted(res.exec_s) == pytest.approx([50, 50, 50, 50, 80, 100])
+
+
+def test_first_fit_and_static_take_layout_7_as_a_number():
+    jobs = [SimJob("a", 0.0, GRADED)]
+    for name in ("first-fit", "static"):
+        res = simulate(jobs, get_policy(name, layout=7), 1, 1, A100, check=True)
+        assert res.exec_s[0] == pytest.approx(50.0)
+
+
+def test_static_is_first_fit_under_the_name_a_site_would_use():
+    jobs = _workload()
+    a = simulate(jobs, get_policy("static", layout="4-3"), 1, 2, A100, check=True)
+    b = simulate(jobs, get_policy("first-fit", layout="4-3"), 1, 2, A100)
+    assert _same(a.summary(), b.summary())
+
+
+def test_match_exact_waits_for_its_size_and_match_fit_takes_any_idle_instance():
+    # one GPU as 4-3; both jobs run on 1g upwards. Typed (exact): each asks for the
+    # smallest size the layout has that it runs on (3g), so the second waits although
+    # the 4g is idle. Untyped (fit): the second takes the 4g at once.
+    jobs = [SimJob("a", 0.0, GRADED), SimJob("b", 0.0, GRADED)]
+    exact = simulate(jobs, get_policy("static", layout="4-3"), 1, 1, A100, check=True)
+    assert exact.exec_s == pytest.approx([100.0, 100.0])
+    assert max(exact.start) >= min(exact.finish)
+    fit = simulate(jobs, get_policy("static", layout="4-3", match="fit"), 1, 1, A100)
+    assert sorted(fit.exec_s) == pytest.approx([80.0, 100.0])
+    assert max(fit.start) < min(fit.finish)
+
+
+def test_no_mig_runs_every_job_on_a_whole_gpu():
+    jobs = [SimJob(f"j{i}", 0.0, GRADED, size=1 if i else None) for i in range(3)]
+    res = simulate(jobs, get_policy("no-mig"), 1, 2, A100, check=True)
+    assert res.exec_s == pytest.approx([50.0, 50.0, 50.0])
+    assert (res.creates, res.destroys) == (2, 0)
+    assert max(res.start) >= min(res.finish)  # two GPUs, three jobs: one waits
+    a30 = get_model("A30-24GB")
+    res = simulate([SimJob("a", 0.0, {1: 90.0, 4: 30.0})], get_policy("no-mig"), 1, 1, a30)
+    assert res.exec_s == pytest.approx([30.0])
+
+
+def test_no_mig_takes_neither_a_layout_nor_a_match():
+    from slurm_mig.planner.registry import UnknownPolicy
+
+    for opt in ({"layout": "4-3"}, {"match": "exact"}):
+        with pytest.raises(UnknownPolicy, match="no-mig runs every job on a whole GPU"):
+            get_policy("no-mig", **opt)
+
+
+def test_a_mixed_layout_longer_than_the_cluster_waits_only_for_sizes_it_has():
+    """``static:layout=7/4-3`` on one GPU has only the 7g: an exact-size job that asks
+    for less waits for the 7g (the smallest larger size the GPU has), not for a 4g or
+    3g that no GPU has (which would leave it pending for ever)."""
+    jobs = [SimJob(f"j{i}", float(i), {3: 50.0, 4: 45.0, 7: 30.0}) for i in range(6)]
+    result = simulate(jobs, get_policy("static", layout="7/4-3", match="exact"), 1, 1, A100)
+    assert result.jobs == 6 and max(result.finish) < math.inf
+
+
+def test_order_short_offers_shorter_jobs_first_and_arrival_order_is_the_default():
+    # seven 1g instances, all busy; one frees at 100 s while "long" (first) and
+    # "short" wait: arrival order gives it to "long", order=short to "short"
+    jobs = [SimJob("fill0", 0.0, {1: 100.0})]
+    jobs += [SimJob(f"fill{i}", 0.0, {1: 1000.0}) for i in range(1, 7)]
+    jobs += [SimJob("long", 1.0, {1: 500.0}), SimJob("short", 2.0, {1: 5.0})]
+    ends = {}
+    for order in ("arrival", "short"):
+        policy = get_policy("static", layout="1-1-1-1-1-1-1", order=order)
+        result = simulate(jobs, policy, 1, 1, A100)
+        ends[order] = dict(zip(result.ids, result.finish))
+    assert ends["arrival"]["long"] < ends["arrival"]["short"]
+    assert ends["short"]["short"] < ends["short"]["long"]
+    default = simulate(jobs, get_policy("static", layout="1-1-1-1-1-1-1"), 1, 1, A100)
+    assert dict(zip(default.ids, default.finish)) == ends["arrival"]
+    with pytest.raises(ValueError, match="order"):
+        get_policy("static", order="random")

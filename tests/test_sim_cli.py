@@ -99,6 +99,9 @@ BAD = [
     (["--workload", "pcie-paper", "--nodes", "3"], "does not split evenly"),
     (["--workload", "pcie-paper", "--gpu-model", "V100"], "unknown GPU model 'V100'"),
     (["--workload", "miso-trace", "--pcie-bound", "0.2"], "pcie-paper preset only"),
+    (["--workload", "pcie-paper", "--policy", "miso-opt"], "not MISO's online scheduler"),
+    (["--workload", "pcie-paper", "--policy", "static:layout=4-2-2"], "not a full partition"),
+    (["--workload", "pcie-paper", "--policy", "no-mig:layout=7"], "no-mig runs every job"),
 ]
 
 
@@ -135,6 +138,11 @@ def test_simulate_has_help(capsys):
     assert exc.value.code == 0
     for word in ("pcie-paper", "miso-trace", "baseline", "far", "--check", "--plot"):
         assert word in out
+    # the baselines a site runs and how each trace becomes MIG jobs
+    for word in ("no-mig", "static:layout=7/4-3", "match=exact", "match=fit", "--load",
+                 "t(s) = r (7/s)^b", "the same time on every size that fits",
+                 "measured MIG throughput"):  # fmt: skip
+        assert word in " ".join(out.split()), word
 
 
 # ---------------------------------------------------------------------------
@@ -189,3 +197,60 @@ def test_smart_mig_workload_reports_tardiness_energy_and_et(capsys):
         a = data["et_a"]
         assert s["et"] == pytest.approx((a * s["energy_j"] + s["tardiness_mean"]) / (a + 1))
     assert t > 0  # at 40x on 4 GPUs some jobs are late
+
+
+# ---------------------------------------------------------------------------
+# baselines and load on the command line
+
+
+def _policies(capsys, *argv):
+    rc, out, err = run(capsys, *argv, "--json")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_mixed_layouts_are_written_with_a_slash_or_a_comma(capsys):
+    argv = ["simulate", "--gpus", "4", "--workload", "pcie-paper", "--jobs", "40"]
+    data = _policies(
+        capsys,
+        *argv,
+        "--policy",
+        "static:layout=7,4-3:match=fit,no-mig,static:layout=7/4-3:match=fit",
+    )
+    assert list(data["policies"]) == [
+        "static:layout=7,4-3:match=fit", "no-mig", "static:layout=7/4-3:match=fit"
+    ]  # fmt: skip
+    a, b = (
+        data["policies"]["static:layout=7,4-3:match=fit"],
+        data["policies"]["static:layout=7/4-3:match=fit"],
+    )
+    assert a["jct_sum"] == b["jct_sum"] and a["creates"] == b["creates"] == 6  # 7, 4-3, 7, 4-3
+
+
+def test_first_fit_takes_layout_7(capsys):
+    data = _policies(capsys, *SMALL, "--policy", "first-fit:layout=7,no-mig")
+    ff, whole = data["policies"]["first-fit:layout=7"], data["policies"]["no-mig"]
+    assert ff["jct_sum"] == whole["jct_sum"] and ff["creates"] == whole["creates"] == 4
+
+
+def test_load_raises_the_arrival_rate_and_is_named_in_the_header(capsys):
+    one = _policies(capsys, *SMALL, "--policy", "no-mig")
+    two = _policies(capsys, *SMALL, "--policy", "no-mig", "--load", "2")
+    assert "load x2" in two["description"] and "load" not in one["description"]
+    assert two["policies"]["no-mig"]["wait_mean"] > one["policies"]["no-mig"]["wait_mean"]
+
+
+@pytest.mark.parametrize("value", ["0", "0.01", "21", "lots", "nan"])
+def test_load_must_be_within_its_range(capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main([*SMALL, "--load", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--load" in err and ("0.05..20" in err or "not a number" in err)
+
+
+def test_the_cli_and_build_workload_take_the_same_load_range():
+    from slurm_mig.cli import simulate as cli
+    from slurm_mig.sim import jobs
+
+    assert cli.LOAD_RANGE == jobs.LOAD_RANGE

@@ -218,3 +218,56 @@ def test_bad_job_files_name_the_row_and_the_fix(tmp_path, content, needle):
 def test_a_missing_file_says_which_presets_exist(tmp_path):
     with pytest.raises(WorkloadError, match="pcie-paper, miso-trace"):
         build_workload(str(tmp_path / "nope.csv"), A100, 1)
+
+
+# ---------------------------------------------------------------------------
+# load: every preset's arrival rate times X
+
+
+def _arrivals(jobs):
+    return [j.arrival for j in jobs]
+
+
+def test_load_scales_the_poisson_presets_arrivals():
+    one = build_workload("pcie-paper", A100, 4, 50, seed=2)
+    two = build_workload("pcie-paper", A100, 4, 50, seed=2, load=2.0)
+    assert _arrivals(two) == pytest.approx([t / 2 for t in _arrivals(one)])
+    assert [j.times for j in two] == [j.times for j in one]
+
+
+@pytest.mark.parametrize(
+    ("preset", "data"),
+    [
+        ("miso-trace", "traces/miso-socc22/trace_100.json"),
+        ("alibaba", "traces/alibaba-gpu-v2023-openb/openb_pod_list_default.csv"),
+        ("philly", "traces/philly-runtimes/philly_runtime.csv"),
+    ],
+)
+def test_load_scales_every_trace_presets_arrival_rate(preset, data):
+    shared_file(data)
+    one = build_workload(preset, A100, 8, 200, seed=1)
+    for x in (0.5, 3.0):
+        got = build_workload(preset, A100, 8, 200, seed=1, load=x)
+        assert _arrivals(got) == pytest.approx([t / x for t in _arrivals(one)])
+        assert [(j.id, j.times) for j in got] == [(j.id, j.times) for j in one]
+
+
+def test_load_multiplies_the_smart_mig_rate():
+    for preset in ("smart-mig-poisson", "smart-mig"):
+        got = build_workload(preset, A100, 4, 300, rate_multiplier=10.0, load=2.0)
+        want = build_workload(preset, A100, 4, 300, rate_multiplier=20.0)
+        assert got == want
+
+
+def test_load_scales_a_files_arrivals_and_keeps_its_deadlines_distance(tmp_path):
+    p = tmp_path / "jobs.csv"
+    p.write_text("id,arrival,runtime,size,deadline\na,0,10,1,\nb,100,10,1,150\n")
+    jobs = build_workload(str(p), A100, 1, load=4.0)
+    assert [(j.arrival, j.deadline) for j in jobs] == [(0.0, None), (25.0, 75.0)]
+    assert build_workload(str(p), A100, 1) == load_jobs(p, A100)
+
+
+@pytest.mark.parametrize("bad", [0.0, 0.01, 25.0, -1.0, math.nan, math.inf, "lots"])
+def test_a_load_outside_its_range_is_one_clear_error(bad):
+    with pytest.raises(WorkloadError, match=r"--load .*(0\.05\.\.20|not a number)"):
+        build_workload("pcie-paper", A100, 4, 20, load=bad)

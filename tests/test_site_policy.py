@@ -301,7 +301,7 @@ def test_a_job_that_backfills_ahead_of_higher_priority_is_named_with_why():
     }
     snap = Snapshot(
         now=now, jobs=(running, high, low), nodes={"node1": ("A100-40GB",)}, estimates=est,
-        batch_window=0.0, release_ahead=0.0, policy=policy(), reorder=0,
+        batch_window=0.0, release_ahead=0.0, policy=policy(), reorder=0, algorithm="far",
     )  # fmt: skip
     result = plan_cycle(snap)
     assert result.priority["2"] > result.priority["3"]

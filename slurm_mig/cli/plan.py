@@ -13,6 +13,7 @@ import time
 from ..argtypes import positive_int
 from ..gantt import write_gantt
 from ..planner import UnknownPlanner
+from ..planner.sequencing import OBJECTIVES
 from ..planner.snapshot import ClusterSnapshot, snapshot_from_json
 from ..workload import load_task_source
 from .common import (
@@ -83,6 +84,15 @@ def add_parser(sub) -> None:
         help=f"planning algorithm (default: {DEFAULT_PLANNER}); see the list below",
     )
     pl.add_argument(
+        "--objective",
+        metavar="NAME",
+        choices=OBJECTIVES,
+        help="what the plan minimises (planners far and auto; default: balanced, as the "
+        "daemon's [planner] objective): makespan (FAR's plan), jct (the least mean "
+        "completion time; the makespan may grow), balanced (the least mean completion "
+        "time with the makespan at most 1.05 x FAR's)",
+    )
+    pl.add_argument(
         "--batch-size",
         metavar="K",
         type=positive_int,
@@ -138,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_batches([tasks[i : i + k] for i in range(0, len(tasks), k)], model, args.gpus)
         wall = time.perf_counter() - t0
     else:
-        plan, wall = run_planner(args.planner, tasks, model, args.gpus, args.time_budget)
+        plan, wall = run_objective(args, tasks, model)
     log.info("planner %s: makespan %.6f s in %.1f ms", args.planner, plan.makespan, wall * 1e3)
     log.debug("planner stats: %s", dict(plan.stats))
     data = plan.to_json()
@@ -150,6 +160,32 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_plan(data, wall))
     return 0
+
+
+def objective_option(name: str, objective: str | None) -> dict[str, str]:
+    """``{"objective": ...}`` for planner ``name``: ``--objective`` (an error if the
+    planner takes none), else the daemon's default where the planner takes one."""
+    from ..planner.sequencing import DEFAULT_OBJECTIVE, objective_options
+
+    got = objective_options(name, objective or DEFAULT_OBJECTIVE)
+    if objective and not got:
+        raise UnknownPlanner(
+            f"--objective {objective}: planner {name!r} does not take it; use far or auto"
+        )
+    return got
+
+
+def run_objective(args: argparse.Namespace, tasks, model) -> tuple:
+    """``run_planner`` with the planner's objective option (`objective_option`)."""
+    options = objective_option(args.planner, args.objective)
+    if not options:
+        return run_planner(args.planner, tasks, model, args.gpus, args.time_budget)
+    from ..planner.batch import Batch, get_planner
+
+    planner = get_planner(args.planner, **options)
+    t0 = time.perf_counter()
+    plan = planner(Batch(tuple(tasks), model, args.gpus))
+    return plan, time.perf_counter() - t0
 
 
 def format_plan(plan_json: dict, wall_s: float) -> str:
@@ -175,7 +211,8 @@ def format_plan(plan_json: dict, wall_s: float) -> str:
         "",
         f"makespan          {plan_json['makespan']:.3f} s",
         f"lower bound       {plan_json['lower_bound']:.3f} s",
-        f"rho               {ratio(plan_json['makespan'], plan_json['lower_bound'])}",
+        f"rho               {ratio(plan_json['makespan'], plan_json['lower_bound'])}"
+        + (f" (vs the {plan_json['bound']} bound)" if plan_json.get("bound") else ""),
         f"reconfigurations  {len(ops)} ({creates} create, {len(ops) - creates} destroy)",
         f"planning time     {wall_s * 1000:.1f} ms",
         f"planner           {plan_json.get('planner', '?')} on {plan_json['gpus']} x "
@@ -239,7 +276,7 @@ def run_onto(args: argparse.Namespace) -> int:
             jobs[t.id] = Job(t.id, snap.now, dict(t.times), t.memory_bytes or 0)
         snap = replace(snap, pending=MappingProxyType(jobs))
     options = {"time_budget": args.time_budget} if args.time_budget and name == "exact" else {}
-    policy = get_policy(name, **options)
+    policy = get_policy(name, **options, **objective_option(name, args.objective))
     window = float(settings.get("batch_window", 0.0))
     size = int(settings.get("batch_size", 0) or 0)
     t0 = time.perf_counter()

@@ -13,30 +13,61 @@ import textwrap
 
 from ..argtypes import positive_int as _positive_int
 
+LOAD_RANGE = (0.05, 20.0)  # --load, as sim.jobs.LOAD_RANGE (kept here: a cheap --help)
+BATCH_ONLY = {
+    "miso-opt": "miso-opt is FAR Section 6.5's batch reading of MISO's optimizer (for "
+    "plan and bench), not MISO's online scheduler: in a stream each batch is planned "
+    "for idle GPUs and appended behind the work already on them, and the next batch "
+    "waits until its last job starts (on miso-trace, 40 A100s, load 0.5-1.5: 24-28 % "
+    "utilisation, 1.4-4.3 x the mean JCT of no-mig); compare with no-mig or "
+    "static:layout=... (README: Baselines)",
+}
+
 PROG = "slurm-mig"
 
 EPILOG = """\
-workloads (--workload):
-  pcie-paper  Table 2 of the PCIe paper: ResNet50, Bloom560m, Bloom7b1; --pcie-bound
-              sets the share of PCIe-bound (Bloom) jobs (default 0.4); 1400 jobs per
-              60 GPUs unless --jobs
-  miso-trace  MISO's 100-job trace with its measured per-slice speeds (1000 jobs)
-  alibaba     Alibaba openb single-GPU pods, sized to the smallest covering profile
-  philly      Philly runtimes with Poisson arrivals (1000 jobs)
-  smart-mig   SMART-MIG's training and inference jobs with deadlines, a day of Fig. 5's
-              arrival pattern x --rate-multiplier (default 20)
+workloads (--workload) and how each trace becomes MIG jobs (seconds per size):
+  miso-trace  MISO's 100 template jobs repeated (1000 jobs): per-size times from
+              MISO's measured MIG throughput of each model (sizes where it did not
+              fit: cannot run); Poisson gaps of mean 10 s (5 s the first third)
+  alibaba     Alibaba openb single-GPU pods in creation order, sized to the smallest
+              profile covering gpu_milli: the same time on every size that fits (the
+              trace has no per-size speed: larger slices never speed a job up)
+  philly      Philly runtimes as full-GPU times (1000 jobs); the per-size speed-up is
+              synthetic, t(s) = r (7/s)^b with b ~ U(0.3, 1.0) per job; Poisson
+              arrivals at 85 % of the compute slices
+  smart-mig   SMART-MIG's training and inference jobs with deadlines and its
+              sub-linear curves, a day of Fig. 5's arrival pattern x --rate-multiplier
+              (default 20)
   smart-mig-poisson  the same jobs at a fixed rate (base x multiplier), 1000 jobs
+  pcie-paper  Table 2 of the PCIe paper: ResNet50 (MISO's resnet speed per size),
+              Bloom560m, Bloom7b1 (transfer-bound: the same time on every size);
+              --pcie-bound sets the share of Bloom jobs (default 0.4); 85 % load;
+              1400 jobs per 60 GPUs unless --jobs
   FILE        CSV or JSON jobs; columns id, arrival, per-size times 1,2,3,4,7 (or
               runtime + size), optional size, memory_mib, pcie_demand, alpha,
               restartable, kind, deadline, priority (Slurm's: higher first)
-  Trace presets read the shared data folder ($SLURM_MIG_SHARED_DATA, or
-  ../shared/data beside the checkout).
+  --load X multiplies every workload's arrival rate (MISO: gaps / X; alibaba:
+  creation times / X; philly, pcie-paper: 85 % x X; smart-mig: multiplier x X; a
+  file: arrivals / X). Trace presets read the shared data folder
+  ($SLURM_MIG_SHARED_DATA, or ../shared/data beside the checkout).
 
-policies (--policy, comma-separated; options as NAME:KEY=VALUE:KEY=VALUE):
-  baseline    first GPU with room for the job's size, PCIe-unaware
-  far         FAR batches on the whole cluster (far:moldable=false keeps the
-              requested sizes; far:max_batch=N caps a batch)
-  {others}
+baselines (what a site runs instead of repartitioning; README "Baselines"):
+  no-mig                  whole GPUs: every job on a full GPU, no MIG
+  static:layout=4-3       a fixed MIG layout on every GPU, never repartitioned
+                          (layout=7, 4-3, 2-2-3, 1-1-1-1-1-1-1, ...)
+  static:layout=7/4-3     a mixed layout, cycled over the GPUs (7,4-3 works too)
+  static:...:match=exact  typed GRES requests (default): a job waits for its own
+                          size, else the smallest larger size the layout has
+  static:...:match=fit    untyped requests: any idle instance it runs on, smallest
+                          first
+  miso-opt is FAR's batch reading of MISO's optimizer (plan, bench) and is refused
+  here: in a stream it is not MISO's scheduler. fixpart-best repartitions between
+  batches and fixpart-SIZES queues each batch behind the last: not a static site.
+
+policies (--policy, comma-separated; options as NAME:KEY=VALUE:KEY=VALUE; a comma
+followed by a digit continues a layout, so static:layout=7,4-3 is one policy):
+{policies}
 
 The table shows per policy: jobs, sum and mean job completion time (finish -
 arrival), mean wait (first start - arrival), makespan, energy from the A100 power
@@ -48,9 +79,8 @@ Eq. 4 with a = t/(2e) over the policies compared (et_a).
 
 
 def add_parser(sub, formatter) -> argparse.ArgumentParser:
-    from ..sim.policies import policy_names
+    from ..planner.registry import describe
 
-    others = [n for n in policy_names() if n not in ("baseline", "far")]
     si = sub.add_parser(
         "simulate",
         formatter_class=formatter,
@@ -63,7 +93,7 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
             "Table 1's times, one operation at a time per GPU. No GPU is needed.",
             width=79,
         ),
-        epilog=EPILOG.format(others="also: " + ", ".join(others) if others else ""),
+        epilog=EPILOG.format(policies=describe(width=14, columns=84)),
     )
     si.add_argument("--gpus", metavar="N", type=_positive_int, required=True,
                     help="number of GPUs in the cluster")  # fmt: skip
@@ -72,7 +102,11 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
     si.add_argument("--gpu-model", metavar="MODEL", default="A100-40GB",
                     help="GPU model (default: A100-40GB)")  # fmt: skip
     si.add_argument("--workload", metavar="PRESET|FILE", required=True,
-                    help="a preset (pcie-paper, miso-trace, alibaba, philly) or a job file")  # fmt: skip
+                    help="a preset (miso-trace, alibaba, philly, smart-mig, smart-mig-poisson, "
+                    "pcie-paper) or a job file")  # fmt: skip
+    si.add_argument("--load", metavar="X", type=_load, default=1.0,
+                    help="arrival rate as a multiple of the workload's own, "
+                    f"{LOAD_RANGE[0]:g}..{LOAD_RANGE[1]:g} (default: 1)")  # fmt: skip
     si.add_argument("--pcie-bound", metavar="F", type=_share,
                     help="pcie-paper: share of PCIe-bound jobs, 0..1 (default: 0.4)")  # fmt: skip
     si.add_argument("--rate-multiplier", metavar="K", type=_multiplier,
@@ -108,6 +142,20 @@ def _reorder(text: str) -> int | None:
         ) from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} must be >= 0 (0: strict priority order)")
+    return value
+
+
+def _load(text: str) -> float:
+    """``--load``: a number within ``LOAD_RANGE``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    low, high = LOAD_RANGE
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(
+            f"{text} must be within {low:g}..{high:g} (1 = the workload's own arrival rate)"
+        )
     return value
 
 
@@ -148,11 +196,15 @@ def _value(text: str):
 
 
 def parse_policies(spec: str) -> list[tuple[str, str, dict]]:
-    """``"baseline,far:moldable=false"`` -> [(label, name, options), ...]."""
+    """``"baseline,far:moldable=false"`` -> [(label, name, options), ...].
+
+    Policies are split on the commas that start a new policy name: a piece that starts
+    with a digit continues the one before (``static:layout=7,4-3`` is one policy, a
+    mixed layout)."""
     from ..sim.policies import UnknownPolicy
 
     out = []
-    for part in spec.split(","):
+    for part in split_policies(spec):
         label = part.strip()
         if not label:
             continue
@@ -174,6 +226,18 @@ def parse_policies(spec: str) -> list[tuple[str, str, dict]]:
     return out
 
 
+def split_policies(spec: str) -> list[str]:
+    """``spec`` cut at the commas that start a policy name (names never start with a
+    digit; layouts do): ``"static:layout=7,4-3,no-mig"`` -> two policies."""
+    parts: list[str] = []
+    for piece in spec.split(","):
+        if parts and piece.strip()[:1].isdigit():
+            parts[-1] += "," + piece
+        else:
+            parts.append(piece)
+    return parts
+
+
 def run(args: argparse.Namespace) -> int:
     from ..geometry import get_model
     from ..planner.registry import policy_info
@@ -181,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     from ..sim.cluster import InvariantError
     from ..sim.engine import SimInputError, simulate
     from ..sim.jobs import build_workload
-    from ..sim.policies import get_policy
+    from ..sim.policies import UnknownPolicy, get_policy
     from ..sim.progress import Progress
 
     model = get_model(args.gpu_model)
@@ -191,6 +255,10 @@ def run(args: argparse.Namespace) -> int:
             "give a multiple of the node count"
         )
     specs = parse_policies(args.policy)
+    for label, name, _ in specs:
+        why = BATCH_ONLY.get(policy_info(name).name)
+        if why:
+            raise UnknownPolicy(f"--policy {label}: {why}")
     reorder = getattr(args, "reorder", None)
     if reorder is not None:  # a policy's own reorder= option wins
         specs = [
@@ -212,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
         args.seed,
         args.pcie_bound,
         getattr(args, "rate_multiplier", None),
+        load=getattr(args, "load", 1.0),
     )
     results = []
     for label, policy in policies:
@@ -267,6 +336,9 @@ def _header(args, jobs, model) -> str:
         ss = sublinearity_score(job_curve(j) for j in jobs)
         rate = getattr(args, "rate_multiplier", None)
         share += f", deadlines, ss {ss:.2f}" + (f", rate x{rate:g}" if rate else "")
+    load = getattr(args, "load", 1.0)
+    if load != 1.0:
+        share += f", load x{load:g}"
     nodes = f" on {args.nodes} nodes" if args.nodes > 1 else ""
     return (
         f"{args.workload}: {len(jobs)} jobs{share}; {args.gpus} x {model.name}{nodes}; "

@@ -195,6 +195,12 @@ class LiveCluster:
             "reports": f"127.0.0.1:{free_port()}",
             "metrics": f"127.0.0.1:{free_port()}",
             "web": True,
+            # FAR's shortest plans: the demo shows them, the e2e tests hold Slurm to them
+            # (a balanced plan of seconds-long jobs has more hand-offs, each ~1 s of
+            # Slurm latency no plan models); adaptive, the daemon's default, and the
+            # other objectives run where a test names them
+            "algorithm": "far",
+            "objective": "makespan",
             **self.planner,
         }
         lines = ["[slurm]", 'partition = "mig"', "", "[nodes]"]

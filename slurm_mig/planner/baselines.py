@@ -6,6 +6,25 @@ with the lowest makespan over every valid partition. MISO-OPT (MISO's optimizer)
 in FIFO order, repeatedly pick the partition whose instances, taken left to right by
 the next tasks, maximise the sum of their speedups over one slice; unlike the
 paper's simulation, our plan pays the sequential create/destroy times this needs.
+
+These are batch baselines (FAR's Section 6.5: one batch on idle GPUs), for ``plan``
+and ``bench``; they are not what a site runs in a stream of jobs:
+
+* ``miso-opt`` is FAR's reading of MISO's optimizer, not MISO's scheduler (SoCC'22:
+  each arriving job goes to the GPU with the fewest jobs, which is repartitioned into
+  exactly as many instances as it has jobs at the least mean slowdown, its running
+  jobs checkpointed and moved; a GPU is repartitioned again when a job leaves). In a
+  stream (``simulate``) each batch is planned for idle GPUs and appended behind the
+  work already on them, and the next batch waits until its last job has started: on
+  miso-trace (40 A100s, load 0.5-1.5) 24-28 % utilisation and 1.4-4.3 x the mean JCT
+  of whole GPUs, where MISO's paper reports 0.24 x. ``simulate`` therefore refuses it;
+  the stream baselines are ``static`` and ``no-mig`` (``planner.online``).
+* ``fixpart-*`` in ``simulate`` are not a static site either: ``fixpart-best`` picks
+  a partition per batch and repartitions between batches (miso-trace, 40 A100s: 164
+  creates, 124 destroys), and ``fixpart-SIZES`` keeps its partition but plans each
+  batch FIFO behind the previous one's work instead of starting a job on any idle
+  instance (2.5 x the mean JCT of ``static`` with the same layout there). A site's
+  fixed layout is ``static:layout=...``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from itertools import permutations
 from typing import Any
 
 from ..geometry import GpuModel, Slot, get_model
-from ..plan import Plan, lower_bound
+from ..plan import Plan, tightest_bound
 from ..workload import Task
 from .batch import Batch
 from .far import FarResult, Forest, far_schedule, refine, time_assignment
@@ -356,12 +356,13 @@ def plan_batches(
         reconfs.extend(cat.timeline.reconfigurations)
         current = cat.timeline.gpus(0.0, current)
         all_tasks.extend(batch)
+    bound, name, bounds = tightest_bound(all_tasks, model, gpus)
     return Plan(
         model=model,
         gpus=gpus,
         tasks=tuple(planned),
         reconfigurations=tuple(reconfs),
-        lower_bound=lower_bound(all_tasks, model, gpus),
+        lower_bound=bound,
         planner="far-multibatch",
         stats={
             "planning_seconds": time.perf_counter() - t0,
@@ -369,4 +370,6 @@ def plan_batches(
             "concat_moves": moves,
             "concat_swaps": swaps,
         },
+        bound=name,
+        bounds=bounds,
     )

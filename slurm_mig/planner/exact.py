@@ -764,6 +764,16 @@ def plan_auto(batch: Batch) -> Plan:
     return to_plan(model, tasks, timeline, gpus, "auto", stats=stats)
 
 
+def _plan_auto_for(batch: Batch, objective: str, slack: float | None) -> Plan:
+    """``plan_auto``'s plan re-sequenced for ``objective`` (``planner.sequencing``)."""
+    from .sequencing import sequence_plan
+
+    t0 = time.perf_counter()
+    plan = sequence_plan(plan_auto(batch), batch.tasks, objective, slack=slack)
+    seconds = plan.stats.get("planning_seconds", 0.0) + time.perf_counter() - t0
+    return replace(plan, stats={**plan.stats, "planning_seconds": seconds})
+
+
 def _onto(batch: Batch, plan_idle, name: str) -> Plan:
     """Plan onto busy GPUs: FAR onto them, or ``plan_idle``'s plan for idle GPUs
     appended after their work (small batches only), whichever ends sooner."""
@@ -783,7 +793,8 @@ def _onto(batch: Batch, plan_idle, name: str) -> Plan:
 
 
 def make_planner(name: str, **options) -> BatchPolicy:
-    """Registry hook: ``exact`` (option time_budget, seconds) and ``auto``."""
+    """Registry hook: ``exact`` (option time_budget, seconds) and ``auto`` (options
+    objective, slack: ``planner.sequencing``; default objective ``makespan``)."""
     if name == "exact":
         if "time_budget" not in options:
             if options:
@@ -796,7 +807,14 @@ def make_planner(name: str, **options) -> BatchPolicy:
             raise ValueError(f"time_budget {budget} must be a positive number of seconds")
         return BatchPolicy("exact", partial(plan_exact, time_budget=budget))
     if name == "auto":
+        objective = options.pop("objective", "makespan")
+        slack = options.pop("slack", None)
         if options:
             raise TypeError(f"unexpected argument {next(iter(options))!r}")
-        return BatchPolicy("auto", plan_auto)
+        from .far_planner import _checked
+
+        checked = _checked({"objective": objective, "slack": slack})
+        if checked["objective"] == "makespan":
+            return BatchPolicy("auto", plan_auto)
+        return BatchPolicy("auto", partial(_plan_auto_for, **checked))
     raise ValueError(f"{__name__} has no planner {name!r}; it has exact, auto")

@@ -15,8 +15,14 @@ Large batches (``SCALE_TASKS`` tasks or more). Walking the family one task at a 
 costs a list schedule per step, quadratic in the batch: minutes for 10,000 tasks. There
 phase 2 evaluates instead the canonical allotments (``planner.allotment``) of a short
 geometric ladder of target makespans, from the moldable lower bound T* up to where the
-allotment is the least-work one (the family's first member); refinement runs while the
-forest is small enough (``REFINE_NODES``) for its scans to stay cheap.
+allotment is the least-work one (the family's first member), each list-scheduled top-down
+and, on several idle GPUs, also bottom-up (`list_schedule_up`: long tasks on small sizes
+first; 1.35 -> 1.09 x T* on 5,000 such jobs on 512 GPUs); Algorithm 2 runs while the
+forest is small enough (``REFINE_NODES``) for its scans to stay cheap. On several idle
+GPUs a large batch is then refined GPU by GPU (`refine_gpus`): work moves off the GPU
+that ends last by planning it again with FAR together with one of the GPUs that end
+first (each pair with an allotment of its own), at most ``PAIR_ROUNDS`` times; a round
+costs a two-GPU FAR per peer, whatever the cluster's size.
 
 Onto busy GPUs (``start``): a node becomes available when its parent is released *and*
 the running jobs have left its slices (a node with no task of its size is passed over at
@@ -35,7 +41,7 @@ from dataclasses import dataclass, field
 
 from ..geometry import GpuModel
 from ..workload import Task
-from .allotment import Allotments, ladder, moldable_bound
+from .allotment import allotments, ladder
 from .snapshot import Gpu
 from .timeline import Timeline, Use, run_uses
 
@@ -43,6 +49,10 @@ _TIE = 1e-9  # relative tolerance for "equal work" in phase 1
 SCALE_TASKS = 256  # from this many tasks phase 2 evaluates the canonical ladder
 LADDER_STEPS = 8
 REFINE_NODES = 2048  # refinement scans the forest's nodes; skip it on larger forests
+PAIR_ROUNDS = 200  # `refine_gpus`: pairs planned again at most (each: PAIR_PEERS FARs)
+PAIR_PEERS = 4  # the GPUs that end first, tried as the last GPU's partner
+PAIR_PATIENCE = 8  # rounds in a row that take < 0.1 % off the makespan: stop
+PAIR_TASKS = 40_000  # tasks planned again in all, at most (a pair's FAR grows with them)
 
 
 @dataclass
@@ -123,6 +133,8 @@ class FarResult:
     moves: int = 0
     swaps: int = 0
     iterations: int = 0
+    timeline: Timeline | None = None  # ``assign`` timed (batch 0) where refinement did
+    pairs: int = 0  # pairs of GPUs planned again by `refine_gpus`
 
 
 # ---------------------------------------------------------------------------
@@ -328,14 +340,15 @@ def _phase2_ladder(
     sizes = model.planner_sizes
     n = len(tasks)
     backlog = avail.backlog(forest) if avail is not None else 0.0
-    bound = moldable_bound(tasks, sizes, model.compute_slices * forest.gpus, backlog)
-    targets = ladder(tasks, sizes, bound, LADDER_STEPS)
+    table = allotments(tasks, sizes)
+    bound = table.bound(model.compute_slices * forest.gpus, backlog)
+    targets = ladder(tasks, sizes, bound, LADDER_STEPS, table.top())
     best = math.inf
     best_alloc: list[int] = []
     best_assign: list[list[int]] = []
     best_k = evaluated = 0
     seen: set[tuple[int, ...]] = set()
-    table = Allotments(tasks, sizes)
+    both = avail is None and forest.gpus > 1  # bottom-up too (module doc)
     for k, target in enumerate(targets):
         alloc = table.at(target)
         key = tuple(alloc)
@@ -344,11 +357,84 @@ def _phase2_ladder(
         seen.add(key)
         dur = [tasks[i].times[alloc[i]] for i in range(n)]
         evaluated += 1
-        res = list_schedule(forest, _groups(alloc, dur, sizes), dur, n, best, avail)
+        groups = _groups(alloc, dur, sizes)
+        res = list_schedule(forest, groups, dur, n, best, avail)
         if res is not None and res[0] < best:
             best, best_assign = res
             best_alloc, best_k = alloc, k
+        if both:
+            res = list_schedule_up(forest, groups, dur, n, best)
+            if res is not None and res[0] < best:
+                best, best_assign = res
+                best_alloc, best_k = alloc, k
     return best_alloc, best_assign, best, len(targets), evaluated, best_k
+
+
+def list_schedule_up(
+    forest: Forest,
+    groups: dict[int, list[tuple[float, int]]],
+    dur: Sequence[float],
+    n: int,
+    stop_at: float = math.inf,
+) -> tuple[float, list[list[int]]] | None:
+    """Algorithm 1 with the tree upside down, on idle GPUs: the leaves are available at
+    0 (GPU by GPU), a node once all its children have passed, each node takes tasks of
+    its size in LPT order while any are left. Where the long tasks want the small sizes,
+    this packs them first, GPU by GPU, instead of after every larger size. Its schedule
+    read backwards in time is a top-down one of the same length, so the tasks per node
+    come back in that order (each node's list reversed) for `time_assignment`. Same
+    return as `list_schedule`; the makespan is the bottom-up schedule's own."""
+    model = forest.model
+    tc, td = model.create_s, model.destroy_s
+    size, gpu, parent = forest.size, forest.gpu, forest.parent
+    ptr = dict.fromkeys(groups, 0)
+    lens = {s: len(g) for s, g in groups.items()}
+    reconfig = [0.0] * forest.gpus
+    started = [False] * forest.nodes
+    pending = [len(c) for c in forest.children]
+    ready = [0.0] * forest.nodes
+    assign: list[list[int]] = [[] for _ in range(forest.nodes)]
+    heap = [(0.0, v) for v in forest.leaves]
+    heapq.heapify(heap)
+    remaining = n
+    makespan = 0.0
+    pop, push = heapq.heappop, heapq.heappush
+    while remaining:
+        end, v = pop(heap)
+        s = size[v]
+        p = ptr.get(s)
+        if p is not None and p < lens[s]:
+            if not started[v]:
+                g = gpu[v]
+                r = reconfig[g]
+                reconfig[g] = r = (end if end > r else r) + tc[s]
+                end = r
+                started[v] = True
+            i = groups[s][p][1]
+            ptr[s] = p + 1
+            remaining -= 1
+            assign[v].append(i)
+            end += dur[i]
+            if end >= stop_at:
+                return None
+            if end > makespan:
+                makespan = end
+            push(heap, (end, v))
+        else:
+            if started[v]:
+                g = gpu[v]
+                r = reconfig[g]
+                reconfig[g] = end = (end if end > r else r) + td[s]
+            q = parent[v]
+            if q >= 0:
+                if end > ready[q]:
+                    ready[q] = end
+                pending[q] -= 1
+                if pending[q] == 0:
+                    push(heap, (ready[q], q))
+    for a in assign:
+        a.reverse()
+    return makespan, assign
 
 
 # ---------------------------------------------------------------------------
@@ -505,6 +591,87 @@ def _shift(ends: list[float], slices: Sequence[int], delta: float) -> None:
 
 
 # ---------------------------------------------------------------------------
+# Refinement across GPUs (large batches on idle GPUs)
+
+
+def gpu_ends(timeline: Timeline, gpus: int) -> list[float]:
+    """When each GPU's last task ends (0 for a GPU without tasks)."""
+    ends = [0.0] * gpus
+    for t in timeline.tasks:
+        if t.end > ends[t.gpu]:
+            ends[t.gpu] = t.end
+    return ends
+
+
+def refine_gpus(
+    forest: Forest,
+    tasks: Sequence[Task],
+    assign: Sequence[Sequence[int]],
+    ends: Sequence[float],
+    rounds: int = PAIR_ROUNDS,
+    peers: int = PAIR_PEERS,
+    patience: int = PAIR_PATIENCE,
+    budget: int = PAIR_TASKS,
+) -> tuple[list[list[int]], int]:
+    """Move work off the GPU that ends last (module doc): FAR on two GPUs for its tasks
+    and those of each of the ``peers`` GPUs that end first; the pair that ends earliest
+    replaces both if it ends before the last GPU did. Stops when the last GPU gains
+    nothing, after ``rounds`` pairs, or after ``patience`` pairs in a row that take less than
+    0.1 % off the makespan together (many GPUs end together), or once the pairs planned
+    have held ``budget`` tasks in all. ``ends``: each GPU's end as ``assign`` is timed.
+    Returns the new assignment (a copy) and the pairs replaced."""
+    T = len(forest.model.tree)
+    G = forest.gpus
+    local = [[list(assign[g * T + v]) for v in range(T)] for g in range(G)]
+    ends = list(ends)
+    work = [0.0] * G
+    for v, a in enumerate(assign):
+        size = forest.size[v]
+        work[v // T] += math.fsum(size * tasks[i].times[size] for i in a)
+    slices = 2 * forest.model.compute_slices
+    replaced = idle = 0
+    mark = max(ends, default=0.0)  # the makespan when it last fell by 0.1 %
+    for _ in range(rounds):
+        last = max(range(G), key=ends.__getitem__)
+        best: tuple[float, int, list[list[int]], list[float]] | None = None
+        for peer in heapq.nsmallest(peers + 1, range(G), key=ends.__getitem__):
+            if peer == last or (work[last] + work[peer]) / slices >= ends[last]:
+                continue  # the pair's area alone reaches the last GPU's end
+            idx = [i for a in local[last] + local[peer] for i in a]
+            budget -= len(idx)
+            if budget < 0:
+                break
+            sub = [tasks[i] for i in idx]
+            res = far_schedule(sub, forest.model, 2)
+            tl, _ = time_assignment(res.forest, sub, res.assign)
+            pair_ends = gpu_ends(tl, 2)
+            if max(pair_ends) < ends[last] * (1 - 1e-12) and (
+                best is None or max(pair_ends) < best[0]
+            ):
+                nodes = [[idx[k] for k in a] for a in res.assign]
+                best = (max(pair_ends), peer, nodes, pair_ends)
+        if best is None:
+            break
+        _, peer, nodes, pair_ends = best
+        for g, half in ((last, nodes[:T]), (peer, nodes[T:])):
+            local[g] = half
+            work[g] = math.fsum(
+                forest.size[v] * tasks[i].times[forest.size[v]] for v in range(T) for i in half[v]
+            )
+        ends[last], ends[peer] = pair_ends
+        replaced += 1
+        if budget < 0:
+            break
+        if max(ends) < mark * (1 - 1e-3):
+            mark, idle = max(ends), 0
+        else:
+            idle += 1
+            if idle >= patience:
+                break
+    return [a for g in range(G) for a in local[g]], replaced
+
+
+# ---------------------------------------------------------------------------
 # The planner
 
 
@@ -552,8 +719,24 @@ def far_schedule(
         trial = [list(x) for x in assign]
         ends = slice_ends(forest, trial, None, node_ends(forest, base_tl, nodes))
         iters, moves, swaps = refine(forest, trial, dur, ends, max_iters=max_iters)
-        new_tl, _ = time_assignment(forest, tasks, trial, start, now=now)
         result.iterations = iters
-        if new_tl.makespan <= base_tl.makespan:
-            result.assign, result.moves, result.swaps = trial, moves, swaps
+        result.timeline = base_tl
+        if moves or swaps:  # else ``trial`` is ``assign`` (re-sorted by refine: same order)
+            new_tl, _ = time_assignment(forest, tasks, trial, start, now=now)
+            if new_tl.makespan <= base_tl.makespan:
+                result.assign, result.moves, result.swaps = trial, moves, swaps
+                result.timeline = new_tl
+    if refine_phase and scale and avail is None and gpus > 1:
+        base_tl = result.timeline
+        if base_tl is None:
+            base_tl, _ = time_assignment(forest, tasks, result.assign, start, now=now)
+        trial, pairs = refine_gpus(forest, tasks, result.assign, gpu_ends(base_tl, gpus))
+        if pairs:
+            new_tl, _ = time_assignment(forest, tasks, trial, start, now=now)
+            if new_tl.makespan <= base_tl.makespan:
+                result.assign, result.pairs, result.timeline = trial, pairs, new_tl
+                result.allocation = [0] * len(tasks)
+                for v, a in enumerate(trial):
+                    for i in a:
+                        result.allocation[i] = forest.size[v]
     return result

@@ -25,7 +25,9 @@ Pure functions over the snapshot's GPUs (``planner.snapshot.Gpu``):
   simulator charges each move its migration time plus the instance's creation.
 
 Online policies (``make_policy``, registry names): ``first-fit`` (static layout, first
-fit: the paper's ablation baseline), ``ff+lb`` (+ conditional load balancing),
+fit: the paper's ablation baseline), ``static`` (the same under a site's name: a fixed
+MIG layout, uniform or mixed per GPU, ``match=exact|fit``), ``no-mig`` (whole GPUs),
+``ff+lb`` (+ conditional load balancing),
 ``ff+lb+dp`` (+ dynamic, fragmentation-aware exact-size partitioning),
 ``ff+lb+dp+mig`` and ``frag-aware`` (+ migration on departure: the paper's method).
 """
@@ -48,13 +50,15 @@ from ..geometry import (
     valid_partitions,
 )
 from .decisions import Create, Decisions, Destroy, Move, Op, Place
-from .snapshot import ClusterSnapshot, Gpu, Instance, Job, runnable_sizes
+from .snapshot import ClusterSnapshot, Gpu, Instance, Job, efficient_time, runnable_sizes
 
 DEFAULT_THRESHOLD = 0.4  # Sec. V-A3
+ORDERS = ("arrival", "short")  # option ``order``: the order jobs are offered in
 _EPS = 1e-12
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "LAYOUT_SEPARATORS",
     "Choice",
     "Migration",
     "OnlinePolicy",
@@ -371,24 +375,50 @@ def plan_departure(
 # Static layouts (no dynamic partitioning)
 
 
-def parse_layout(spec: str, model: GpuModel) -> tuple[tuple[Slot, ...], ...]:
-    """Partitions to cycle over the GPUs: ``"4-2-1"`` or ``"4-3,3-2-1"`` (sizes left to
-    right, as ``geometry.partition_name`` writes them); ``auto`` = 4-2-1 (2-1-1 on
-    4-slice models): every size up to 4 has an instance."""
+LAYOUT_SEPARATORS = ",/+"  # between the partitions of a mixed layout ("/" in shells)
+
+
+def parse_layout(spec: str | int, model: GpuModel) -> tuple[tuple[Slot, ...], ...]:
+    """Partitions to cycle over the GPUs (GPU k gets partition k mod n): ``"4-2-1"``,
+    or a mixed layout ``"7/4-3"`` (also ``"7,4-3"`` or ``"7+4-3"``). Sizes read left to
+    right as ``geometry.partition_name`` writes them (``7g``, ``4g-3g`` too); sizes in
+    another order name the one partition that has them (``3-2-2`` is ``2-2-3``).
+    ``auto`` = 4-2-1 (2-1-1 on 4-slice models): every size up to 4 has an instance;
+    ``whole`` = the whole GPU as one instance (``7`` on an A100). A number (``7``, as
+    ``--policy static:layout=7`` reads it) is that partition's name."""
     names = {partition_name(p): p for p in valid_partitions(model.name)}
-    key = spec.strip().lower()
+    key = str(spec).strip().lower()
     if key in ("", "auto"):
         key = "4-2-1" if model.compute_slices == 7 else "2-1-1"
+    elif key == "whole":  # no MIG: the whole GPU as one instance
+        key = str(model.compute_slices)
+    for sep in LAYOUT_SEPARATORS[1:]:
+        key = key.replace(sep, LAYOUT_SEPARATORS[0])
     out = []
-    for part in key.split(","):
-        part = part.strip().replace("g", "")
-        if part not in names:
-            raise ValueError(
-                f"layout {part!r} is not a full partition of {model.name}; choose among "
-                f"{', '.join(sorted(names))} (comma-separated to cycle over GPUs)"
-            )
-        out.append(names[part])
+    for part in key.split(LAYOUT_SEPARATORS[0]):
+        out.append(names[_partition_key(part, names, model)])
     return tuple(out)
+
+
+def _partition_key(part: str, names: dict, model: GpuModel) -> str:
+    """The partition name ``part`` stands for (see ``parse_layout``); ValueError names
+    the valid ones."""
+    text = part.strip().replace("g", "").replace(" ", "")
+    if text in names:
+        return text
+    sizes = sorted(text.split("-"))
+    same = [n for n in names if sorted(n.split("-")) == sizes]
+    if len(same) == 1:
+        return same[0]
+    if same:
+        raise ValueError(
+            f"layout {part.strip()!r} names {len(same)} partitions of {model.name} "
+            f"({', '.join(same)}); give the sizes left to right as one of them"
+        )
+    raise ValueError(
+        f"layout {part.strip()!r} is not a full partition of {model.name}; choose among "
+        f"{', '.join(sorted(names))} (several, separated by '/', cycle over the GPUs)"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -417,8 +447,9 @@ def pick_size(job: Job, model: GpuModel, rule: str = "min") -> tuple[int, ...]:
 class OnlinePolicy:
     """The fragmentation-aware scheduler and its ablations, as a simulator policy.
 
-    Jobs are taken in arrival order; one that cannot be placed waits and later ones
-    may pass it (``backfill``; off = strict FCFS). A job with no requested size gets
+    Jobs are taken in arrival order (``order="short"``: within a priority shortest
+    first, aged by the wait, as ``adaptive`` takes them); one that cannot be placed
+    waits and later ones may pass it (``backfill``; off = strict FCFS). A job with no requested size gets
     one by ``size`` (``pick_size``). Migration needs dynamic partitioning (a static
     layout has no free instance to move to). Counters: ``migrations_intra``,
     ``migrations_inter``, ``reused``, ``created``; ``frag_samples`` holds
@@ -439,6 +470,7 @@ class OnlinePolicy:
         match: str = "exact",
         min_remaining_s: float = 0.0,
         trace_fragmentation: bool = False,
+        order: str = "arrival",
     ) -> None:
         try:
             threshold = float(threshold)
@@ -448,6 +480,8 @@ class OnlinePolicy:
             raise ValueError(f"threshold {threshold} must be in (0, 1]; the paper uses 0.4")
         if size not in _SIZE_RULES:
             raise ValueError(f"size {size!r} must be one of {', '.join(_SIZE_RULES)}")
+        if order not in ORDERS:
+            raise ValueError(f"order {order!r} must be one of {', '.join(ORDERS)}")
         if match not in ("exact", "fit"):
             raise ValueError(f"match {match!r} must be exact or fit")
         if float(min_remaining_s) < 0:
@@ -463,11 +497,14 @@ class OnlinePolicy:
         self.match = match
         self.min_remaining_s = float(min_remaining_s)
         self.trace_fragmentation = bool(trace_fragmentation)
+        self.order = order
         self.migrations_intra = self.migrations_inter = self.reused = self.created = 0
         self.frag_samples: list[tuple[float, float]] = []
         self._sizes: dict[str, tuple[int, ...]] = {}
         self._model: GpuModel | None = None
         self._layout: tuple[tuple[Slot, ...], ...] = ()
+        self._have: frozenset[int] = frozenset()  # sizes the layout puts on some GPU
+        self._have_for = -1  # the number of GPUs ``_have`` is for
 
     def _sizes_of(self, job, model: GpuModel) -> tuple[int, ...]:
         s = self._sizes.get(job.id)
@@ -480,7 +517,7 @@ class OnlinePolicy:
         that size (``match="exact"``: Kubernetes matches MIG instances exactly), else
         the smallest larger one it has; () if none. ``match="fit"``: any idle
         instance it runs on, the smallest first (MISO's static partitions)."""
-        have = {s.size for part in self._layout for s in part}
+        have = self._have
         if self.match == "fit":
             return tuple(s for s in sizes if s in have)
         for size in sizes:
@@ -516,6 +553,13 @@ class OnlinePolicy:
             self._sizes.clear()
             if not self.dynamic:
                 self._layout = parse_layout(self.layout_spec, model)
+        if not self.dynamic and self._have_for != len(snap.gpus):
+            # the sizes the GPUs have: a mixed layout longer than the cluster has some
+            # of its partitions on no GPU
+            n = len(snap.gpus)
+            used = [self._layout[k % len(self._layout)] for k in range(n)]
+            self._have = frozenset(s.size for part in used for s in part)
+            self._have_for = n
         states = {g.index: g for g in snap.gpus}
         if not self.dynamic:
             # the static layout: create its instances where they are missing and free
@@ -547,7 +591,12 @@ class OnlinePolicy:
                         self.migrations_inter += 1
         order = [states[i] for i in range(len(snap.gpus))]
         failed: set[tuple[int, ...]] = set()
-        for job in list(snap.pending.values()):
+        waiting = list(snap.pending.values())
+        if self.order == "short":
+            # within a priority shortest first, aged by the wait (adaptive's order),
+            # to tell what a layout gains from the order alone
+            waiting.sort(key=lambda j: (-j.priority, efficient_time(j, model) + j.arrival))
+        for job in waiting:
             sizes = self._sizes_of(job, model)
             if sizes in failed:
                 continue
@@ -561,7 +610,7 @@ class OnlinePolicy:
             )
             if choice is None:
                 if not self.dynamic and not self._static_size(sizes):
-                    names = ",".join(partition_name(p) for p in self._layout)
+                    names = "/".join(partition_name(p) for p in self._layout)
                     raise ValueError(
                         f"policy {self.name!r}: job {job.id!r} runs on sizes "
                         f"{sizes} but the static layout {names!r} has no such instance; "
@@ -587,6 +636,8 @@ class OnlinePolicy:
 _VARIANTS = {
     # name: (load balancing, dynamic partitioning, migration)
     "first-fit": (False, False, False),
+    "static": (False, False, False),
+    "no-mig": (False, False, False),
     "ff+lb": (True, False, False),
     "ff+lb+dp": (True, True, False),
     "ff+lb+dp+mig": (True, True, True),
@@ -596,12 +647,27 @@ _VARIANTS = {
 
 def make_policy(name: str, **options) -> OnlinePolicy:
     """Registry hook: a fresh policy for ``name``.
-    Options: threshold, layout, size, backfill, match, min_remaining_s, trace_fragmentation,
-    and (frag-aware) load_balance / dynamic / migrate to switch a technique off."""
+
+    Options: threshold, layout, size, backfill, match, min_remaining_s,
+    trace_fragmentation, order (arrival, short), and (frag-aware) load_balance / dynamic / migrate to switch a
+    technique off. ``static`` is ``first-fit`` under the name a site would use (a fixed
+    layout, never repartitioned: ``layout=7``, ``4-3``, ``1-1-1-1-1-1-1`` or a mixed
+    ``7/4-3``; ``match=exact``: typed GRES requests, a job waits for its own size or the
+    smallest larger one the layout has; ``match=fit``: untyped, any idle instance it
+    runs on, the smallest first). ``no-mig``: whole GPUs, every job on a full GPU (one
+    7g instance per GPU, made once); it takes neither layout nor match."""
     if name not in _VARIANTS:
         raise ValueError(f"{__name__} has no policy {name!r}; it has {', '.join(_VARIANTS)}")
     lb, dp, mig = _VARIANTS[name]
     kw = {"load_balance": lb, "dynamic": dp, "migrate": mig}
     if name == "frag-aware":
         kw.update({k: options.pop(k) for k in list(options) if k in kw})
+    elif name == "no-mig":
+        for k in ("layout", "match"):
+            if k in options:
+                raise TypeError(
+                    f"got an unexpected keyword argument {k!r} (no-mig runs every job on "
+                    "a whole GPU; a layout is static:layout=...)"
+                )
+        kw.update(layout="whole", match="fit")
     return OnlinePolicy(name, **kw, **options)

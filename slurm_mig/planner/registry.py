@@ -130,20 +130,33 @@ _ENTRIES = (
     PolicyInfo(
         "miso-opt",
         "batch",
-        "MISO's optimizer: per step the partition that maximises summed speedup",
+        "FAR Section 6.5's reading of MISO's optimizer, for batches (plan, bench): per "
+        "step the partition that maximises summed speedup; not MISO's online scheduler, "
+        "so simulate refuses it (README: Baselines)",
         _P + "baselines:make_planner",
     ),
     PolicyInfo(
         "fixpart-best",
         "batch",
-        "the best fixed partition, never reconfigured",
+        "the best fixed partition for each batch (FAR's FIXPARTBEST); in simulate it "
+        "repartitions between batches, so not a static site: see static",
         _P + "baselines:make_planner",
     ),
     PolicyInfo(
         "fixpart-SIZES",
         "batch",
-        "one fixed partition, sizes left to right: fixpart-7, fixpart-4-3, fixpart-1-1-1-1-1-1-1",
+        "one fixed partition, sizes left to right: fixpart-7, fixpart-4-3, "
+        "fixpart-1-1-1-1-1-1-1; planned per batch (each appended behind the last), so in "
+        "simulate not a static site's scheduler: see static",
         _P + "baselines:make_planner",
+    ),
+    PolicyInfo(
+        "adaptive",
+        "online",
+        "the daemon's default: each job at the size and GPU of its earliest completion on "
+        "the MIG timeline, larger slices only while they cost the waiting jobs less than "
+        "they gain, backfilling before reserved slices; a batch on idle GPUs goes to FAR",
+        _P + "adaptive:make_policy",
     ),
     PolicyInfo(
         "baseline",
@@ -157,6 +170,21 @@ _ENTRIES = (
         "the PCIe paper's scheduler: lowest predicted slowdown first, gated by delay "
         "and wait-time thresholds",
         _P + "gate:make_policy",
+    ),
+    PolicyInfo(
+        "static",
+        "online",
+        "a site's fixed MIG layout, never repartitioned: layout=4-3, 7, 1-1-1-1-1-1-1 or "
+        "mixed 7/4-3 (cycled over the GPUs); match=exact (typed requests: its own size, "
+        "else the smallest larger one) or match=fit (untyped: any idle instance it runs "
+        "on, smallest first)",
+        _P + "online:make_policy",
+    ),
+    PolicyInfo(
+        "no-mig",
+        "online",
+        "whole GPUs: every job on a full GPU, no MIG",
+        _P + "online:make_policy",
     ),
     PolicyInfo(
         "first-fit",

@@ -45,7 +45,10 @@ __all__ = [
     "Running",
     "SnapshotError",
     "default_size",
+    "efficient_size",
+    "efficient_time",
     "runnable_sizes",
+    "sizes_of",
     "snapshot_from_json",
 ]
 
@@ -99,6 +102,27 @@ def default_size(job: Job, model: GpuModel) -> int | None:
         return job.size
     sizes = runnable_sizes(job, model)
     return sizes[0] if sizes else None
+
+
+def sizes_of(job: Job, model: GpuModel) -> tuple[int, ...]:
+    """Sizes the job may take: those it runs on, at least its requested size."""
+    sizes = runnable_sizes(job, model)
+    if job.size is not None:
+        sizes = tuple(s for s in sizes if s >= job.size)
+    return sizes
+
+
+def efficient_size(job: Job, model: GpuModel) -> int:
+    """The job's most efficient size: fewest slice-seconds, the smaller of equals (0 if
+    it runs on none)."""
+    sizes = sizes_of(job, model)
+    return min(sizes, key=lambda s: (s * job.time(s), s)) if sizes else 0
+
+
+def efficient_time(job: Job, model: GpuModel) -> float:
+    """Seconds the job runs at its most efficient size (inf if it runs on none)."""
+    size = efficient_size(job, model)
+    return job.time(size) if size else INF
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..geometry import GpuModel, Slot
-from ..plan import Plan, PlannedTask, Reconfiguration, lower_bound
+from ..plan import Plan, PlannedTask, Reconfiguration, tightest_bound
 from ..workload import Task
 from .snapshot import ClusterSnapshot, Gpu, Instance
 
@@ -194,15 +194,18 @@ def to_plan(
                 begin = max(0.0, inst.ready_at - now)
                 end = max(begin, inst.busy_until - now)
                 fixed.append(PlannedTask(inst.job, g, inst.slot, begin, end, -1, True))
+    bound, name, bounds = tightest_bound(tasks, model, gpus)
     return Plan(
         model=model,
         gpus=gpus,
         tasks=tuple(fixed) + tuple(timeline.tasks),
         reconfigurations=tuple(timeline.reconfigurations),
-        lower_bound=lower_bound(tasks, model, gpus),
+        lower_bound=bound,
         planner=planner,
         initial_instances=tuple(init),
         stats=dict(stats or {}),
+        bound=name,
+        bounds=bounds,
     )
 
 

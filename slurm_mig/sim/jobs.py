@@ -1,5 +1,19 @@
 """Simulated workloads: Poisson arrivals, the presets, and job files.
 
+How each trace becomes MIG jobs (a job is its seconds alone on each instance size):
+  * MISO: measured per-size throughput (MISO's own MIG profiles of each model);
+  * Alibaba: the same time on every size that covers the pod's GPU share (the trace
+    has no per-size speed, so a larger slice never speeds a job up);
+  * Philly: synthetic per-size speed-up t(s) = r (7/s)^b (the trace has runtimes only);
+  * SMART-MIG: the paper's generator (``deadline_workload``), sub-linear curves;
+  * pcie-paper: MISO's resnet profile for ResNet50, transfer-bound Blooms.
+
+Load (``build_workload(load=X)``, ``simulate --load X``; default 1, within
+``LOAD_RANGE``): every preset's arrival rate times X. MISO: the Poisson gaps / X;
+Alibaba: the creation times / X; philly and pcie-paper: 85 % x X of the compute
+slices; smart-mig presets: the rate multiplier x X; a job file: its arrivals / X
+(deadlines keep their distance from the arrival).
+
 Presets (``build_workload``):
   pcie-paper  Table 2 of Tang et al. (HPCAsia 2025): ResNet50 (PCIe demand 0),
               Bloom560m (5.7 GB/s, alpha 1.25), Bloom7b1 (17.65 GB/s, alpha 1.07);
@@ -60,6 +74,7 @@ import math
 import os
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ..geometry import GeometryError, GpuModel
@@ -69,6 +84,7 @@ from .api import SimJob
 
 MIB = 1024**2
 LOAD = 0.85  # offered load of the Poisson presets, share of the compute slices
+LOAD_RANGE = (0.05, 20.0)  # build_workload's load multiplier, inclusive
 
 PCIE_TYPES = {
     # kind: (PCIe demand GB/s, alpha, requested size)   Table 2 of the PCIe paper
@@ -185,8 +201,11 @@ def _miso_profiles(root: Path) -> dict[str, dict[int, float]]:
     return out
 
 
-def miso_trace(n: int, model: GpuModel, seed: int = 0, root: Path | None = None) -> list[SimJob]:
-    """MISO's trace_100 templates with measured per-size speeds (see module doc)."""
+def miso_trace(
+    n: int, model: GpuModel, seed: int = 0, root: Path | None = None, load: float = 1.0
+) -> list[SimJob]:
+    """MISO's trace_100 templates with measured per-size speeds (see module doc); the
+    Poisson gaps divided by ``load``."""
     root = root or shared_data_dir()
     base = root / "traces" / "miso-socc22"
     try:
@@ -199,7 +218,7 @@ def miso_trace(n: int, model: GpuModel, seed: int = 0, root: Path | None = None)
     rng = random.Random(seed)
     order = [i % len(runtime) for i in range(n)]
     rng.shuffle(order)
-    gaps = [5.0 if i < n // 3 else 10.0 for i in range(n)]  # MISO: first third at 5 s
+    gaps = [(5.0 if i < n // 3 else 10.0) / load for i in range(n)]  # MISO: first third 5 s
     t = 0.0
     jobs = []
     for i, tmpl in enumerate(order):
@@ -225,9 +244,14 @@ def _covering_size(milli: int, model: GpuModel) -> int | None:
 
 
 def alibaba(
-    n: int | None, model: GpuModel, root: Path | None = None, pod_list: str = "default"
+    n: int | None,
+    model: GpuModel,
+    root: Path | None = None,
+    pod_list: str = "default",
+    load: float = 1.0,
 ) -> list[SimJob]:
-    """Single-GPU openb pods; sizes are the smallest profile covering gpu_milli."""
+    """Single-GPU openb pods; sizes are the smallest profile covering gpu_milli; the
+    creation times divided by ``load``."""
     root = root or shared_data_dir()
     path = root / "traces" / "alibaba-gpu-v2023-openb" / f"openb_pod_list_{pod_list}.csv"
     jobs = []
@@ -244,7 +268,7 @@ def alibaba(
         if milli <= 0 or dur <= 0 or size is None:
             continue
         times = dict.fromkeys(_sizes_at_least(model, size), dur)
-        jobs.append(SimJob(row["name"], created, times, size=size, kind=f"{size}g"))
+        jobs.append(SimJob(row["name"], created / load, times, size=size, kind=f"{size}g"))
         if n is not None and len(jobs) >= n:
             break
     if not jobs:
@@ -468,9 +492,13 @@ def build_workload(
     seed: int = 0,
     pcie_bound: float | None = None,
     rate_multiplier: float | None = None,
+    *,
+    load: float = 1.0,
 ) -> list[SimJob]:
-    """A preset by name or a job file; ``jobs`` caps or sets the number of jobs."""
+    """A preset by name or a job file; ``jobs`` caps or sets the number of jobs;
+    ``load`` multiplies the arrival rate (module doc: how, per preset)."""
     key = source.strip().lower()
+    load = check_load(load)
     if pcie_bound is not None and key != "pcie-paper":
         raise WorkloadError("--pcie-bound applies to the pcie-paper preset only")
     if rate_multiplier is not None and not key.startswith("smart-mig"):
@@ -480,19 +508,20 @@ def build_workload(
     n = jobs if jobs is not None else default_jobs(key, gpus)
     try:
         if key == "pcie-paper":
-            return pcie_paper(n, 0.4 if pcie_bound is None else pcie_bound, gpus, model, seed)
+            share = 0.4 if pcie_bound is None else pcie_bound
+            return pcie_paper(n, share, gpus, model, seed, load=LOAD * load)
         if key == "miso-trace":
-            return miso_trace(n, model, seed)
+            return miso_trace(n, model, seed, load=load)
         if key == "alibaba":
-            return alibaba(n, model)
+            return alibaba(n, model, load=load)
         if key == "philly":
-            return philly(n, gpus, model, seed)
+            return philly(n, gpus, model, seed, load=LOAD * load)
         if key in ("smart-mig", "smart-mig-poisson"):
             from .deadline_workload import deadline_jobs
 
             return deadline_jobs(
                 model,
-                rate_multiplier=20.0 if rate_multiplier is None else rate_multiplier,
+                rate_multiplier=(20.0 if rate_multiplier is None else rate_multiplier) * load,
                 jobs=n,
                 seed=seed,
                 daily=key == "smart-mig",
@@ -500,4 +529,27 @@ def build_workload(
     except GeometryError as exc:
         raise WorkloadError(str(exc)) from None
     out = load_jobs(source, model)
-    return out[:jobs] if jobs is not None else out
+    out = out[:jobs] if jobs is not None else out
+    return out if load == 1.0 else [_scaled(j, load) for j in out]
+
+
+def check_load(load: float) -> float:
+    """``load`` as a float within ``LOAD_RANGE``; WorkloadError says the range."""
+    low, high = LOAD_RANGE
+    try:
+        value = float(load)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"--load {load!r} is not a number; give {low:g}..{high:g}") from None
+    if not low <= value <= high:
+        raise WorkloadError(
+            f"--load {value:g} must be within {low:g}..{high:g} (a multiple of the "
+            "workload's own arrival rate; 1 = as recorded)"
+        )
+    return value
+
+
+def _scaled(job: SimJob, load: float) -> SimJob:
+    """A file's job arriving at ``arrival / load``, its deadline as far after it."""
+    arrival = job.arrival / load
+    deadline = None if job.deadline is None else arrival + (job.deadline - job.arrival)
+    return replace(job, arrival=arrival, deadline=deadline)

@@ -66,7 +66,7 @@ def _planner_metrics(config: Any):
     from ..planner.registry import policy_info
     from .metrics import PlannerMetrics
 
-    algorithm = getattr(config, "algorithm", "far")
+    algorithm = getattr(config, "algorithm", "adaptive")
     try:
         kind = policy_info(algorithm).kind
     except Exception:  # an unknown name fails planning itself, with its own message
@@ -148,6 +148,7 @@ def build_snapshot(
         learned=frozenset(learned),
         policy=policy,
         reorder=getattr(config, "reorder", 0),
+        objective=getattr(config, "objective", ""),
         limited=dict(limited or {}),
     )
 

@@ -57,10 +57,11 @@ def live():
             shutil.rmtree(lc.root, ignore_errors=True)
 
 
-@pytest.mark.parametrize("policy", ["far", "auto", "far-pcie", "frag-aware"])
+@pytest.mark.parametrize("policy", ["far", "auto", "far-pcie", "frag-aware", "adaptive"])
 def test_batch_runs_as_planned_on_two_simulated_a100s(live, policy):
-    """The Rodinia batch under a batch planner (its plan is then held to) or an online
-    policy (every job then runs on the slice it was released onto)."""
+    """The Rodinia batch under a batch planner (its plan is then held to), adaptive (the
+    daemon's default: a batch on idle GPUs goes to FAR, whose plan is held to) or an
+    online policy (every job then runs on the slice it was released onto)."""
     lc = live(nodes=("node1",), gpus=2, planner={"algorithm": policy})
     lc.learn(RODINIA, SCALE)
     kernels = [t.id for t in RODINIA] + [t.id for t in RODINIA[:8]]
@@ -120,6 +121,37 @@ def test_batch_runs_as_planned_on_two_simulated_a100s(live, policy):
     out.write_text(json.dumps(report, indent=2))
     print(report)
     assert realized <= 1.15 * plan["makespan"] + allowance, report
+
+
+def test_adaptive_sizes_jobs_that_arrive_one_by_one_by_load(live):
+    """The daemon's default on a stream: jobs submitted one at a time to an idle GPU
+    start at once, each on the slice that ends it first (larger than its smallest:
+    slices would idle), on the slice it was released onto, leaving nothing behind."""
+    lc = live(nodes=("node1",), gpus=1, planner={"algorithm": "adaptive"})
+    lc.learn(RODINIA, SCALE)
+    lc.start_planner()
+    kernels = [t for t in RODINIA if t.times[1] > 1.5 * t.times[max(t.times)]][:3]
+    assert len(kernels) == 3, "Rodinia has kernels that speed up on larger slices"
+    ids = []
+    for t in kernels:
+        ids.append(lc.submit(t.id, SCALE))
+        deadline = time.monotonic() + 120
+        while lc.jobs()[ids[-1]].state == "PENDING":  # started before the next arrives
+            assert time.monotonic() < deadline, lc.cluster.logs()
+            time.sleep(0.2)
+    jobs = lc.wait_done(ids, 300)
+    assert {jobs[j].state for j in ids} == {"COMPLETED"}, lc.cluster.logs()
+    assert lc.status().get("policy") == "adaptive"
+    records = {r["job"]: r for r in lc.records()}
+    planned = lc.assignments(ids)
+    sizes = []
+    for j in ids:
+        r, a = records[j], planned[j]
+        assert (r["profile"], r["gpu"]) == (a.profile, a.gpu), (j, r, a)
+        sizes.append(a.placement.size)
+    assert max(sizes) > 1, sizes  # not every job on the smallest slice
+    assert overlapping_lifetimes(lc.audit()) == []
+    assert lc.live_instances() == []
 
 
 @pytest.mark.parametrize("policy", ["edf", "met", "cedf", "smart-mig"])

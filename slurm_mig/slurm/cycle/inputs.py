@@ -41,7 +41,7 @@ class Snapshot:
     nodes: Mapping[str, tuple[str, ...]]  # usable node -> GPU model names, index order
     estimates: Mapping[str, Estimate]  # job id -> estimate
     partition: str = "mig"
-    algorithm: str = "far"  # any registered policy name
+    algorithm: str = "adaptive"  # any registered policy name
     batch_window: float = 30.0
     batch_size: int = 0  # jobs per batch (0: every waiting job)
     # held jobs planned (standing plans) at most, the first by submission (0: no limit)
@@ -59,6 +59,8 @@ class Snapshot:
     # job priority 0, no limits read, no reservations (the planner's order is arrival)
     policy: SitePolicy | None = None
     reorder: int = 0  # lower-priority jobs that may go before a job (-1: no bound)
+    # [planner] objective, passed to the policy when it takes one ("": its own default)
+    objective: str = ""
     # held jobs that Slurm kept pending for a limit after their release, and which
     # limit, for ``LIMIT_RETRY`` seconds (kept by the daemon between cycles)
     limited: Mapping[str, str] = field(default_factory=dict)

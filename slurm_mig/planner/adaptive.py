@@ -1,0 +1,483 @@
+"""Policy ``adaptive``: each waiting job at the size and GPU of its earliest completion
+on the MIG timeline, sized by load, with backfilling into holes before reserved slices.
+
+Why: a static layout (or the smallest runnable size) leaves slices idle at light load,
+and a batch planner makes new arrivals wait for the previous batch. Here every
+decision walks the waiting jobs in Slurm's priority order (below: within a priority,
+shortest first) over a timeline of each GPU's memory slices (when each frees, from the
+running jobs' predicted ends) and, per job, picks the (GPU, placement, size) that
+minimises
+
+    finish + penalty,   penalty = weight x N x (s x t(s) - min area) / compute slices
+
+where ``finish`` counts creating the instance (Table 1) and waiting for busy slices,
+``min area`` is the job's fewest slice-seconds over its sizes, and ``N`` estimates the
+jobs the extra slice-seconds would delay: those waiting behind it plus those expected
+to arrive while it runs (the recent arrival rate), each scaled by how busy the cluster
+is. At light load ``N`` is near 0 and a job takes the size that ends it first (larger
+slices while slices would idle); when jobs queue it takes its most efficient size.
+
+A job whose best option starts now is placed; one whose best option starts later
+*reserves* those slices for that interval, and later jobs may use reserved slices only
+if they end before the reservation begins (conservative backfilling on the MIG
+timeline). Reservations live for one decision: every snapshot is planned afresh, so
+the policy decides from the snapshot alone (the arrival rate too, where the snapshot
+does not say what arrived since the last one).
+
+A batch (nothing running, more waiting than the GPUs hold at once) is what FAR packs
+best: it goes to FAR (``far`` with the same objective, through the driver, whose gate
+then starts its jobs as their slices free); jobs that arrive while its plan stands take
+the slices the plan leaves free, or its holes before a planned job begins. Option
+``batches=false`` turns this off.
+
+Jobs of one priority are taken shortest first (the runtime at the most efficient
+size), aged by their wait so that long jobs are not passed for ever; Slurm's priority
+always comes first. Objectives (option ``objective``): ``balanced`` (default: weight 3,
+aging 1 s per s), ``jct`` (aging 0: shortest first), ``makespan`` (weight 10, arrival
+order: efficiency first). Options ``weight``, ``aging`` (-1: arrival order) and
+``future`` (arrivals during a typical runtime counted as waiting, default 0.3) override
+them. ``lookahead`` bounds the jobs that may reserve slices per decision (default one
+per GPU, at least 16; four times as many are looked at for a start now), so that a
+decision's work grows with the GPUs, not with the queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from ..geometry import GpuModel, Slot, compute_mask, mask_tables, slot_mask
+from .baseline import busy_instance, start_ops
+from .decisions import Decisions, Op
+from .driver import BatchSettings, project, step
+from .online import mask_cost
+from .registry import Policy, UnknownPolicy, get_policy
+from .snapshot import (
+    ClusterSnapshot,
+    Gpu,
+    Instance,
+    efficient_size,
+    efficient_time,
+    sizes_of,
+)
+
+__all__ = ["OBJECTIVES", "Adaptive", "make_policy"]
+
+INF = math.inf
+# per objective: the penalty's weight, and the order's aging (seconds of runtime a
+# second of waiting is worth; None: arrival order). Measured: benchmarks/value.py.
+OBJECTIVES: dict[str, tuple[float, float | None]] = {
+    "balanced": (3.0, 1.0),
+    "jct": (3.0, 0.0),
+    "makespan": (10.0, None),
+}
+FUTURE = 0.3  # arrivals expected during a typical runtime that count as waiting
+MAX_NUMBER = 1e6
+RATE_WINDOW = 64  # arrivals the rate estimate looks back over
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    """A model's planner slots by size, as plain numbers for the inner loops:
+    (slot, memory mask, first memory slice, end, seconds to create, compute mask)."""
+
+    by_size: dict[int, tuple[tuple[Slot, int, int, int, float, int], ...]]
+
+
+_SLOTS: dict[str, _Slots] = {}
+
+
+def _slots(model: GpuModel) -> _Slots:
+    got = _SLOTS.get(model.name)
+    if got is None:
+        tables = mask_tables(model)
+        got = _SLOTS[model.name] = _Slots(
+            {
+                size: tuple(
+                    (
+                        slot,
+                        tables.mask[slot],
+                        slot.placement.start,
+                        slot.placement.end,
+                        model.create_time(size),
+                        compute_mask(slot),
+                    )
+                    for slot in tables.by_size[size]
+                )
+                for size in model.planner_sizes
+            }
+        )
+    return got
+
+
+@dataclass(slots=True)
+class _GpuLine:
+    """One GPU's timeline during a decision: when each memory slice frees, the idle
+    instances that could be reused, the create/destroy channel, and reservations."""
+
+    index: int
+    gpu: Gpu
+    free: list[float]  # per memory slice: when its running job ends (-inf: free now)
+    idle: dict[Slot, float]  # idle instance -> when it is ready
+    channel: float
+    reserved: list[tuple[int, float, float]]  # (memory mask, start, end)
+    busy_slices: int
+    busy_now: int  # memory mask of slices busy now
+    comp_now: int  # compute mask of slices busy now
+
+
+def _line(k: int, gpu: Gpu, view: Gpu, model: GpuModel) -> _GpuLine:
+    """``gpu`` as it is; ``view``: the same with standing plans' slices busy."""
+    idle = {i.slot: i.ready_at for i in gpu.instances if i.job is None}
+    if view is not gpu:
+        idle = {s: r for s, r in idle.items() if not slot_mask(s) & view.busy_mask}
+    return _GpuLine(
+        k,
+        gpu,
+        view.slice_free_at(model.memory_slices),
+        idle,
+        max(gpu.channel_free, view.channel_free),
+        [],
+        view.busy_slices,
+        view.busy_mask,
+        view.compute_mask,
+    )
+
+
+def _earliest(line: _GpuLine, entry: tuple, seconds: float, now: float) -> float:
+    """When a job of ``seconds`` could start at this slot of this GPU: its slices free,
+    its instance created (or an idle one reused), and no reservation overlapping."""
+    slot, mask, lo, hi, create, cmask = entry
+    free = line.free
+    base = now
+    for i in range(lo, hi):
+        if free[i] > base:
+            base = free[i]
+    if base == INF:
+        return INF
+    ready = line.idle.get(slot)
+    if ready is not None:
+        t = base if base >= ready else ready
+    else:
+        t = (base if base >= line.channel else line.channel) + create
+    if not line.reserved:
+        return t
+    moved = True
+    while moved:
+        moved = False
+        for rmask, rstart, rend in line.reserved:
+            if rmask & mask and rstart < t + seconds and rend > t:
+                t = rend + create
+                moved = True
+    return t
+
+
+def _ready(line: _GpuLine, entry: tuple, now: float) -> float:
+    """When a slot whose slices are free now could start: at once on an idle instance
+    of its own, else once the GPU's earlier operations and its creation are done."""
+    ready = line.idle.get(entry[0])
+    if ready is not None:
+        return ready if ready > now else now
+    return (line.channel if line.channel > now else now) + entry[4]
+
+
+def _bound(line: _GpuLine, entries: tuple, now: float) -> float:
+    """The earliest any of these slots could start on this GPU, reservations aside."""
+    best = INF
+    free, idle = line.free, line.idle
+    for slot, _mask, lo, hi, create, _ in entries:
+        base = now
+        for i in range(lo, hi):
+            if free[i] > base:
+                base = free[i]
+        ready = idle.get(slot)
+        t = (base if base >= ready else ready) if ready is not None else base + create
+        if t < best:
+            best = t
+    return best
+
+
+class _Recent:
+    """The recent arrivals: their times and their runtimes at their most efficient
+    size, for the arrival rate and a typical runtime. Kept from snapshot to snapshot
+    where the snapshot says what arrived; read from the jobs it holds otherwise (the
+    daemon builds a fresh policy every cycle)."""
+
+    def __init__(self) -> None:
+        self.times: deque[float] = deque(maxlen=RATE_WINDOW)
+        self.runtimes: deque[float] = deque(maxlen=RATE_WINDOW)
+
+    def update(self, snap: ClusterSnapshot) -> None:
+        if snap.arrived is None:
+            seen = [*snap.pending.values(), *(r.job for r in snap.running.values())]
+            arrivals = heapq.nlargest(RATE_WINDOW, seen, key=lambda j: (j.arrival, j.id))[::-1]
+            self.times.clear()
+            self.runtimes.clear()
+        else:
+            arrivals = snap.arrived
+        for job in arrivals:
+            self.times.append(job.arrival)
+            self.runtimes.append(efficient_time(job, snap.model))
+
+    def rate(self, now: float) -> float:
+        """Jobs per second (0 until two have been seen)."""
+        a = self.times
+        if len(a) < 2:
+            return 0.0
+        span = max(now, max(a)) - min(a)
+        return (len(a) - 1) / span if span > 0 else 0.0
+
+    def typical(self) -> float:
+        """The median runtime (0 when none is known)."""
+        known = sorted(t for t in self.runtimes if t < INF)
+        return known[len(known) // 2] if known else 0.0
+
+
+class Adaptive:
+    """The ``adaptive`` online policy (see the module doc). Counters: ``placed``,
+    ``enlarged`` (jobs placed on more slices than their most efficient size)."""
+
+    name = "adaptive"
+    kind = "online"
+
+    def __init__(
+        self,
+        objective: str = "balanced",
+        *,
+        weight: float | None = None,
+        future: float = FUTURE,
+        aging: float | None = None,
+        lookahead: int | None = None,
+        batches: bool = True,
+    ) -> None:
+        self.batches = bool(batches)
+        self.batches_planned = 0
+        self._far_policy: Policy | None = None
+        self.objective = _choice("objective", objective, OBJECTIVES)
+        w, a = OBJECTIVES[objective]
+        self.weight = w if weight is None else _number("weight", weight)
+        self.future = _number("future", future)
+        self.aging = a if aging is None else _number("aging", aging, allow_off=True)
+        if lookahead is not None and (
+            isinstance(lookahead, bool) or not float(lookahead).is_integer() or lookahead < 1
+        ):
+            raise UnknownPolicy(
+                f"policy 'adaptive': lookahead {lookahead!r} must be a whole number >= 1"
+            )
+        self.lookahead = None if lookahead is None else int(lookahead)
+        self.placed = self.enlarged = 0
+        self._recent = _Recent()
+
+    # -- decide --------------------------------------------------------------
+
+    def decide(self, snap: ClusterSnapshot) -> Decisions:
+        self._recent.update(snap)
+        if not (snap.planned or (self.batches and self._is_batch(snap))):
+            return Decisions(tuple(self._ops(snap, snap.gpus)))
+        # a batch on idle GPUs, or its standing plans: FAR plans it and the driver's
+        # gate starts its jobs; the other jobs take what the plan leaves free
+        batch = snap.planned or snap.pending
+        jobs = {j: snap.pending[j] for j in batch if j in snap.pending}
+        got = step(
+            replace(snap, pending=MappingProxyType(jobs), arrived=None),
+            self._far(),
+            BatchSettings(window=0.0, eager=True, reorder=0),
+        )
+        self.batches_planned += int(got.stats.get("batches", 0))
+        taken = set(got.planned) | {p.job for p in got.places}
+        rest = {j: job for j, job in snap.pending.items() if j not in taken}
+        if not rest:
+            return got
+        # the standing plans as reservations: the others may use their slices before
+        # they begin (holes), never past it
+        reserved: dict[int, list[tuple[int, float, float]]] = {}
+        model = snap.model
+        for gpu in project(snap, got.planned.values()):
+            for inst in gpu.instances:
+                if inst.job in got.planned:
+                    begin = inst.ready_at - model.create_time(inst.slot.size)
+                    end = INF if inst.busy_until is None else inst.busy_until
+                    reserved.setdefault(gpu.index, []).append((slot_mask(inst.slot), begin, end))
+        view = list(snap.gpus)
+        whole = _slots(model).by_size[max(model.planner_sizes)][0][0]
+        for k in {op.gpu for op in got.ops}:  # this decision's operations there first
+            view[k] = Gpu(k, (Instance(whole, "", busy_until=INF),))
+        rest_snap = replace(snap, pending=MappingProxyType(rest), arrived=None)
+        return replace(got, ops=(*got.ops, *self._ops(rest_snap, view, reserved)))
+
+    def _is_batch(self, snap: ClusterSnapshot) -> bool:
+        """Nothing running and more waiting than the GPUs hold at once (at the jobs'
+        most efficient sizes): a batch, which FAR packs better than a list does."""
+        if snap.running or any(g.busy_mask for g in snap.gpus):
+            return False
+        capacity = snap.model.compute_slices * len(snap.gpus)
+        need = 0
+        for job in snap.pending.values():
+            need += efficient_size(job, snap.model)
+            if need > capacity:
+                return True
+        return False
+
+    def _far(self) -> Policy:
+        if self._far_policy is None:
+            self._far_policy = get_policy("far", objective=self.objective)
+        return self._far_policy
+
+    def _ops(
+        self,
+        snap: ClusterSnapshot,
+        view: Sequence[Gpu],
+        reserved: Mapping[int, list[tuple[int, float, float]]] | None = None,
+    ) -> Iterator[Op]:
+        """Starts now by the list rule (module doc). ``view``: the GPUs as this rule
+        may use them (``snap.gpus``, or busy where a batch acts this decision);
+        ``reserved``: per GPU, (memory mask, begin, end) that standing plans hold."""
+        rate, horizon = self._recent.rate(snap.now), self._recent.typical()
+        model = snap.model
+        gpus: Sequence[Gpu] = snap.gpus
+        pending = snap.pending
+        if not pending or not gpus:
+            return
+        fit = mask_tables(model).fit_sizes
+        if not any(fit[g.busy_mask] for g in view):
+            return  # nothing can start now; reservations would be dropped anyway
+        slots = _slots(model).by_size
+        capacity = model.compute_slices * len(gpus)
+        busy = sum(g.busy_slices for g in view)
+        now = snap.now
+        lines = [_line(k, g, v, model) for k, (g, v) in enumerate(zip(gpus, view, strict=True))]
+        for k, held in (reserved or {}).items():
+            lines[k].reserved.extend(held)
+        reserving = self.lookahead or max(16, len(gpus))
+        order: dict[int, list[tuple[float, int]]] = {}  # size -> (bound, GPU), lazily
+        waiting = len(pending)
+        scan = 4 * reserving
+        if self.aging is None:  # Slurm's order (the mapping's), as far as we look
+            jobs = list(itertools.islice(pending.values(), scan))
+        else:
+            # shortest first within a priority, aged: the key is the runtime less
+            # ``aging`` x the wait, so that long jobs are not passed for ever
+            aging = self.aging
+            jobs = heapq.nsmallest(
+                scan,
+                pending.values(),
+                key=lambda j: (-j.priority, efficient_time(j, model) + aging * j.arrival),
+            )
+        # the load: slices busy plus those the jobs looked at need at their most
+        # efficient sizes (a queue on idle GPUs is load too)
+        need = {j.id: efficient_size(j, model) for j in jobs}
+        demand = sum(need.values())
+        for pos, job in enumerate(jobs):
+            if not any(fit[ln.busy_now] for ln in lines):
+                return
+            sizes = sizes_of(job, model)
+            if not sizes:
+                continue
+            area = min(s * job.time(s) for s in sizes)
+            util = min(1.0, (busy + demand) / capacity)
+            pressure = self.weight * (waiting - pos - 1) * util / capacity
+            spread = self.weight * self.future * rate * util / capacity
+            best = None  # (score, -busy slices, frag, GPU, slot entry, start, size, seconds, now?)
+            for s in sizes:
+                t = job.time(s)
+                pen = (pressure + spread * min(t, horizon)) * (s * t - area)
+                # now: GPUs with room for s, the busiest first (best fit)
+                for line in lines:
+                    if s not in fit[line.busy_now]:
+                        continue
+                    for entry in slots[s]:
+                        if entry[1] & line.busy_now:
+                            continue
+                        start = _earliest(line, entry, t, now)
+                        score = start + t + pen
+                        if best is not None and score > best[0]:
+                            continue
+                        frag = mask_cost(line.busy_now | entry[1], line.comp_now | entry[5], model)
+                        key = (score, -line.busy_slices, frag, line.index)
+                        if best is None or key < best[:4]:
+                            # placed now unless a reservation pushed it back
+                            soon = start <= _ready(line, entry, now) + _EPS
+                            best = (*key, entry, start, s, t, soon)
+                if pos >= reserving:
+                    continue
+                # later: branch and bound over GPUs by the earliest start they allow
+                ranked = order.get(s)
+                if ranked is None:
+                    ranked = order[s] = sorted(
+                        (_bound(ln, slots[s], now), ln.index) for ln in lines
+                    )
+                for lb, k in ranked:
+                    if best is not None and lb + t + pen >= best[0]:
+                        break
+                    line = lines[k]
+                    for entry in slots[s]:
+                        start = _earliest(line, entry, t, now)
+                        if start == INF:
+                            continue
+                        key = (start + t + pen, -line.busy_slices, 1.0, k)
+                        if best is None or key < best[:4]:
+                            best = (*key, entry, start, s, t, False)
+            if best is None:
+                continue
+            _, _, _, k, entry, start, s, t, soon = best
+            slot, mask, lo, hi, create, cmask = entry
+            line = lines[k]
+            creating = slot not in line.idle
+            if soon:
+                yield from start_ops(line.gpu, job.id, slot, model, now)
+                line.gpu = line.gpu.placed(busy_instance(slot, job))
+                self.placed += 1
+                if s * t > area + _EPS:
+                    self.enlarged += 1
+                for i in range(lo, hi):
+                    line.free[i] = start + t
+                for other in [o for o in line.idle if mask_tables(model).mask[o] & mask]:
+                    del line.idle[other]
+                if creating:
+                    line.channel = max(line.channel, now) + create
+                line.busy_slices += s
+                line.busy_now |= mask
+                line.comp_now |= cmask
+                busy += s
+                demand -= need[job.id]
+                for sz in list(order):  # its bounds only grow: re-rank lazily
+                    del order[sz]
+            else:
+                line.reserved.append((mask, start, start + t))
+
+
+def _choice(what: str, value: str, choices) -> str:
+    if value not in choices:
+        raise UnknownPolicy(
+            f"policy 'adaptive': {what} {value!r} must be one of {', '.join(choices)}"
+        )
+    return value
+
+
+def _number(what: str, value, allow_off: bool = False) -> float | None:
+    """A number in 0..MAX_NUMBER (``allow_off``: a negative one means off: None)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = math.nan
+    if isinstance(value, bool) or math.isnan(x) or x > MAX_NUMBER:
+        raise UnknownPolicy(f"policy 'adaptive': {what} {value!r} must be a number in 0..1e6")
+    if x < 0:
+        if allow_off:
+            return None
+        raise UnknownPolicy(f"policy 'adaptive': {what} {value!r} must be a number in 0..1e6")
+    return x
+
+
+def make_policy(name: str, **options) -> Adaptive:
+    """Registry hook: ``adaptive`` (options: objective, weight, future, aging, lookahead,
+    batches)."""
+    if name != "adaptive":
+        raise ValueError(f"{__name__} has no policy {name!r}")
+    return Adaptive(**options)
