@@ -141,9 +141,11 @@ def test_status_in_tmux_shows_every_running_job(lc, tmp_path):
             ).stdout
             after = _running(lc)
             steady = before & after
-            return bool(steady) and all(f" {j} " in screen for j in steady) and "Queue" in screen
+            shown = all(f" {j} " in screen for j in steady) and "Queue" in screen
+            # the UUIDs come with the node records, signed reports sent after the start
+            return bool(steady) and shown and "MIG-" in screen
 
-        _wait(shows_all, 40, "status to show every running job")
+        _wait(shows_all, 40, "status to show every running job and its UUID")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
     (ARTIFACTS).mkdir(parents=True, exist_ok=True)
