@@ -22,6 +22,9 @@ SLURM_ROOTS := trixie sid
 .PHONY: venv test demo bench lint format clean clean-roots slurm-packages slurm-roots view-packages \
 	alert-packages
 
+# `make` alone builds the manual page and the shell completion (`docs`, below).
+all: docs
+
 # Stamps make re-runs instant; they are redone when the package metadata changes.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -124,8 +127,13 @@ format: venv
 
 # As root (where apt-get can install Slurm) the demo also runs the batch through a real
 # Slurm on loopback; otherwise it is the plan-only demo.
+# `make demo LIVE=no` is the plan-only demo, as root too: nothing is installed on the host.
+LIVE ?= yes
 demo: $(VENV)/.installed
-	@if [ "$$(id -u)" = 0 ]; then \
+	@if [ "$$(id -u)" = 0 ] && [ "$(LIVE)" != no ]; then \
+		echo "make demo: as root the demo also runs the batch through a real Slurm on loopback;"; \
+		echo "  it installs Debian's $(SLURM_PKGS) where missing (their services are not"; \
+		echo "  started on this host). 'make demo LIVE=no' runs the demo without them."; \
 		$(MAKE) --no-print-directory slurm-packages && $(BIN)/slurm-mig demo --live; \
 	else \
 		$(BIN)/slurm-mig demo; \
@@ -178,3 +186,31 @@ clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis rodinia-far-gantt.png \
 		test-artifacts
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# The manual page and the bash and zsh completion, generated from the argument parsers
+# (argparse-manpage and shtab, the docs extra) under $(DOCS_DIR), laid out as under
+# /usr/local/share: install them with `cp -r build/share/. /usr/local/share/`.
+DOCS_DIR := build/share
+.PHONY: all docs man completion
+
+$(VENV)/.installed-docs: $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[docs]'
+	touch $@ $(VENV)/.installed
+
+docs: man completion
+
+man: $(VENV)/.installed-docs
+	@mkdir -p $(DOCS_DIR)/man/man1
+	$(BIN)/argparse-manpage --module slurm_mig.cli --function build_parser --prog slurm-mig \
+		--version "$$($(BIN)/python -c 'from slurm_mig.cli.common import version; print(version())')" \
+		--project-name slurm-mig --manual-title "slurm-mig manual" \
+		--description "plan NVIDIA MIG repartitioning for Slurm GPU jobs" \
+		--output $(DOCS_DIR)/man/man1/slurm-mig.1
+	@# a help line that starts with ' would read as a troff request: \& before it
+	sed -i 's/^\x27/\\\&\x27/' $(DOCS_DIR)/man/man1/slurm-mig.1
+
+completion: $(VENV)/.installed-docs
+	@mkdir -p $(DOCS_DIR)/bash-completion/completions $(DOCS_DIR)/zsh/site-functions
+	$(BIN)/shtab --shell=bash slurm_mig.cli.build_parser \
+		-o $(DOCS_DIR)/bash-completion/completions/slurm-mig
+	$(BIN)/shtab --shell=zsh slurm_mig.cli.build_parser -o $(DOCS_DIR)/zsh/site-functions/_slurm-mig

@@ -29,7 +29,7 @@ def _close(word: str, options: list, n: int = 1) -> list[str]:
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-mig/config.toml")
 DEFAULT_KEY_FILE = Path("/etc/slurm-mig/key")
 CONFIG_ENV = "SLURM_MIG_CONFIG"
-EXAMPLE_CONFIG = "contrib/config.toml"
+EXAMPLE_CONFIG = "DIR/config.toml"  # written by 'slurm-mig site-files DIR'
 BACKENDS = ("nvml", "simulated")
 NODE_TOKEN = "%n"  # expanded to the node name in run_dir and simulated_dir
 MAX_HOSTLIST = 65536  # most names one hostlist expression may expand to
@@ -303,8 +303,8 @@ def _load(path: Path, origin: str) -> tuple[Config | None, list[str]]:
     except FileNotFoundError:
         return None, [
             f"{path}: no config file there ({origin}); start from the "
-            f"annotated example {EXAMPLE_CONFIG} of the slurm-mig sources: copy it to "
-            f"{path} and list your nodes"
+            f"annotated example: 'slurm-mig site-files DIR' writes it as {EXAMPLE_CONFIG} "
+            f"(contrib/config.toml in the sources); copy it to {path} and list your nodes"
         ]
     except IsADirectoryError:
         return None, [f"{path}: is a directory; give the path of the config.toml file"]

@@ -1,12 +1,18 @@
 """Gantt chart of a plan, in the style of Fig. 12 of the FAR paper.
 
-One panel per GPU: time in seconds across, compute slices S0.. down. Each task is a
-box over its compute slices for [start, end]. A strip above the slices shows the
+Up to `DETAIL_GPUS` GPUs, one panel per GPU: time in seconds across, compute slices
+S0.. down. More GPUs make an overview: one row per GPU, each compute slice a thin lane,
+`PANEL_GPUS` or more GPUs a panel, so that the figure's height stays under
+`MAX_HEIGHT_IN` at any GPU count. Every panel has its own time axis. Each task is a
+box over its compute slices for [start, end], labelled with its id where the id fits;
+the ids that do not fit are listed in a key under the panels. A strip above the slices shows the
 GPU's reconfiguration channel (create in cyan, destroy in red; they run one at a
 time per GPU), and the same colours mark, faintly, the slices of the instance being
 created or destroyed. A compute slice that an instance blocks without computing on
 it (S3 under a 3g instance at placement 0) is hatched grey while the instance
-exists. The makespan is a solid line and the lower bound a dashed one.
+exists. The makespan is a solid line and the lower bound a dashed one. Given ``now``
+(the web page), a "now" line parts what ran (solid) from what is planned (faded and
+hatched).
 
 matplotlib is imported here only, inside ``draw_gantt``, with the Agg canvas.
 """
@@ -14,7 +20,10 @@ matplotlib is imported here only, inside ``draw_gantt``, with the Agg canvas.
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
+from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 
 from .geometry import Slot
@@ -24,6 +33,21 @@ CREATE = "#00bcd4"  # cyan
 DESTROY = "#e53935"  # red
 BLOCKED = "#9e9e9e"
 STRIP = (-0.95, -0.25)  # y-range of the reconfiguration strip (slices are at y = s .. s+1)
+GAP = 0.35  # y-units between a GPU's last slice and the next GPU's strip (overview)
+DETAIL_GPUS = 4  # up to this many GPUs: a panel per GPU with its slices named
+PANEL_GPUS = 8  # the overview: GPUs per panel, more when there would be > MAX_PANELS
+MAX_PANELS = 8
+ROW_IN = 0.42  # a compute slice's height where the figure has room
+WIDTH_IN = 13.0
+DPI = 150
+HEAD_IN = 1.05  # title and legend
+AXIS_IN = 0.45  # under each panel: its time axis
+MAX_BODY_IN = 17.0  # the panels themselves, at any GPU count
+KEY_COLS, KEY_LINES = 6, 50  # the key of tasks too small to label
+KEY_LINE_IN = 0.1
+MAX_HEIGHT_IN = HEAD_IN + MAX_BODY_IN + MAX_PANELS * AXIS_IN + 0.3 + KEY_LINES * KEY_LINE_IN + 0.5
+FONT_SIZES = (8, 7, 6, 5, 4.5)  # a label's sizes, largest first, in points
+PLANNED_ALPHA = 0.45
 
 
 def _palette(n: int) -> list[tuple[float, float, float]]:
@@ -69,184 +93,347 @@ def blocked_slices(plan: Plan, slot: Slot) -> range:
     return range(p.start + slot.size, min(p.end, plan.model.compute_slices))
 
 
-def draw_gantt(plan: Plan, path: str | Path, title: str | None = None) -> Path:
-    """Draw ``plan`` to a PNG (an SVG where ``path`` ends in .svg); return the path."""
+def gpu_label(names: Sequence[str] | None, gpu: int) -> str:
+    """The name a GPU goes by: ``names[gpu]`` (the web page: "node2 gpu 0") or "GPU n"."""
+    return names[gpu] if names is not None and gpu < len(names) else f"GPU {gpu}"
+
+
+@lru_cache(maxsize=4096)
+def _text_width_pt(text: str) -> float:
+    """Width of ``text`` at 1 pt, from its glyph outlines (the default sans font)."""
+    from matplotlib.textpath import TextPath
+
+    return TextPath((0, 0), text, size=10).get_extents().width / 10
+
+
+def label_fits(text: str, w_in: float, h_in: float) -> tuple[float, int] | None:
+    """The largest font size (and rotation) at which ``text`` fits a w x h inch box."""
+    width = _text_width_pt(text)
+    for size in FONT_SIZES:
+        text_in = (width * size + 3) / 72
+        line_in = size * 1.25 / 72
+        if text_in <= w_in and line_in <= h_in:
+            return size, 0
+        if text_in <= h_in and line_in <= w_in:
+            return size, 90
+    return None
+
+
+def _layout(plan: Plan) -> tuple[list[list[int]], float, bool]:
+    """GPUs per panel, inches per y-unit, and whether each panel is one GPU in detail."""
+    gpus, slices = plan.gpus, plan.model.compute_slices
+    if gpus <= DETAIL_GPUS:
+        return [[g] for g in range(gpus)], ROW_IN, True
+    panels = min(MAX_PANELS, math.ceil(gpus / PANEL_GPUS))
+    per = math.ceil(gpus / panels)
+    groups = [list(range(g, min(g + per, gpus))) for g in range(0, gpus, per)]
+    pitch = slices + 1 + GAP
+    return groups, min(ROW_IN, MAX_BODY_IN / (gpus * pitch)), False
+
+
+def gantt_figure(
+    plan: Plan,
+    title: str | None = None,
+    gpu_names: Sequence[str] | None = None,
+    now: float | None = None,
+    clock: float | None = None,
+    bounds: bool = True,
+):
+    """The Gantt chart of ``plan`` as a matplotlib Figure (Agg-free; no pyplot).
+
+    ``gpu_names``: a name per GPU for the panels. ``now`` (plan time): a "now" line, and
+    every box's part after it drawn as planned. ``clock``: the epoch of time 0, for
+    wall-clock tick labels. ``bounds``: draw the makespan and lower bound lines.
+    """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter
 
     model = plan.model
     slices = model.compute_slices
     makespan = plan.makespan
     end_of_ops = max((r.end for r in plan.reconfigurations), default=0.0)
-    horizon = max(makespan, plan.lower_bound, end_of_ops, 1e-9)
+    horizon = max(makespan, plan.lower_bound if bounds else 0.0, end_of_ops, now or 0.0, 1e-9)
     xmax = horizon * 1.02
-
-    width_in = 13.0
-    row_in = 0.42
-    panel_in = (slices + 1) * row_in + 0.35
-    head_in = 1.05
-    fig = Figure(figsize=(width_in, head_in + plan.gpus * panel_in + 0.45), dpi=150)
-    axes = fig.subplots(plan.gpus, 1, sharex=True, squeeze=False)[:, 0]
-    top = 1 - head_in / fig.get_figheight()
-    fig.subplots_adjust(left=0.075, right=0.985, top=top, bottom=0.5 / fig.get_figheight())
-    axis_w_in = width_in * (0.985 - 0.075)
+    groups, unit_in, detail = _layout(plan)
+    pitch = slices + 1 + GAP
 
     order = sorted(plan.tasks, key=lambda t: (t.start, t.gpu, t.slot.placement.start))
     colours = dict(zip((t.id for t in order), _palette(len(order))))
     lifetimes = instance_lifetimes(plan, horizon)
-
     per_gpu_tasks = defaultdict(list)
     for t in order:
         per_gpu_tasks[t.gpu].append(t)
 
-    for gpu, ax in enumerate(axes):
-        ax.set_xlim(0, xmax)
-        ax.set_ylim(slices, STRIP[0] - 0.1)  # S0 at the top, the strip above it
-        ax.set_yticks([sum(STRIP) / 2] + [s + 0.5 for s in range(slices)])
-        ax.set_yticklabels(["reconf."] + [f"S{s}" for s in range(slices)], fontsize=8)
-        ax.tick_params(axis="y", length=0)
-        for s in range(slices + 1):
-            ax.axhline(s, color="#e0e0e0", lw=0.6, zorder=0)
-        ax.axhline(STRIP[1] + 0.12, color="#bdbdbd", lw=0.8, zorder=0)
-        ax.set_ylabel(f"GPU {gpu}", fontsize=9)
-        ax.grid(axis="x", color="#eeeeee", lw=0.6)
-        ax.set_axisbelow(True)
+    heights = [
+        len(g) * pitch * unit_in if not detail else (slices + 1.05) * unit_in for g in groups
+    ]
+    left_in, right_in = 1.05, 0.2
+    axis_w_in = WIDTH_IN - left_in - right_in
+    x_per_in = xmax / axis_w_in
+    # the labels first: what does not fit goes to the key, whose height the figure needs
+    labels, unlabelled = {}, []
+    for t in order:
+        fit = label_fits(t.id, (t.end - t.start) / x_per_in, len(t.slot.slices) * unit_in)
+        if fit is None:
+            unlabelled.append(t)
+        else:
+            labels[t.id] = fit
+    key_lines = min(KEY_LINES, math.ceil(len(unlabelled) / KEY_COLS))
+    key_in = 0.3 + key_lines * KEY_LINE_IN if unlabelled else 0.0
+    fig_h = HEAD_IN + sum(heights) + len(groups) * AXIS_IN + key_in + 0.2
+    fig = Figure(figsize=(WIDTH_IN, fig_h), dpi=DPI)
 
-        # memory-only slices, hatched while their instance exists
-        for g, slot, t0, t1 in lifetimes:
-            if g != gpu:
-                continue
-            for s in blocked_slices(plan, slot):
-                ax.add_patch(
-                    Rectangle(
-                        (t0, s),
-                        t1 - t0,
-                        1,
-                        facecolor="#f2f2f2",
-                        edgecolor=BLOCKED,
-                        hatch="////",
-                        lw=0,
-                        zorder=1,
-                    )
-                )
+    fmt = None
+    if clock is not None:
+        fmt = FuncFormatter(lambda x, _: time.strftime("%H:%M:%S", time.localtime(clock + x)))
+    top_in = HEAD_IN
+    for k, (group, h_in) in enumerate(zip(groups, heights)):
+        ax = fig.add_axes(
+            (left_in / WIDTH_IN, 1 - (top_in + h_in) / fig_h, axis_w_in / WIDTH_IN, h_in / fig_h)
+        )
+        top_in += h_in + AXIS_IN
+        _panel(ax, plan, group, detail, pitch, xmax, lifetimes, gpu_names, unit_in)
+        for j, gpu in enumerate(group):
+            base = 0.0 if detail else j * pitch
+            for t in per_gpu_tasks.get(gpu, []):
+                _task(ax, t, base, colours[t.id], now, labels.get(t.id))
+        if bounds:
+            ax.axvline(makespan, color="black", lw=1.4, zorder=6)
+            if plan.lower_bound > 0 and math.isfinite(plan.lower_bound):
+                ax.axvline(plan.lower_bound, color="black", lw=1.1, ls=(0, (4, 3)), zorder=6)
+        if now is not None:
+            ax.axvline(now, color="#212121", lw=1.8, zorder=7, gid=f"now-{k}")
+            ax.text(now, 1.0, "now", transform=ax.get_xaxis_transform(), fontsize=7,
+                    va="bottom", ha="center", zorder=8, clip_on=False)  # fmt: skip
+        ax.tick_params(axis="x", labelsize=8, labelbottom=True)
+        if fmt is not None:
+            ax.xaxis.set_major_formatter(fmt)
+        if k == len(groups) - 1:
+            ax.set_xlabel("time" if clock is not None else "time (s)", fontsize=9)
 
-        # reconfigurations: the sequential channel strip, and a tint on the slices
-        min_w = xmax * 0.002  # keep sub-pixel operations visible in the strip
-        for r in plan.reconfigurations:
-            if r.gpu != gpu:
-                continue
-            colour = CREATE if r.op == "create" else DESTROY
-            ax.add_patch(
-                Rectangle(
-                    (r.start, STRIP[0]),
-                    max(r.end - r.start, min_w),
-                    STRIP[1] - STRIP[0],
-                    facecolor=colour,
-                    edgecolor="white",
-                    lw=0.6,
-                    zorder=3,
-                )
-            )
-            p = r.slot.placement
-            lo, hi = p.start, min(p.end, slices)
-            ax.add_patch(
-                Rectangle(
-                    (r.start, lo),
-                    r.end - r.start,
-                    hi - lo,
-                    facecolor=colour,
-                    alpha=0.35,
-                    edgecolor="none",
-                    zorder=2,
-                )
-            )
-
-        # tasks
-        x_per_in = xmax / axis_w_in
-        for t in per_gpu_tasks.get(gpu, []):
-            lo, n = t.slot.slices[0], len(t.slot.slices)
-            rgb = colours[t.id]
-            ax.add_patch(
-                Rectangle(
-                    (t.start, lo),
-                    t.end - t.start,
-                    n,
-                    facecolor=rgb,
-                    edgecolor="white",
-                    lw=0.8,
-                    zorder=4,
-                )
-            )
-            _label(ax, t.id, t.start, t.end, lo, n, x_per_in, row_in, rgb)
-
-        ax.axvline(makespan, color="black", lw=1.4, zorder=6)
-        if plan.lower_bound > 0 and math.isfinite(plan.lower_bound):
-            ax.axvline(plan.lower_bound, color="black", lw=1.1, ls=(0, (4, 3)), zorder=6)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-
-    axes[-1].set_xlabel("time (s)", fontsize=9)
-    for ax in axes:
-        ax.tick_params(axis="x", labelsize=8)
+    if unlabelled:
+        _key(fig, unlabelled, gpu_names, 1 - (top_in + 0.02) / fig_h, fig_h)
 
     if title is None:
         gpus = "one" if plan.gpus == 1 else str(plan.gpus)
         title = f"{plan.planner} plan on {gpus} {model.name}"
-    rho = f"{plan.rho:.3f}" if math.isfinite(plan.rho) else "inf"
-    fig.suptitle(
-        f"{title}\nmakespan {makespan:.3f} s, lower bound {plan.lower_bound:.3f} s, "
-        f"\u03c1 = {rho}, {len(plan.reconfigurations)} reconfigurations",
-        fontsize=10,
-        y=1 - 0.08 / fig.get_figheight(),
-        va="top",
-    )
+    if bounds:
+        rho = f"{plan.rho:.3f}" if math.isfinite(plan.rho) else "inf"
+        title += (
+            f"\nmakespan {makespan:.3f} s, lower bound {plan.lower_bound:.3f} s, "
+            f"\u03c1 = {rho}, {len(plan.reconfigurations)} reconfigurations"
+        )
+    fig.suptitle(title, fontsize=10, y=1 - 0.08 / fig_h, va="top")
     handles = [
         Patch(facecolor=CREATE, label="create instance"),
         Patch(facecolor=DESTROY, label="destroy instance"),
         Patch(facecolor="#f2f2f2", edgecolor=BLOCKED, hatch="////", label="memory-only slice"),
-        Line2D([], [], color="black", lw=1.4, label="makespan"),
-        Line2D([], [], color="black", lw=1.1, ls=(0, (4, 3)), label="lower bound"),
     ]
+    if now is not None:
+        handles += [
+            Patch(facecolor="#607d8b", label="ran"),
+            Patch(
+                facecolor="#607d8b",
+                alpha=PLANNED_ALPHA,
+                edgecolor="white",
+                hatch="////",
+                label="planned",
+            ),  # fmt: skip
+            Line2D([], [], color="#212121", lw=1.8, label="now"),
+        ]
+    if bounds:
+        handles += [
+            Line2D([], [], color="black", lw=1.4, label="makespan"),
+            Line2D([], [], color="black", lw=1.1, ls=(0, (4, 3)), label="lower bound"),
+        ]
     fig.legend(
         handles=handles,
         loc="upper center",
         ncol=len(handles),
         fontsize=8,
         frameon=False,
-        bbox_to_anchor=(0.5, 1 - 0.62 / fig.get_figheight()),
+        bbox_to_anchor=(0.5, 1 - 0.62 / fig_h),
     )
+    return fig
+
+
+def draw_gantt(
+    plan: Plan,
+    path: str | Path,
+    title: str | None = None,
+    gpu_names: Sequence[str] | None = None,
+    now: float | None = None,
+    clock: float | None = None,
+    bounds: bool = True,
+) -> Path:
+    """Draw ``plan`` to a PNG (an SVG where ``path`` ends in .svg); return the path.
+    The options are `gantt_figure`'s."""
+    fig = gantt_figure(plan, title, gpu_names, now, clock, bounds)
     out = Path(path)
     fig.savefig(out, format="svg" if out.suffix.lower() == ".svg" else "png")
     return out
 
 
-def _label(ax, text, start, end, lo, n, x_per_in, row_in, rgb) -> None:
-    """Write the task id in its box when it fits, across or upright."""
-    w_in = (end - start) / x_per_in
-    h_in = n * row_in
-    for size in (8, 7, 6, 5):
-        text_in = len(text) * size * 0.62 / 72 + 0.06
-        line_in = size * 1.3 / 72
-        if text_in <= w_in and line_in <= h_in:
-            rotation = 0
-        elif text_in <= h_in and line_in <= w_in:
-            rotation = 90
-        else:
+def _panel(ax, plan, group, detail, pitch, xmax, lifetimes, gpu_names, unit_in) -> None:
+    """One panel's frame: lanes, GPU names, reconfigurations, memory-only slices."""
+    from matplotlib.patches import Rectangle
+
+    slices = plan.model.compute_slices
+    last = 0.0 if detail else (len(group) - 1) * pitch
+    ax.set_xlim(0, xmax)
+    ax.set_ylim(last + slices + (0.0 if detail else GAP / 2), STRIP[0] - 0.1)
+    ax.tick_params(axis="y", length=0)
+    ax.grid(axis="x", color="#eeeeee", lw=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    if detail:
+        gpu = group[0]
+        ax.set_yticks([sum(STRIP) / 2] + [s + 0.5 for s in range(slices)])
+        ax.set_yticklabels(["reconf."] + [f"S{s}" for s in range(slices)], fontsize=8)
+        ax.set_ylabel(gpu_label(gpu_names, gpu), fontsize=9)
+        for s in range(slices + 1):
+            ax.axhline(s, color="#e0e0e0", lw=0.6, zorder=0)
+        ax.axhline(STRIP[1] + 0.12, color="#bdbdbd", lw=0.8, zorder=0)
+    else:
+        size = max(4.0, min(8.0, pitch * unit_in * 72 * 0.7))
+        ax.set_yticks([j * pitch + slices / 2 for j in range(len(group))])
+        ax.set_yticklabels([gpu_label(gpu_names, g) for g in group], fontsize=size)
+        for j in range(len(group)):
+            base = j * pitch
+            ax.axhspan(base, base + slices, color="#fafafa", lw=0, zorder=0)
+            for s in (0, slices):
+                ax.axhline(base + s, color="#d5d5d5", lw=0.5, zorder=0)
+    row = {g: (0.0 if detail else j * pitch) for j, g in enumerate(group)}
+
+    # memory-only slices, hatched while their instance exists
+    for g, slot, t0, t1 in lifetimes:
+        if g not in row:
             continue
-        ax.text(
-            (start + end) / 2,
-            lo + n / 2,
-            text,
-            ha="center",
-            va="center",
-            rotation=rotation,
-            fontsize=size,
-            color=_text_colour(rgb),
-            clip_on=True,
-            zorder=5,
+        for s in blocked_slices(plan, slot):
+            ax.add_patch(
+                Rectangle(
+                    (t0, row[g] + s),
+                    t1 - t0,
+                    1,
+                    facecolor="#f2f2f2",
+                    edgecolor=BLOCKED,
+                    hatch="////",
+                    lw=0,
+                    zorder=1,
+                )
+            )
+
+    # reconfigurations: the sequential channel strip, and a tint on the slices
+    min_w = xmax * 0.002  # keep sub-pixel operations visible in the strip
+    for r in plan.reconfigurations:
+        if r.gpu not in row:
+            continue
+        base = row[r.gpu]
+        colour = CREATE if r.op == "create" else DESTROY
+        ax.add_patch(
+            Rectangle(
+                (r.start, base + STRIP[0]),
+                max(r.end - r.start, min_w),
+                STRIP[1] - STRIP[0],
+                facecolor=colour,
+                edgecolor="white",
+                lw=0.6 if detail else 0.2,
+                zorder=3,
+            )
         )
+        p = r.slot.placement
+        lo, hi = p.start, min(p.end, slices)
+        ax.add_patch(
+            Rectangle(
+                (r.start, base + lo),
+                r.end - r.start,
+                hi - lo,
+                facecolor=colour,
+                alpha=0.35,
+                edgecolor="none",
+                zorder=2,
+            )
+        )
+
+
+def _task(ax, t, base, rgb, now, fit) -> None:
+    """A task's box (what ran solid, what is planned after ``now`` faded and hatched)
+    and its id where it fits."""
+    from matplotlib.patches import Rectangle
+
+    lo, n = base + t.slot.slices[0], len(t.slot.slices)
+    parts = [(t.start, t.end, False)]
+    if now is not None and t.end > now:
+        parts = [(t.start, now, False), (now, t.end, True)] if t.start < now else [
+            (t.start, t.end, True)
+        ]  # fmt: skip
+    for a, b, planned in parts:
+        ax.add_patch(
+            Rectangle(
+                (a, lo),
+                b - a,
+                n,
+                facecolor=(*rgb, PLANNED_ALPHA) if planned else rgb,
+                edgecolor="white",
+                hatch="////" if planned else None,
+                lw=0.8,
+                zorder=4,
+                gid=f"task-{t.id}-planned" if planned else f"task-{t.id}",
+            )
+        )
+    if fit is None:
         return
+    size, rotation = fit
+    middle = (t.start + t.end) / 2
+    if now is not None and middle >= now:  # on the faded part: the colour it shows
+        rgb = tuple(PLANNED_ALPHA * c + (1 - PLANNED_ALPHA) for c in rgb)
+    ax.text(
+        middle,
+        lo + n / 2,
+        t.id,
+        ha="center",
+        va="center",
+        rotation=rotation,
+        fontsize=size,
+        color=_text_colour(rgb),
+        clip_on=True,
+        zorder=5,
+        gid=f"label-{t.id}",
+    )
+
+
+def _key(fig, tasks, gpu_names, top: float, fig_h: float) -> None:
+    """The tasks too small to label, in columns under the panels: id, GPU, slices, times."""
+    fig.text(
+        0.012,
+        top,
+        "too small to label (id, GPU, slices, from-to s):",
+        fontsize=7,
+        va="top",
+        weight="bold",
+    )
+    tasks = sorted(tasks, key=lambda t: (t.gpu, t.start, t.slot.slices[0]))
+    shown = KEY_COLS * KEY_LINES
+    lines = min(KEY_LINES, math.ceil(len(tasks) / KEY_COLS))
+    col_w = (1 - 0.09) / KEY_COLS
+    for i, t in enumerate(tasks[:shown]):
+        col, line = divmod(i, lines)
+        sl = t.slot.slices
+        text = f"{t.id}  {gpu_label(gpu_names, t.gpu)} S{sl[0]}-{sl[-1]}  {t.start:.1f}-{t.end:.1f}"
+        if i == shown - 1 and len(tasks) > shown:
+            text = f"... and {len(tasks) - shown + 1} more"
+        fig.text(
+            0.08 + col * col_w,
+            top - (0.2 + line * KEY_LINE_IN) / fig_h,
+            text,
+            fontsize=5.5,
+            family="monospace",
+            va="top",
+            gid=f"key-{t.id}",
+        )
 
 
 def write_gantt(plan: Plan, path: str | Path, title: str | None = None) -> Path:

@@ -41,11 +41,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import storeschema
 from .geometry import GpuModel
 from .safefs import make_private
 
-# 2: the pcie and pcie_alpha tables (PCIe model, slurm_mig.pcie); 3: runs and memory
-# needs have an owner (the job's user; '' for older records: the site-wide prior)
+# Schema versions (``PRAGMA user_version``; ``storeschema`` migrates and refuses newer):
+# 0: a new, empty file; 1: runtimes and memory; 2: the pcie and pcie_alpha tables (PCIe
+# model, slurm_mig.pcie); 3: runs and memory needs have an owner (the job's user; '' for
+# older records: the site-wide prior).
 SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 30.0
 DAEMON_BUSY_TIMEOUT_S = 0.25  # the planner daemon waits no longer for a locked store
@@ -55,7 +58,7 @@ MAX_KEY = 128  # characters of a job kind (hint keys: 64; mig-run's need file: 1
 MAX_OWNER = 64  # characters of an owner (a user name)
 HINT_FLOOR = 4.0  # learned runs plan a job with a time= hint at no less than hint / this
 
-_SCHEMA = """
+_V1 = """
 CREATE TABLE IF NOT EXISTS runtimes (
     job_id   TEXT    NOT NULL,
     restart  INTEGER NOT NULL,
@@ -64,7 +67,6 @@ CREATE TABLE IF NOT EXISTS runtimes (
     size     INTEGER NOT NULL,
     seconds  REAL    NOT NULL,
     finished REAL    NOT NULL,
-    owner    TEXT    NOT NULL DEFAULT '',
     PRIMARY KEY (job_id, restart)
 );
 CREATE INDEX IF NOT EXISTS runtimes_by_kind ON runtimes (key, model, size);
@@ -73,9 +75,10 @@ CREATE TABLE IF NOT EXISTS memory (
     job_id     TEXT    NOT NULL,
     need_bytes INTEGER NOT NULL,
     recorded   REAL    NOT NULL,
-    owner      TEXT    NOT NULL DEFAULT '',
     PRIMARY KEY (key, job_id)
-);
+)
+"""
+_V2 = """
 CREATE TABLE IF NOT EXISTS pcie (
     key      TEXT NOT NULL,
     model    TEXT NOT NULL,
@@ -93,14 +96,25 @@ CREATE TABLE IF NOT EXISTS pcie_alpha (
     runs     INTEGER,
     recorded REAL    NOT NULL,
     PRIMARY KEY (key, model)
-);
+)
 """
-# after the tables, so that a store of schema 2 has its owner columns first
-_OWNER_COLUMNS = ("runtimes", "memory")
-_INDEXES = """
+# a store of schema 2: its records are the prior (owner '')
+_V3_INDEXES = """
 CREATE INDEX IF NOT EXISTS runtimes_by_owner ON runtimes (owner, key, model);
-CREATE INDEX IF NOT EXISTS memory_by_owner ON memory (owner, key);
+CREATE INDEX IF NOT EXISTS memory_by_owner ON memory (owner, key)
 """
+SCHEMA = storeschema.Schema(
+    "runtime store",
+    {
+        1: storeschema.script(_V1),
+        2: storeschema.script(_V2),
+        3: storeschema.steps(
+            storeschema.add_column("runtimes", "owner", "TEXT NOT NULL DEFAULT ''"),
+            storeschema.add_column("memory", "owner", "TEXT NOT NULL DEFAULT ''"),
+            storeschema.script(_V3_INDEXES),
+        ),
+    },
+)
 
 
 class StoreError(RuntimeError):
@@ -264,10 +278,15 @@ class RuntimeStore:
         try:
             if not self._ready:
                 prepare_state_dir(self.path.parent)
+                storeschema.check_file(
+                    self.path, SCHEMA, self.busy_timeout
+                )  # newer: refused unwritten
             fresh = not self.path.exists()
             db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             if fresh:
                 make_private(self.path)  # SQLite gives its -wal and -shm files this mode too
+        except storeschema.SchemaError as exc:
+            raise StoreError(str(exc)) from None
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{self.path}: cannot open the runtime store ({exc})") from None
         try:
@@ -282,15 +301,22 @@ class RuntimeStore:
                 db.rollback()
                 raise
             db.commit()
+        except storeschema.SchemaError as exc:
+            raise StoreError(str(exc)) from None
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: runtime store error ({exc})") from None
         finally:
             db.close()
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        """Create the schema (version SCHEMA_VERSION) once; refuse a newer one."""
+        """Bring the file to SCHEMA_VERSION once (``storeschema.migrate``: one
+        transaction); refuse a newer one."""
         # Switching to WAL needs an exclusive lock and SQLite does not wait for it (the
         # busy timeout is not applied), so two processes creating the file race: retry.
+        # After the version check, so that a newer file is not written even here.
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise storeschema.too_new(self.path, SCHEMA, version)
         deadline = time.monotonic() + self.busy_timeout
         while True:
             try:
@@ -300,30 +326,7 @@ class RuntimeStore:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path}: runtime store schema {version} is newer than this "
-                    f"slurm-mig understands ({SCHEMA_VERSION}); upgrade slurm-mig"
-                )
-            if version < SCHEMA_VERSION:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                for table in _OWNER_COLUMNS:  # a store of schema 2: its records are the prior
-                    columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-                    if "owner" not in columns:
-                        db.execute(f"ALTER TABLE {table} ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
-                for statement in _INDEXES.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.commit()
-        except BaseException:
-            db.rollback()
-            raise
+        storeschema.migrate(db, SCHEMA, self.path)
 
 
 def prepare_state_dir(path: Path) -> None:

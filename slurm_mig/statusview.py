@@ -1,5 +1,5 @@
 """What ``slurm-mig status`` shows, as plain data: per node and GPU the live instances
-(profile, placement, UUID, job, user, since, drift), the free slices, the largest free
+(profile, placement, UUID, job, user, since, time left), the free slices, the largest free
 block and the fragmentation cost, and the queue with each planned job's GPU, profile
 and projected start.
 
@@ -32,8 +32,15 @@ class InstanceRow:
     job: str  # "" for a kept or orphan instance
     user: str
     since: float | None  # when it became ready for its job
-    drift: float | None  # running: seconds past its planned runtime (negative: left)
+    # running: seconds past its planned runtime (negative: that many left); `left_text`
+    drift: float | None
     note: str = ""  # e.g. "kept for job 12"
+    name: str = ""  # the job's name, as squeue shows it
+
+    @property
+    def left(self) -> float | None:
+        """Seconds of its planned runtime left (negative: late by that much)."""
+        return None if self.drift is None else -self.drift
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,13 @@ class StatusView:
     stale: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The view as JSON data; each instance with ``left`` (seconds of its planned
+        runtime left, negative once late) beside ``drift`` (the same, negated)."""
+        data = asdict(self)
+        for g in data["gpus"]:
+            for i in g["instances"]:
+                i["left"] = None if i["drift"] is None else -i["drift"]
+        return data
 
 
 def largest_free(model: GpuModel, held: Sequence[Placement]) -> tuple[str, int]:
@@ -147,12 +160,15 @@ def build_view(
                     InstanceRow(
                         profile=printable(inst.get("profile", ""), SHORT),
                         placement=(placement.start, placement.size),
-                        uuid=printable(rec.uuid, SHORT) if rec is not None else pending,
+                        uuid=printable(rec.uuid, SHORT)
+                        if rec is not None
+                        else (pending if job_id else ""),
                         job=printable(job_id, SHORT),
                         user=printable(sq.user, SHORT) if sq is not None else "",
                         since=rec.ready if rec is not None else _num(inst.get("ready_at")),
                         drift=drift.get(job_id),
                         note="" if job_id else _kept_note(inst),
+                        name=printable(sq.name, SHORT) if sq is not None else "",
                     )
                 )
             shown = {r.job for r in rows}
@@ -176,6 +192,7 @@ def build_view(
                         user=printable(sq.user, SHORT),
                         since=rec.ready if rec is not None else sq.start_time,
                         drift=drift.get(job_id),
+                        name=printable(sq.name, SHORT),
                     )
                 )
             for k in recs.get("kept", ()):
@@ -290,6 +307,14 @@ def span(seconds: float) -> str:
     if s < 7200:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def left_text(drift: float | None) -> str:
+    """What the "Left" column shows for a running job's ``drift`` (seconds past its
+    planned runtime): ``4m10s`` left, ``late 41s`` once past it, "-" unknown."""
+    if drift is None:
+        return "-"
+    return f"late {span(drift)}" if drift > 0 else span(-drift)
 
 
 def when(t: float | None, now: float) -> str:

@@ -5,9 +5,11 @@ with the same messages."""
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -20,9 +22,11 @@ from slurm_mig.slurm.hints import (
     Hints,
     comment_problem,
     hint_word,
+    largest_profile_memory,
     parse_duration,
     parse_hints,
     parse_size,
+    size_text,
 )
 
 GiB = 2**30
@@ -33,8 +37,9 @@ GOOD: list[tuple[str | None, Hints]] = [
     (None, Hints()),
     ("", Hints()),
     ("just some free text", Hints()),
-    ("MIG:mem=12X is not a hint word", Hints()),
-    ("xmig:mem=12X neither", Hints()),
+    ("xmig:mem=12X is not a hint word", Hints()),
+    ("migplan=v1.a.b is the planner's token", Hints()),
+    ("mig:mem=1G MIGHT be fine: no colon", Hints(mem=GiB)),
     ("mig:key=resnet50", Hints(key="resnet50")),
     ("mig:key=A.b-c_9", Hints(key="A.b-c_9")),
     ("mig:key=" + "k" * 64, Hints(key="k" * 64)),
@@ -45,8 +50,9 @@ GOOD: list[tuple[str | None, Hints]] = [
     ("mig:mem=512MiB", Hints(mem=512 * MiB)),
     ("mig:mem=1.5T", Hints(mem=1536 * GiB)),
     ("mig:mem=2k", Hints(mem=2048)),
-    ("mig:mem=4096", Hints(mem=4096)),
-    ("mig:mem=4096B", Hints(mem=4096)),
+    ("mig:mem=4096B", Hints(mem=4096)),  # a unit: bytes meant
+    ("mig:mem=1048576", Hints(mem=MiB)),  # plain bytes from 1 MiB
+    ("mig:mem=12884901888", Hints(mem=12 * GiB)),
     ("mig:mem=1024T", Hints(mem=2**50)),
     ("mig:iters=1000", Hints(iters=1000)),
     ("mig:iters=007", Hints(iters=7)),
@@ -89,6 +95,17 @@ GOOD: list[tuple[str | None, Hints]] = [
     ("mig:deadline=2099-01-31T18:00:30Z", Hints(deadline_at=4073565630.0)),
     ("mig:deadline=2196-02-29T00:00", Hints(deadline_at=7136985600.0)),
     ("mig:key=x,deadline=15m,time=5m", Hints(key="x", deadline_in=900.0, time=300.0)),
+    # a word after the hint that is no unit of a bare number, or after a unit
+    ("mig:time=2h hours", Hints(time=7200.0)),
+    ("mig:time=2 hourly runs", Hints(time=2.0)),
+    ("mig:mem=2G GB", Hints(mem=2 * GiB)),
+    ("mig:mem=2097152 bytes", Hints(mem=2 * MiB)),
+    ("mig:iters=2 h", Hints(iters=2)),
+    ("mig:time=2,key=x hours", Hints(time=2.0, key="x")),
+    ("mig:time=90 k-means", Hints(time=90.0)),
+    ("mig:time=2 migplan=v1.a.b", Hints(time=2.0)),
+    ("mig:key=x [slurm-mig: hours]", Hints(key="x")),  # the planner's note follows
+    ("m\u0131g:mem=1G M\u0130G:x", Hints()),  # an ASCII prefix only, in any case
 ]
 
 # comment -> (the setting the message must show, the fix it must give)
@@ -112,6 +129,51 @@ BAD: list[tuple[str, str, str]] = [
     ("mig:mem=" + "9" * 200, "'mem=" + "9" * 200 + "'", "more than 1 PiB; " + SIZE_FIX),
     ("mig:mem", "'mem'", "no '='; write mem=value"),
     ("mig:mem=", "'mem='", "no value; write mem=value"),
+    # a size without a unit below 1 MiB is surely not bytes (issue 21)
+    ("mig:mem=12", "'mem=12'", "'12' is 12 bytes; write 12G or 12MiB"),
+    ("mig:mem=1048575", "'mem=1048575'", "is 1048575 bytes; write 1048575G or"),
+    ("mig:mem=007", "'mem=007'", "'007' is 7 bytes; write 007G or 007MiB"),
+    # a bare number, then a unit word: 2 s planned, not 2 h (issue 21)
+    (
+        "mig:time=2 hours",
+        "'time=2'",
+        "followed by 'hours': the unit must be part of the value; write time=2h",
+    ),
+    ("mig:time=2 Hours", "'time=2'", "followed by 'Hours'"),
+    ("run mig:time=1.5 HRS. please", "'time=1.5'", "followed by 'HRS.'"),
+    ("mig:time=90 s", "'time=90'", "write time=90s"),
+    ("mig:time=90 seconds", "'time=90'", "write time=90s"),
+    ("mig:time=30 min", "'time=30'", "write time=30m"),
+    ("mig:time=30 minutes", "'time=30'", "write time=30m"),
+    ("mig:time=2 h", "'time=2'", "write time=2h"),
+    ("mig:time=3 days", "'time=3'", "write time=3d"),
+    ("mig:key=x,time=1 day,", "'time=1'", "write time=1d"),
+    ("mig:deadline=2 hours", "'deadline=2'", "write deadline=2h"),
+    ("mig:key=x,deadline=45 mins", "'deadline=45'", "write deadline=45m"),
+    (
+        "mig:mem=12 GB",
+        "'mem=12'",
+        "followed by 'GB': the unit must be part of the value; write mem=12GB",
+    ),
+    ("mig:mem=1.5 t", "'mem=1.5'", "write mem=1.5t"),
+    ("mig:mem=2000000 MiB", "'mem=2000000'", "write mem=2000000MiB"),
+    ("mig:time=2 migplan=v1.a.b hours", "'time=2'", "write time=2h"),  # tokens skipped
+    # the prefix in another case was ignored (issue 21)
+    ("MIG:mem=12G", "'MIG:mem=12G'", "write the prefix in lower case: mig:mem=12G"),
+    ("run Mig:time=2h", "'Mig:time=2h'", "write the prefix in lower case: mig:time=2h"),
+    ("mIG:", "'mIG:'", "write the prefix in lower case: mig:"),
+    ("mig:mem=1G MIG:time=1h", "'MIG:time=1h'", "write the prefix in lower case: mig:time=1h"),
+    # a space inside the word
+    ("mig: mem=12G", "'mig: mem=12G'", "a space inside the mig: word; write mig:mem=12G"),
+    ("mig:mem = 12G", "'mem = 12G'", "a space inside the mig: word; write mig:mem=12G"),
+    ("mig:mem =12G x", "'mem =12G'", "a space inside the mig: word; write mig:mem=12G"),
+    ("mig:mem= 12G", "'mem= 12G'", "a space inside the mig: word; write mig:mem=12G"),
+    (
+        "mig:key=a, mem=1G",
+        "'mig:key=a, mem=1G'",
+        "a space inside the mig: word; write mig:key=a,mem=1G",
+    ),
+    ("mig:mem =", "'mem'", "no '='; write mem=value"),
     ("mig:=5", "'=5'", "unknown key ''; " + KEYS_FIX),
     ("mig:foo=1", "'foo=1'", "unknown key 'foo'; " + KEYS_FIX),
     ("mig:Mem=1G", "'Mem=1G'", "unknown key 'Mem'; " + KEYS_FIX),
@@ -194,7 +256,7 @@ def fuzz_comments(n: int, seed: int = 7) -> list[str]:
     keys = ["key", "mem", "iters", "time", "pcie", "alpha", "restartable", "deadline", "Mem",
             "x", ""]  # fmt: skip
     values = [
-        "1", "0", "12G", "12g", "1.5T", "7KiB", "3kb", "1.", ".5", "1e3", "-1", "yes", "no",
+        "1", "0", "12G", "1048576", "1048575", "2", "1.5", "12 ", "12g", "1.5T", "7KiB", "3kb", "1.", ".5", "1e3", "-1", "yes", "no",
         "Yes", "1:30:00", "61:00", "5:5", "1:5:7", "2h", "2H", "0.0", "a-b.c", "a b", "",
         "9" * 30, "1:00:60", "10m", "0:00:01", "12TiB", "12tIb", "x=y", "2099-01-31T18:00",
         "2001-01-01T00:00", "2099-02-29T00:00", "2099-1-1T00:00", "2099-01-31T18:00:00Z",
@@ -214,9 +276,10 @@ def fuzz_comments(n: int, seed: int = 7) -> list[str]:
                 items.append(rng.choice(good))
             else:
                 items.append(f"{rng.choice(keys)}={rng.choice(values)}")
-        word = "mig:" + ",".join(items)
+        word = rng.choice(["mig:"] * 8 + ["MIG:", "Mig:"]) + ",".join(items)
         around = rng.choice(["", "text ", "a\t", "migplan=tok "])
-        out.append(f"{around}{word}" + rng.choice(["", " mig:mem=1G", " tail"]))
+        tail = ["", " mig:mem=1G", " tail", " hours", " GB,", " = 2", " 5m", " migplan=t min"]
+        out.append(f"{around}{word}" + rng.choice(tail))
     return out
 
 
@@ -334,3 +397,45 @@ def test_hints_and_client_stay_off_the_heavy_imports() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_largest_profile_memory_is_the_largest_slice_of_the_models() -> None:
+    a100 = largest_profile_memory(["A100-40GB"])
+    assert a100 == 40576 * MiB  # 7g.40gb
+    assert largest_profile_memory(["A100-40GB", "A100-80GB"]) == 81152 * MiB  # 7g.80gb
+    assert largest_profile_memory([]) == 0
+
+
+def test_size_text_rounds_down_to_a_size_the_grammar_reads_as_at_most_it() -> None:
+    assert size_text(40 * GiB) == "40G"
+    assert size_text(40576 * MiB) == "39.6G"  # 39.625 GiB
+    assert size_text(GiB - 1) == "0.9G"
+    for n in (40576 * MiB, 81152 * MiB, 3 * GiB + 1):
+        assert parse_size(size_text(n)) <= n < parse_size(size_text(n)) + GiB // 10 + 1
+
+
+def test_a_memory_need_above_the_largest_slice_is_refused_with_the_most_to_ask() -> None:
+    """job_submit.lua's MAX_MIG_MEM (tests/e2e/test_job_submit.py checks the same
+    messages there)."""
+    limit = largest_profile_memory(["A100-40GB"])
+    with pytest.raises(HintError) as err:
+        parse_hints("mig:key=x,mem=100G", max_mem=limit)
+    assert str(err.value) == (
+        "slurm-mig: hint 'mem=100G': '100G' exceeds the largest MIG slice of this partition "
+        "(39.6G); ask for at most 39.6G"
+    )
+    assert parse_hints("mig:mem=39.6G", max_mem=limit).mem == parse_size("39.6G")
+    assert parse_hints(f"mig:mem={limit}", max_mem=limit).mem == limit
+    with pytest.raises(HintError, match="exceeds the largest MIG slice"):
+        parse_hints(f"mig:mem={limit + 1}", max_mem=limit)
+    assert parse_hints("mig:mem=100G").mem == 100 * GiB  # no limit: the daemon's read
+    # the first bad setting is the one named, in order, as the Lua does
+    with pytest.raises(HintError, match="^slurm-mig: hint 'time=x'"):
+        parse_hints("mig:time=x,mem=100G", max_mem=limit)
+
+
+def test_job_submit_lua_has_the_limit_line_site_files_rewrites() -> None:
+    lua = (Path(__file__).resolve().parents[1] / "contrib" / "job_submit.lua").read_text()
+    assert re.findall(r"(?m)^local MAX_MIG_MEM = .*$", lua) == ["local MAX_MIG_MEM = 0"]
+    # the Lua mirrors the Python constants it needs
+    assert "local MIN_PLAIN_BYTES = 2 ^ 20" in lua

@@ -233,17 +233,19 @@ def test_grafana_dashboard_uses_only_metrics_that_exist():
 
 
 def test_web_page_draws_the_gantt_and_every_planned_job():
-    from slurm_mig.slurm.web import WebState, gantt_plan, gantt_svg, page_html
+    from slurm_mig.slurm.web import WebState, gantt_svg, gantt_views, page_html
 
     jobs = _planned_jobs()
     _, result, report = _cycle(jobs)
     status = report.to_json()
     state = WebState()
     state.update(status["projected"], NOW)
-    plan = gantt_plan(status, dict(state.ran), NOW)
+    (view,) = gantt_views(status, dict(state.ran), NOW)
+    plan = view.plan
     assert {t.id for t in plan.tasks} == set(result.planned)
     assert plan.lower_bound > 0 and plan.makespan >= plan.lower_bound
-    svg = gantt_svg(plan)
+    assert view.names == ("gpu01 gpu 0",)
+    svg = gantt_svg([view])
     assert b"<svg" in svg
     page = page_html(build_view(status, jobs, {}, NOW), svg).decode()
     assert "http-equiv='refresh'" in page and "<svg" in page

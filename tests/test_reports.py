@@ -587,6 +587,52 @@ def test_an_epilog_with_the_planner_away_is_quick_and_node_flush_delivers_later(
     assert f"{NODE}: 0 report(s) delivered, 0 left" in capsys.readouterr().out
 
 
+def test_reports_spooled_before_a_key_rotation_are_delivered_signed_with_the_new_key(
+    tmp_path, capsys
+):
+    from slurm_mig.cli import main
+    from slurm_mig.slurm.assignment import generate_key, load_key
+    from slurm_mig.slurm.hooks import epilog_main, prolog_main
+    from tests.test_hooks import T0, make_site, run
+
+    site = make_site(tmp_path)
+    port = free_port()  # the planner is away while the old key signs
+    text = site.config.read_text().replace(
+        "[planner]\n", f'[planner]\nreports = "127.0.0.1:{port}"\n'
+    )
+    site.config.write_text(text)
+    env = site.env("42", site.comment("42"), SLURM_JOB_USER="bob")
+    assert run(prolog_main, env, capsys)[0] == 0
+    assert run(epilog_main, env, capsys, t=T0 + 65.0)[0] == 0
+    assert len(Spool(site.run_dir).pending()) == 2
+    key_file = tmp_path / "key"
+    key_file.unlink()
+    new_key = load_key(generate_key(key_file))  # the site key rotated on node and planner
+    assert new_key != site.key
+    state = tmp_path / "state"
+    r = Receiver(("127.0.0.1", port), new_key, ReportDB(state)).start()
+    try:
+        for line in (p.read_text().strip() for p in Spool(site.run_dir).pending()):
+            assert reports.exchange(r.address, [line], 2.0, 1.0) == ["no - mac"]  # as spooled
+        assert main(["node-flush", "--config", str(site.config), "--node", NODE]) == 0
+    finally:
+        r.close()
+    assert f"{NODE}: 2 report(s) delivered, 0 left" in capsys.readouterr().out
+    assert [row["user"] for row in accounting_report(state, "user")] == ["bob"]
+
+
+def test_a_report_signed_again_keeps_its_payload_and_verifies_only_under_the_new_key():
+    other = bytes(range(1, 33))
+    line = make(KEY, NODE, "memory", {"key": "resnet", "need": 4 << 30}, job="7", at=1.0)
+    again = reports.signed(line, other)
+    assert again.split(" ")[1] == line.split(" ")[1]
+    assert reports.open_report(again, other) == reports.open_report(line, KEY)
+    with pytest.raises(reports.ReportError):
+        reports.open_report(again, KEY)
+    assert reports.signed(line, KEY) == line
+    assert reports.signed("not a report", other) == "not a report"
+
+
 def test_a_memory_need_replayed_with_other_content_changes_nothing(receiver, state):
     first = make(KEY, NODE, "memory", {"key": "resnet", "need": 4 << 30}, job="7", at=1.0)
     other = make(KEY, NODE, "memory", {"key": "resnet", "need": 30 << 30}, job="7", at=1.0)

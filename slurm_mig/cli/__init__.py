@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from ..safetext import LogEscaper
 from . import (
+    avail,
     bench,
     bound,
     check_config,
@@ -28,8 +29,10 @@ from . import (
     planner,
     report,
     simulate,
+    site_files,
     status,
     train_controller,
+    uninstall,
     validate,
 )
 from .common import INPUT_ERRORS, PROG, Formatter, Parser, version, wrap
@@ -46,15 +49,18 @@ COMMANDS = (
     bench,
     check_config,
     keygen,
+    site_files,
     gres_conf,
     forecast,
     planner,
     status,
     explain,
+    avail,
     report,
     node_flush,
     bound,
     train_controller,
+    uninstall,
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..argtypes import positive_int
+from ..argtypes import count_at_most
 from ..plan import PlanError
 from .common import Formatter, wrap
 
@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     be.add_argument(
         "--reps",
         metavar="N",
-        type=positive_int,
+        type=count_at_most(100_000, "batches"),
         default=None,
         help="seeded batches per table cell (default: the benchmark's own; the paper: 1000)",
     )

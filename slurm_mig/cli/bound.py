@@ -8,7 +8,7 @@ import json
 import math
 import time
 
-from ..argtypes import positive_int
+from ..argtypes import count_at_most, positive_int
 from .common import Formatter, wrap
 
 MAX_BUDGET_S = 3600.0
@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
                     help="number of GPUs")  # fmt: skip
     bo.add_argument("--gpu-model", metavar="MODEL", default="A100-40GB",
                     help="GPU model (default: A100-40GB)")  # fmt: skip
-    bo.add_argument("--jobs", metavar="K", type=positive_int,
+    bo.add_argument("--jobs", metavar="K", type=count_at_most(1_000_000, "jobs"),
                     help="the first K jobs (or K jobs of a preset)")  # fmt: skip
     bo.add_argument("--seed", metavar="S", type=int, default=0,
                     help="seed of a preset's draws (default: 0)")  # fmt: skip

@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
+from ..devices.base import DeviceError
 from ..geometry import MODELS, GeometryError, GpuModel, get_model
 from ..plan import Plan, PlanError
 from ..planner import Batch, UnknownPlanner, get_planner
@@ -21,7 +22,16 @@ PROG = "slurm-mig"
 DEFAULT_PLANNER = "auto"
 
 # Errors that are the operator's input, not a bug: one line, exit 2.
-INPUT_ERRORS = (WorkloadError, GeometryError, UnknownPlanner, PlanError, OSError, ValueError)
+# DeviceError: the NVML layer's one error path, its message already ends in the hint
+INPUT_ERRORS = (
+    WorkloadError,
+    GeometryError,
+    UnknownPlanner,
+    PlanError,
+    DeviceError,
+    OSError,
+    ValueError,
+)
 
 TASKS_HELP = """\
 task input (TASKS):

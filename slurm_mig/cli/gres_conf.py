@@ -61,6 +61,17 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The command; a device fault (no driver, no NVML library, no permission) is one
+    line and exit 2, so that the boot unit fails (closed) with a reason, not a traceback."""
+    from ..devices.base import DeviceError
+
+    try:
+        return _run(args)
+    except DeviceError as exc:
+        raise ValueError(f"gres-conf: {exc.line()}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..devices.migcaps import parse_minors
     from ..slurm import gres

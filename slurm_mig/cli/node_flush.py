@@ -42,6 +42,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_address
+    from ..slurm.assignment import load_key
     from ..slurm.reports import Spool
 
     config = load_config(args.config)
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     address = parse_address(config.reports)
     if address is None:
         raise ValueError("[planner] reports is off in the config: there is nowhere to send to")
+    key = load_key(config.key_file)  # reports spooled before a key rotation go out re-signed
     warnings: list[str] = []
     spool = Spool(config.run_dir_for(node), warn=warnings.append)
     delivered, problem = 0, None
@@ -59,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
         before = len(spool.pending())
         if not before:
             break
-        sent, problem = spool.flush(address, seconds=args.timeout, connect_timeout=args.timeout)
+        sent, problem = spool.flush(
+            address, seconds=args.timeout, connect_timeout=args.timeout, key=key
+        )
         delivered += sent
         if problem or len(spool.pending()) >= before:
             break

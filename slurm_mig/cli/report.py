@@ -9,7 +9,30 @@ from datetime import datetime
 from pathlib import Path
 
 from ..safetext import printable
+from .columns import (
+    Column,
+    Field,
+    add_options,
+    check_json,
+    fields_help,
+    format_lines,
+    parse_format,
+)
 from .common import Formatter, wrap
+
+# -o/--format; %k's header is the --by key (USER, ACCOUNT, PROFILE, KEY)
+COLUMNS = (
+    Column("k", "USER", "what the totals are by (--by: user, account, profile, key)"),
+    Column("m", "MODEL", "GPU model"),
+    Column("n", "RUNS", "finished runs"),
+    Column("R", "RESTARTS", "of them, restarted runs"),
+    Column("s", "SECONDS", "seconds run"),
+    Column("c", "SLICE-S", "slice-seconds (compute slices x seconds)"),
+    Column("h", "GPU-H", "GPU-hours (slice-seconds over the GPU's slices)"),
+    Column("e", "KWH*", "energy in kWh, modelled from the GPU's power curve"),
+    Column("p", "PROFILES", "the MIG profiles the runs had"),
+)
+DEFAULT_FORMAT = "%k %m %.n %.R %.s %.c %.h %.e  %p"
 
 
 def add_parser(sub) -> None:
@@ -25,13 +48,14 @@ def add_parser(sub) -> None:
             "Energy is modelled from the GPU's power curve, not measured. Nodes that "
             "have not reported (or not for a day) are named on stderr, with since when."
         ),
+        epilog=fields_help(COLUMNS),
     )
     p.add_argument("--config", metavar="PATH", help="config file (default: as the planner)")
     p.add_argument("--by", choices=("user", "account", "profile", "key"), default="user")
     p.add_argument(
         "--since", metavar="DATE", help="runs that ended from DATE on (YYYY-MM-DD[THH:MM])"
     )
-    fmt = p.add_mutually_exclusive_group()
+    fmt = add_options(p, DEFAULT_FORMAT, "and no footnote; with --csv, no CSV header")
     fmt.add_argument("--csv", action="store_true", help="CSV with a header line")
     fmt.add_argument("--json", action="store_true", help="a JSON list")
     p.set_defaults(handler=run)
@@ -90,35 +114,51 @@ def _cell(value: object) -> object:
     return printable(value) if isinstance(value, str) else value
 
 
+def rows(report_rows: list[dict], by: str) -> list[dict[str, str]]:
+    """The totals as rows of cells (letter -> text) for -o/--format."""
+    return [
+        {
+            "k": printable(r[by], 64),
+            "m": printable(r["model"], 32),
+            "n": str(r["runs"]),
+            "R": str(r["restarts"]),
+            "s": f"{r['seconds']:.1f}",
+            "c": f"{r['slice_seconds']:.1f}",
+            "h": f"{r['gpu_hours']:.4f}",
+            "e": f"{r['energy_kwh']:.5f}",
+            "p": printable(r["profiles"], 200),
+        }
+        for r in report_rows
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..slurm.accounting import report, rows_csv
 
+    check_json(args)
+    fmt = parse_format(getattr(args, "format", None) or DEFAULT_FORMAT, COLUMNS)
     config = load_config(args.config)
     since = _since(args.since)
     path = Path(config.state_dir)
     try:
-        rows = report(path, args.by, since)
+        got = report(path, args.by, since)
     except PermissionError:
         raise ValueError(f"cannot read {path}: the accounting store is root's") from None
     _silent(config)
+    header = not getattr(args, "noheader", False)
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(got, indent=1))
     elif args.csv:
-        print(rows_csv([{k: _cell(v) for k, v in r.items()} for r in rows]), end="")
-    else:
-        if not rows:
+        text = rows_csv([{k: _cell(v) for k, v in r.items()} for r in got])
+        print(text if header else text.partition("\n")[2], end="")
+    elif not got:
+        if header:
             print("no finished runs recorded yet")
-            return 0
-        head = f"{args.by.upper():<16} {'MODEL':<10} {'RUNS':>5} {'RESTARTS':>8} {'SECONDS':>10} "
-        head += f"{'SLICE-S':>10} {'GPU-H':>8} {'KWH*':>9}  PROFILES"
-        print(head)
-        for r in rows:
-            who, model = printable(r[args.by], 64), printable(r["model"], 32)
-            print(
-                f"{who:<16} {model:<10} {r['runs']:>5} {r['restarts']:>8} "
-                f"{r['seconds']:>10.1f} {r['slice_seconds']:>10.1f} {r['gpu_hours']:>8.4f} "
-                f"{r['energy_kwh']:>9.5f}  {r['profiles']}"
-            )
-        print("* energy modelled from the GPU's power curve (no energy counter read)")
+    else:
+        heads = [c if c.letter != "k" else Column("k", args.by.upper(), "") for c in COLUMNS]
+        for line in format_lines(fmt, rows(got, args.by), heads, header):
+            print(line)
+        if header and "e" in {f.letter for f in fmt if isinstance(f, Field)}:
+            print("* energy modelled from the GPU's power curve (no energy counter read)")
     return 0

@@ -11,6 +11,7 @@ import json
 import sys
 import textwrap
 
+from ..argtypes import count_at_most
 from ..argtypes import positive_int as _positive_int
 
 LOAD_RANGE = (0.05, 20.0)  # --load, as sim.jobs.LOAD_RANGE (kept here: a cheap --help)
@@ -95,7 +96,7 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
         ),
         epilog=EPILOG.format(policies=describe(width=14, columns=84)),
     )
-    si.add_argument("--gpus", metavar="N", type=_positive_int, required=True,
+    si.add_argument("--gpus", metavar="N", type=count_at_most(10_000, "GPUs"), required=True,
                     help="number of GPUs in the cluster")  # fmt: skip
     si.add_argument("--nodes", metavar="M", type=_positive_int, default=1,
                     help="nodes the GPUs are spread over, N/M each (default: 1)")  # fmt: skip
@@ -111,7 +112,7 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                     help="pcie-paper: share of PCIe-bound jobs, 0..1 (default: 0.4)")  # fmt: skip
     si.add_argument("--rate-multiplier", metavar="K", type=_multiplier,
                     help="smart-mig presets: arrival rate as a multiple of the base rate (default: 20)")  # fmt: skip
-    si.add_argument("--jobs", metavar="K", type=_positive_int,
+    si.add_argument("--jobs", metavar="K", type=count_at_most(1_000_000, "jobs"),
                     help="number of jobs (presets) or the first K of a file")  # fmt: skip
     si.add_argument("--policy", metavar="P1,P2,...", default="baseline,far",
                     help="policies to compare (default: baseline,far)")  # fmt: skip

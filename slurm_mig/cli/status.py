@@ -9,10 +9,40 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .columns import (
+    Column,
+    Format,
+    add_options,
+    check_json,
+    fields_help,
+    format_lines,
+    parse_format,
+)
 from .common import Formatter, wrap
 
 STATUS_FILE = "planner-status.json"
 EXIT_STALE = 3
+WIDE = 1000  # columns to draw in when stdout is no terminal and COLUMNS is unset
+
+# -o/--format: one line per instance and per waiting job (squeue's letters where they mean
+# the same: %i %u %j %T %N %S %L %Q %r)
+COLUMNS = (
+    Column("i", "JOBID", "job id ('-': an instance without a job)"),
+    Column("u", "USER", "the job's user"),
+    Column("j", "NAME", "the job's name"),
+    Column("T", "STATE", "running, kept, idle; planned, released, waiting, deferred, noted"),
+    Column("N", "NODE", "node"),
+    Column("g", "GPU", "GPU index on the node"),
+    Column("m", "MODEL", "GPU model"),
+    Column("P", "PROFILE", "MIG profile"),
+    Column("l", "PLACEMENT", "placement: first memory slice:memory slices"),
+    Column("U", "UUID", "MIG UUID (from the node's records)"),
+    Column("S", "START", "running: when its instance was ready; waiting: projected"),
+    Column("L", "LEFT", "time left of its planned runtime ('late 41s' once past)"),
+    Column("Q", "PRIORITY", "Slurm's priority as the planner read it"),
+    Column("r", "REASON", "why it waits, or what a jobless instance is kept for"),
+)
+DEFAULT_FORMAT = "%.i %u %j %T %N %.g %P %.L %S %r"
 
 
 def add_parser(sub) -> None:
@@ -22,7 +52,8 @@ def add_parser(sub) -> None:
         help="show live MIG instances, free slices and the planned queue (admins)",
         description=wrap(
             "Per node and GPU: the live MIG instances like nvidia-smi's MIG table "
-            "(profile, placement, UUID, job, user, since, drift against the plan), the "
+            "(profile, placement, UUID, job, user, since, time left of its planned "
+            "runtime: 'late 41s' once past it), the "
             "free compute slices, the largest profile that could be created now and the "
             "fragmentation cost (1 - largest free block / free slices); then the queue "
             "with each planned job's node, GPU, profile and projected start. Reads the "
@@ -33,12 +64,24 @@ def add_parser(sub) -> None:
             f"status {EXIT_STALE}: is slurm-mig-planner running? Exit status: 0 fresh, "
             f"{EXIT_STALE} stale, 2 on errors (no config, status file not readable, no "
             "squeue)."
+        )
+        + "\n\n"
+        + wrap(
+            "Piped, it draws full columns (COLUMNS when set); --watch then prints each "
+            "refresh below the last, as 'squeue -i' does. -o/--format or --noheader "
+            "print one line per instance and waiting job instead, for scripts."
         ),
+        epilog=fields_help(COLUMNS),
     )
     p.add_argument("--config", metavar="PATH", help="config file (default: as the planner)")
     p.add_argument("--node", metavar="N", help="show this node only")
-    p.add_argument("--json", action="store_true", help="print the view as JSON")
-    p.add_argument("--watch", action="store_true", help="refresh in place until Ctrl-C")
+    group = add_options(p, DEFAULT_FORMAT, "implies the one-line-per-job list")
+    group.add_argument("--json", action="store_true", help="print the view as JSON")
+    p.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh until Ctrl-C: in place on a terminal, else one view after another",
+    )
     p.add_argument(
         "--interval",
         type=float,
@@ -121,6 +164,7 @@ def render(view) -> Any:
 
     from ..safetext import printable
     from ..statusview import ago as _ago
+    from ..statusview import left_text
     from ..statusview import when as _when
 
     def plain(value: object, style: str = "") -> Text:
@@ -151,11 +195,10 @@ def render(view) -> Any:
             ("Job", {}),
             ("User", {}),
             ("Since", {}),
-            ("Drift", {"justify": "right"}),
+            ("Left", {"justify": "right"}),
         ):
             t.add_column(name, **kw)
         for i in g.instances:
-            drift = "-" if i.drift is None else f"{i.drift:+.0f}s"
             cells = (
                 i.profile,
                 f"{i.placement[0]}:{i.placement[1]}",
@@ -163,7 +206,7 @@ def render(view) -> Any:
                 i.job or i.note,
                 i.user or "-",
                 _ago(i.since, now) if i.since else "-",
-                drift,
+                left_text(i.drift),
             )
             t.add_row(*(plain(c) for c in cells))
         if not g.instances:
@@ -195,11 +238,80 @@ def render(view) -> Any:
     return Group(*parts)
 
 
+def rows(view) -> list[dict[str, str]]:
+    """The view as one row per instance and per waiting job (letter -> cell), for
+    -o/--format: the instances by node and GPU, then the queue in its order."""
+    from ..statusview import left_text
+
+    def clock(t: float | None) -> str:
+        return "-" if t is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+    out = []
+    for g in view.gpus:
+        for i in g.instances:
+            state = "running" if i.job else ("idle" if i.note == "idle" else "kept")
+            out.append(
+                {
+                    "i": i.job or "-",
+                    "u": i.user or "-",
+                    "j": i.name or "-",
+                    "T": state,
+                    "N": g.node,
+                    "g": str(g.gpu),
+                    "m": g.model,
+                    "P": i.profile,
+                    "l": f"{i.placement[0]}:{i.placement[1]}",
+                    "U": i.uuid or "-",
+                    "S": clock(i.since),
+                    "L": left_text(i.drift) if i.job else "-",
+                    "Q": "-",
+                    "r": "-" if i.job else i.note,
+                }
+            )
+    models = {(g.node, g.gpu): g.model for g in view.gpus}
+    for r in view.queue:
+        why = r.why
+        if not why and r.free_at is not None:
+            why = f"slices busy until {clock(r.free_at)}"
+        out.append(
+            {
+                "i": r.job,
+                "u": r.user or "-",
+                "j": r.name or "-",
+                "T": r.state,
+                "N": r.node or "-",
+                "g": "-" if r.gpu is None else str(r.gpu),
+                "m": models.get((r.node, r.gpu), "-"),
+                "P": r.profile or "-",
+                "l": "-",
+                "U": "-",
+                "S": clock(r.start),
+                "L": "-",
+                "Q": "-" if r.priority is None else str(r.priority),
+                "r": why or "-",
+            }
+        )
+    return out
+
+
 def _console() -> Any:
-    """Where status draws (a test draws into a recording console instead)."""
+    """Where status draws (a test draws into a recording console instead): the
+    terminal's width, or when stdout is no terminal COLUMNS or else `WIDE` columns, so
+    that a pipe gets every column in full."""
+    import os
+
     from rich.console import Console
 
-    return Console()
+    console = Console()
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
+        console = Console(width=WIDE)
+    console.on_broken_pipe = _reader_gone  # type: ignore[method-assign]
+    return console
+
+
+def _reader_gone() -> None:
+    """rich's reaction to a closed pipe is exit status 1; the CLI's is 141, quietly."""
+    raise BrokenPipeError
 
 
 def run(args: argparse.Namespace) -> int:
@@ -207,16 +319,31 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0.1 <= args.interval <= 3600:
         raise ValueError(f"--interval {args.interval:g}: give 0.1 to 3600 seconds")
+    check_json(args)
+    listing = getattr(args, "format", None) or getattr(args, "noheader", False)
+    fmt = parse_format(args.format or DEFAULT_FORMAT, COLUMNS) if listing else None
     config = load_config(args.config)
     view = load_view(config, args.node)
     code = EXIT_STALE if view.stale else 0
     if args.json:
         print(json.dumps(view.to_json(), indent=1))
         return code
+    if fmt is not None:
+        return _list(view, fmt, args, lambda: load_view(config, args.node), code)
     console = _console()
     if not args.watch:
         console.print(render(view))
         return code
+    if not console.is_terminal:  # a pipe: one view after another, each flushed
+        try:
+            while True:
+                console.print(render(view))
+                console.file.flush()
+                time.sleep(args.interval)
+                view = load_view(config, args.node)
+                console.print()
+        except KeyboardInterrupt:
+            return 0
     from rich.live import Live
 
     try:
@@ -226,3 +353,28 @@ def run(args: argparse.Namespace) -> int:
                 live.update(render(load_view(config, args.node)))
     except KeyboardInterrupt:
         return 0
+
+
+def _list(view, fmt: Format, args: argparse.Namespace, reload, code: int) -> int:
+    """-o/--format: the rows as lines; with --watch, again every interval (a stale
+    planner's line, and with the header the time, first: squeue -i's habit)."""
+    import sys
+
+    header = not args.noheader
+    while True:
+        if header and args.watch:
+            print(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(view.now)))
+        if view.stale:
+            print(f"slurm-mig status: {view.stale}", file=sys.stderr)
+        for line in format_lines(fmt, rows(view), COLUMNS, header):
+            print(line)
+        if not args.watch:
+            return code
+        sys.stdout.flush()
+        try:
+            time.sleep(args.interval)
+        except KeyboardInterrupt:
+            return 0
+        view = reload()
+        if header:
+            print()

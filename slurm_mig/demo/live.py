@@ -161,15 +161,21 @@ class LiveCluster:
         return self
 
     def _job_submit_lua(self) -> Path:
-        lua = ROOT / "contrib" / "job_submit.lua"
-        if not self.allow_root_jobs:
-            return lua
-        text = lua.read_text()
-        line = "local ALLOW_ROOT_JOBS = false"
-        assert line in text, f"{lua} has no line {line!r}"
-        copy = self.root / "etc" / "job_submit.lua"
-        copy.write_text(text.replace(line, "local ALLOW_ROOT_JOBS = true"))
-        return copy
+        """job_submit.lua as a site installs it: written by `slurm-mig site-files` from
+        this cluster's config (its partition, MAX_MIG_MEM of its GPU model)."""
+        site = self.root / "site"
+        subprocess.run(
+            [sys.executable, "-m", "slurm_mig", "site-files", "--force", "--config",
+             str(self.config_path), str(site)],
+            check=True, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        lua = site / "job_submit.lua"
+        if self.allow_root_jobs:
+            text = lua.read_text()
+            line = "local ALLOW_ROOT_JOBS = false"
+            assert line in text, f"{lua} has no line {line!r}"
+            lua.write_text(text.replace(line, "local ALLOW_ROOT_JOBS = true"))
+        return lua
 
     def stop(self) -> None:
         self.stop_planner()

@@ -52,6 +52,10 @@ class DeviceError(Exception):
     def __str__(self) -> str:
         return f"{self.message} (hint: {self.hint})" if self.hint else self.message
 
+    def line(self) -> str:
+        """The operator's one line: ``<what> (<the fix>)``, as the CLI's errors read."""
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
 
 class PlacementConflict(DeviceError):
     """The placement overlaps a live instance (NVML_ERROR_INSUFFICIENT_RESOURCES)."""
@@ -120,6 +124,10 @@ class MigBackend(ABC):
         try:
             with open(MIG_MINORS, encoding="ascii", errors="replace") as f:
                 return f.read(MAX_TABLE_BYTES + 1)
+        except PermissionError as exc:
+            raise NoPermission(
+                f"cannot read {MIG_MINORS}: {exc.strerror}", hint="run as root"
+            ) from None
         except OSError as exc:
             raise DeviceUnavailable(
                 f"cannot read {MIG_MINORS}: {exc.strerror}",

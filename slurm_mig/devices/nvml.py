@@ -166,9 +166,11 @@ class NvmlBackend(MigBackend):
         name = self._code_name(value) if isinstance(value, int) else "UNKNOWN"
         cls, hint = _ERRORS.get(name, (DeviceUnavailable, _DEFAULT_HINT))
         text = _TEXT.get(name) or _text(exc)
+        if not text.startswith("NVML "):  # pynvml's own texts start so for some codes
+            text = f"NVML {text}"
         where = f"GPU {gpu}: " if gpu is not None else ""
         hint = hint.replace("{gpu}", "N" if gpu is None else str(gpu))
-        return cls(f"{where}{what}: NVML {text} (NVML_ERROR_{name})", hint=hint)
+        return cls(f"{where}{what}: {text} (NVML_ERROR_{name})", hint=hint)
 
     def _call(self, what: str, gpu: int | None, fn: str, *args: Any) -> Any:
         nvml = self.nvml

@@ -55,12 +55,15 @@ sibling subtrees are timed when both are used (with one unused, swapping changes
 nothing: the node order against every other node is kept).
 
 ``time_budget`` bounds the search; when it runs out the best assignment found is
-returned with ``stats["optimal"] = False``.
+returned with ``stats["optimal"] = False``. The search is a loop over an explicit stack
+(a batch is as deep as it has tasks), and a batch with more task-node options than
+``EXACT_MAX_OPTIONS`` is not searched: FAR's plan is returned (``stats["searched"]``).
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -75,6 +78,8 @@ from .far import SCALE_TASKS, Forest, far_schedule, time_assignment
 from .far_planner import plan_far
 from .registry import BatchPolicy
 from .timeline import retime_onto, to_plan
+
+log = logging.getLogger(__name__)
 
 _REL = 1e-12  # a bound within this relative margin of the incumbent cannot beat it
 
@@ -499,26 +504,54 @@ class _Search:
                 M[o + v] = (top[v] if top[v] > c else c) + create[v]
         self.emax[g] = sub_enh[0]
 
-    def _dfs(self, k: int) -> None:
+    def _dfs(self, k0: int) -> None:
+        """Depth-first branch and bound from level ``k0``, with an explicit stack (a
+        batch of thousands of tasks is as deep as it has tasks: no Python recursion)."""
+        first = self._expand(k0)
+        if first is None:
+            return
+        # one frame per level: [candidates, next candidate, undo record of the child]
+        stack: list[list] = [[first, 0, None]]
+        while stack:
+            frame = stack[-1]
+            k = k0 + len(stack) - 1
+            if frame[2] is not None:
+                self._unplace(frame[2])
+                frame[2] = None
+            cands, i = frame[0], frame[1]
+            if i >= len(cands) or cands[i][0] >= self.best * (1 - _REL):
+                self.x[k] = -1
+                stack.pop()
+                continue
+            frame[1] = i + 1
+            _, v, t = cands[i]
+            frame[2] = self._place(k, v, t)
+            child = self._expand(k + 1)
+            if child is not None:
+                stack.append([child, 0, None])
+
+    def _expand(self, k: int) -> list[tuple[float, int, float]] | None:
+        """Visit level ``k``: None when the partial assignment is pruned or complete
+        (then scored), else the candidate nodes of task k, best bound first."""
         self.explored += 1
         if not self.explored & 31 and time.perf_counter() > self.deadline:
             raise _OutOfTime
         n = len(self.order)
         cut = self.best * (1 - _REL)
         if max(self.emax) >= cut:
-            return
+            return None
         if k == n:
             self._leaf()
-            return
+            return None
         if self.min_create + (self.area + self.rem_area[k]) / self.slices >= cut:
-            return
+            return None
         # look-ahead: every unplaced task ends up on some node v, and every path
         # through v then reaches M[v] + its time
-        M, L, cnt = self.M, self.L, self.cnt
+        M, cnt = self.M, self.cnt
         best_of_size = {s: min(M[v] for v in nodes) for s, nodes in self.by_size}
         for j in range(k + 1, n):
             if min(best_of_size[s] + t for s, t in self.sized[j]) >= cut:
-                return
+                return None
         # candidates for task k, under the symmetry-breaking rules
         gcount, requires, T = self.gcount, self.requires, self.T
         opened = sum(1 for c in gcount if c)
@@ -534,27 +567,31 @@ class _Search:
             if lb < cut:
                 cands.append((lb, v, t))
         cands.sort()
-        cover = self.cover
-        for lb, v, t in cands:
-            if lb >= self.best * (1 - _REL):
-                break
-            g = v // T
-            lo, hi = g * T, (g + 1) * T
-            old_L, old_area, old_emax, old_M = L[v], self.area, self.emax[g], M[lo:hi]
-            L[v] = old_L + t
-            cnt[v] += 1
-            self.area = old_area + cover[v] * t
-            self._refresh(g)
-            gcount[g] += 1
-            self.x[k] = v
-            self._dfs(k + 1)
-            gcount[g] -= 1
-            cnt[v] -= 1
-            L[v] = old_L
-            self.area = old_area
-            M[lo:hi] = old_M
-            self.emax[g] = old_emax
-        self.x[k] = -1
+        return cands
+
+    def _place(self, k: int, v: int, t: float) -> tuple:
+        """Put task k on node v (time t); returns what ``_unplace`` restores."""
+        T, L, M = self.T, self.L, self.M
+        g = v // T
+        lo, hi = g * T, (g + 1) * T
+        undo = (v, g, L[v], self.area, self.emax[g], M[lo:hi])
+        L[v] += t
+        self.cnt[v] += 1
+        self.area += self.cover[v] * t
+        self._refresh(g)
+        self.gcount[g] += 1
+        self.x[k] = v
+        return undo
+
+    def _unplace(self, undo: tuple) -> None:
+        v, g, old_L, old_area, old_emax, old_M = undo
+        T = self.T
+        self.gcount[g] -= 1
+        self.cnt[v] -= 1
+        self.L[v] = old_L
+        self.area = old_area
+        self.M[g * T : (g + 1) * T] = old_M
+        self.emax[g] = old_emax
 
     def _leaf(self) -> None:
         ms, maps = self.score(self.L, self.best)
@@ -644,6 +681,18 @@ def _far(tasks: Sequence[Task], model: GpuModel, gpus: int) -> tuple[list[list[i
     return res.assign, time_assignment(res.forest, tasks, res.assign)[0].makespan
 
 
+# The search keeps every (task, node) option of the batch: about 90 bytes each. Above
+# this many (1,000 tasks on 64 A100s hold 960,000) ``exact`` keeps FAR's plan instead of
+# taking memory that grows with tasks x GPUs (a daemon with algorithm = "exact" and a
+# large queue must not run out of memory, nor the CLI on a typo).
+EXACT_MAX_OPTIONS = 1_000_000
+
+
+def searchable(tasks: int, nodes: int) -> bool:
+    """Whether the exact search takes a batch of ``tasks`` on a forest of ``nodes``."""
+    return tasks * nodes <= EXACT_MAX_OPTIONS
+
+
 def _solve(
     tasks: Sequence[Task],
     model: GpuModel,
@@ -655,7 +704,7 @@ def _solve(
     branch and bound until ``time_budget`` seconds after the call.
 
     Returns (forest, assignment, optimal, explored); the assignment is never worse
-    than FAR's.
+    than FAR's, and is FAR's (explored 0) for a batch above ``EXACT_MAX_OPTIONS``.
     """
     t0 = time.perf_counter()
     budget = max(0.0, time_budget)
@@ -664,6 +713,8 @@ def _solve(
         return forest, [[] for _ in range(forest.nodes)], True, 0
     if far_assign is None:
         far_assign = _far(tasks, model, gpus)[0]
+    if not searchable(len(tasks), forest.nodes):
+        return forest, [list(a) for a in far_assign], False, 0
     search = _Search(tasks, forest)
     start = _improve(search, [list(a) for a in far_assign], t0 + 0.25 * budget)
     assign, _, optimal, explored = search.run(start, t0 + budget)
@@ -702,7 +753,18 @@ def plan_exact(batch: Batch, time_budget: float = 10.0) -> Plan:
         batch.tasks, batch.model, batch.gpus, budget, far_assign
     )
     timeline, _ = time_assignment(forest, batch.tasks, assign)
+    searched = searchable(len(batch.tasks), forest.nodes)
+    if not searched:
+        log.warning(
+            "planner exact: %d tasks on %d GPUs hold %d task-node options, above the "
+            "search's %d; FAR's plan is kept (use far or auto for batches this large)",
+            len(batch.tasks),
+            batch.gpus,
+            len(batch.tasks) * forest.nodes,
+            EXACT_MAX_OPTIONS,
+        )
     stats = {
+        "searched": searched,
         "planning_seconds": time.perf_counter() - t0,
         "optimal": optimal,
         "explored": explored,

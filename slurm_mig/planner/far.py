@@ -642,7 +642,7 @@ def refine_gpus(
             if budget < 0:
                 break
             sub = [tasks[i] for i in idx]
-            res = far_schedule(sub, forest.model, 2)
+            res = far_schedule(sub, forest.model, 2, pairs=False)  # no pairs of the pair
             tl, _ = time_assignment(res.forest, sub, res.assign)
             pair_ends = gpu_ends(tl, 2)
             if max(pair_ends) < ends[last] * (1 - 1e-12) and (
@@ -699,10 +699,13 @@ def far_schedule(
     start: Sequence[Gpu] | None = None,
     now: float = 0.0,
     scale: bool | None = None,
+    pairs: bool = True,
 ) -> FarResult:
     """Phases 1-3 on a batch, onto ``start`` (the GPUs at ``now``; idle if None);
     returns the chosen tree assignment. ``scale``: the ladder of large batches (default:
-    from ``SCALE_TASKS`` tasks)."""
+    from ``SCALE_TASKS`` tasks). ``pairs``: refine a large batch GPU pair by GPU pair
+    (``refine_gpus``); False inside that refinement, whose two-GPU plans would else
+    refine themselves again without end."""
     forest = Forest.build(model, gpus)
     busy = bool(start) and any(g.instances for g in start)  # type: ignore[union-attr]
     avail = Availability.of(forest, start, now) if busy else None  # type: ignore[arg-type]
@@ -726,7 +729,7 @@ def far_schedule(
             if new_tl.makespan <= base_tl.makespan:
                 result.assign, result.moves, result.swaps = trial, moves, swaps
                 result.timeline = new_tl
-    if refine_phase and scale and avail is None and gpus > 1:
+    if refine_phase and pairs and scale and avail is None and gpus > 1:
         base_tl = result.timeline
         if base_tl is None:
             base_tl, _ = time_assignment(forest, tasks, result.assign, start, now=now)

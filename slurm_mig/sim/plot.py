@@ -7,30 +7,45 @@ from pathlib import Path
 
 from .metrics import SimResult
 
-_MAX_POINTS = 4000  # utilisation steps drawn per policy
+_MAX_POINTS = 4000  # utilisation bins drawn per policy
 
 
-def _downsample(t: Sequence[float], v: Sequence[float], t_end: float) -> tuple[list, list]:
-    """Time-weighted means over at most _MAX_POINTS equal bins."""
-    if not t:
+def binned_mean(
+    t: Sequence[float], v: Sequence[float], t_end: float, bins: int | None = None
+) -> tuple[list[float], list[float]]:
+    """Bin centres and the time-weighted mean of a step function over equal bins.
+
+    ``v[i]`` holds from ``t[i]`` to ``t[i + 1]`` (the last to ``t_end``). Each bin gets
+    the part of every interval that lies inside it, divided by the bin's width, so a
+    bin's value never leaves the range of ``v`` and the bins' mean is the mean over
+    the whole span. ``bins`` defaults to one per step, at most ``_MAX_POINTS``.
+    """
+    import numpy as np
+
+    if not len(t):
         return [], []
-    t0 = t[0]
-    span = max(t_end - t0, 1e-9)
-    bins = min(_MAX_POINTS, max(1, len(t)))
-    width = span / bins
-    area = [0.0] * bins
-    for i in range(len(t)):
-        a = t[i]
-        b = t[i + 1] if i + 1 < len(t) else t_end
-        while a < b:
-            k = min(bins - 1, int((a - t0) / width))
-            edge = min(b, t0 + (k + 1) * width)
-            if edge <= a:  # float edge case: step to the next bin
-                edge = b
-            area[k] += v[i] * (edge - a)
-            a = edge
-    xs = [t0 + (k + 0.5) * width for k in range(bins)]
-    return xs, [x / width for x in area]
+    tt = np.asarray(t, dtype=float)
+    vv = np.asarray(v, dtype=float)
+    t0 = float(tt[0])
+    t_end = max(float(t_end), float(tt[-1]))
+    if t_end <= t0:  # nothing elapsed: the value at t0 is the mean
+        return [t0], [float(vv[-1])]
+    n = bins if bins is not None else min(_MAX_POINTS, len(tt))
+    n = max(1, int(n))
+    # the integral of the step function at each change, then at each bin edge
+    knots = np.append(tt, t_end)
+    cum = np.concatenate(([0.0], np.cumsum(vv * np.diff(knots))))
+    edges = np.linspace(t0, t_end, n + 1)
+    area = np.diff(np.interp(edges, knots, cum))
+    # a mean lies within the values it averages: clip the last bits of float rounding
+    means = np.clip(area / np.diff(edges), vv.min(), vv.max())
+    return ((edges[:-1] + edges[1:]) / 2).tolist(), means.tolist()
+
+
+def utilisation_percent(r: SimResult, bins: int | None = None) -> tuple[list[float], list[float]]:
+    """Hours since the first arrival and the share of compute slices busy (%) per bin."""
+    xs, ys = binned_mean(r.util_t, r.util_busy, r.t_end, bins)
+    return [(x - r.t0) / 3600 for x in xs], [100 * y / r.slices_total for y in ys]
 
 
 def draw(results: Sequence[SimResult], path: str | Path, title: str = "") -> Path:
@@ -45,9 +60,8 @@ def draw(results: Sequence[SimResult], path: str | Path, title: str = "") -> Pat
         jct = sorted(r.jct)
         n = len(jct)
         ax1.step(jct, [(i + 1) / n for i in range(n)], where="post", label=r.policy)
-        xs, ys = _downsample(r.util_t, r.util_busy, r.t_end)
-        ax2.plot([(x - r.t0) / 3600 for x in xs], [100 * y / r.slices_total for y in ys],
-                 label=r.policy, linewidth=0.8)  # fmt: skip
+        hours, percent = utilisation_percent(r)
+        ax2.plot(hours, percent, label=r.policy, linewidth=0.8, drawstyle="steps-mid")
     ax1.set_xscale("log")
     ax1.set_xlabel("job completion time (s)")
     ax1.set_ylabel("share of jobs")

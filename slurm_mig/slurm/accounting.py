@@ -85,6 +85,9 @@ def energy_joules(model_name: str, slices: int, seconds: float) -> float | None:
     return round(watts * max(0.0, seconds), 3)
 
 
+# Schema versions of accounting.sqlite (``PRAGMA user_version``, ``storeschema``): 0: the
+# layout before versioning (tables runs and offsets), or a new file; 1: the same tables
+# and an index on the runs' end (what `report --since` selects by).
 RUNS_TABLE = (
     "CREATE TABLE IF NOT EXISTS {schema}runs (job_id TEXT, restart INTEGER, node TEXT,"
     " user TEXT, account TEXT, key TEXT, model TEXT, gpu INTEGER, profile TEXT,"
@@ -94,14 +97,42 @@ RUNS_TABLE = (
 INSERT_RUN = "INSERT OR IGNORE INTO {schema}runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
+OFFSETS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS {schema}offsets (path TEXT PRIMARY KEY, inode INTEGER, pos INTEGER)"
+)
+
+
+def schema():
+    """accounting.sqlite's layouts (``storeschema.Schema``), built when first needed: the
+    Epilog imports this module and never opens the store."""
+    from .. import storeschema as ss
+
+    return ss.Schema(
+        "accounting store",
+        {
+            1: ss.script(
+                f"{RUNS_TABLE};{OFFSETS_TABLE};"
+                "CREATE INDEX IF NOT EXISTS {schema}runs_by_end ON runs (end)"
+            )
+        },
+    )
+
+
 def _open(state_dir: Path):
+    """A connection to the store, migrated to the current schema (a newer one:
+    ``storeschema.SchemaError``, the file left as it was)."""
     import sqlite3
 
-    db = sqlite3.connect(state_dir / STORE, timeout=2.0)
-    db.execute(RUNS_TABLE.format(schema=""))
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS offsets (path TEXT PRIMARY KEY, inode INTEGER, pos INTEGER)"
-    )
+    from .. import storeschema
+
+    path = state_dir / STORE
+    storeschema.check_file(path, schema())
+    db = sqlite3.connect(path, timeout=2.0)
+    try:
+        storeschema.migrate(db, schema(), path)
+    except BaseException:
+        db.close()
+        raise
     return db
 
 

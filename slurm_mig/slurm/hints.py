@@ -1,12 +1,16 @@
 """The ``mig:`` hint a user may put in a job's ``--comment``, parsed strictly.
 
-Grammar: one whitespace-separated word ``mig:k=v,k=v,...`` among free text (the word
-``migplan=...`` is the planner's token and is ignored here). Keys, each at most once:
+Grammar: one whitespace-separated word ``mig:k=v,k=v,...`` among free text (words
+``migplan=...`` are the planner's token and are skipped here). The prefix is lower case:
+a word starting ``MIG:`` or ``Mig:`` (any other case) is refused, not ignored. Keys,
+each at most once:
 
 - ``key``: the job kind runtimes are learned under, 1-64 of ``[A-Za-z0-9_.-]``;
-- ``mem``: memory the job needs: plain bytes, or a number with a binary unit
-  K, M, G, T (also written KiB/KB, MiB/MB, ...; any case; G = GB = GiB = 2**30 bytes,
-  as MIG profile names use "gb"); above 0, at most 1 PiB;
+- ``mem``: memory the job needs: plain bytes (at least 1 MiB, 1048576: ``mem=12`` is
+  surely not 12 bytes), or a number with a unit B, K, M, G, T (also written KiB/KB,
+  MiB/MB, ...; any case; G = GB = GiB = 2**30 bytes, as MIG profile names use "gb");
+  above 0, at most 1 PiB; where the site sets a limit (the largest MIG slice of the
+  partition, ``max_mem``), at most that;
 - ``iters``: a whole number from 1 to 10**9;
 - ``time``: expected runtime: seconds (``90``), a number with a unit s/m/h/d
   (``90s``, ``15m``, ``1.5h``), or ``M:SS`` / ``H:MM:SS``; above 0, at most 366 days;
@@ -19,7 +23,11 @@ Grammar: one whitespace-separated word ``mig:k=v,k=v,...`` among free text (the 
   submission (``now`` given) a date must not be in the past. Slurm's own ``--deadline``
   takes precedence over it.
 
-The whole word is at most 256 bytes. The input is untrusted: anything else is a
+The whole word is at most 256 bytes. Slips that would otherwise be read wrongly are
+refused with the fix: the last setting of ``time``, ``deadline`` or ``mem`` a bare
+number followed by a unit word (``mig:time=2 hours``: write ``time=2h``; ``mig:mem=12
+GB``: write ``mem=12GB``), and a space inside the word (``mig: mem=12G``, ``mig:mem =
+12G``, ``mig:mem= 12G``, ``mig:key=a, mem=1G``). The input is untrusted: anything else is a
 `HintError` (and nothing else: numbers of any length are read as floats first, so no
 conversion can overflow) whose message names the setting, shows the bad text and says
 the fix. ``contrib/job_submit.lua`` implements the same
@@ -31,6 +39,7 @@ from __future__ import annotations
 import calendar
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .comment import MAX_COMMENT, MAX_USER_COMMENT
@@ -59,6 +68,17 @@ _WORD_RE = re.compile(r"[^ \t\n\v\f\r]+")  # ASCII whitespace splits words, as L
 _TIME_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
 _TIME_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _CLOCK_RE = re.compile(r"(?:([0-9]+):)?([0-9]{1,2}):([0-9]{1,2})")
+_ANY_CASE_PREFIX_RE = re.compile(r"[Mm][Ii][Gg]:")  # ASCII only: no Unicode case folding
+TOKEN_PREFIX = "migplan="  # = comment.TOKEN_TAG (the planner's word, skipped)
+MIN_PLAIN_BYTES = 2**20  # below it a size without a unit is surely not meant as bytes
+_UNIT_WORD_RE = re.compile(r"([A-Za-z]+)[.,;:!?)]*")  # a word, maybe ending a sentence
+_TIME_WORDS = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), "s"),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), "m"),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), "h"),
+    **dict.fromkeys(("d", "day", "days"), "d"),
+}
+_SIZE_WORDS = frozenset(u for u in _SIZE_UNITS if u not in ("", "b"))
 
 
 class HintError(ValueError):
@@ -105,6 +125,43 @@ def parse_size(text: str) -> int:
     if value <= 0:
         raise HintError(f"'{text}' is not above 0; {SIZE_FIX}")
     return value
+
+
+def _parse_mem(text: str, max_mem: int = 0) -> int:
+    """``parse_size`` of a ``mem=`` hint: plain bytes below 1 MiB are refused (a unit
+    forgotten), and so is more than ``max_mem`` (when above 0)."""
+    value = parse_size(text)
+    if value < MIN_PLAIN_BYTES and text.isdigit():
+        raise HintError(f"'{text}' is {value} bytes; write {text}G or {text}MiB")
+    if 0 < max_mem < value:
+        most = size_text(max_mem)
+        raise HintError(
+            f"'{text}' exceeds the largest MIG slice of this partition ({most}); "
+            f"ask for at most {most}"
+        )
+    return value
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes in GiB with one decimal, rounded down (``39.6G``; ``40G`` when
+    whole): a size the grammar reads as at most ``n``. job_submit.lua writes the same."""
+    tenths = n * 10 // 2**30
+    whole, tenth = divmod(tenths, 10)
+    return f"{whole}G" if tenth == 0 else f"{whole}.{tenth}G"
+
+
+def largest_profile_memory(models: Iterable[str]) -> int:
+    """Bytes of the largest MIG profile the planner uses on any of the GPU ``models``
+    (names ``geometry.get_model`` knows); 0 without models. A ``mem=`` need above it can
+    never run there: job_submit.lua's MAX_MIG_MEM (``slurm-mig site-files`` fills it)."""
+    from ..geometry import get_model  # lazily: the hooks import this module
+
+    sizes = [
+        m.profile_for_size(s).memory_bytes
+        for m in (get_model(name) for name in models)
+        for s in m.planner_sizes
+    ]
+    return max(sizes, default=0)
 
 
 def parse_duration(text: str) -> float:
@@ -185,7 +242,7 @@ def parse_deadline_date(text: str) -> float:
 
 _PARSERS = {
     "key": _parse_kind,
-    "mem": parse_size,
+    "mem": _parse_mem,
     "iters": _parse_iters,
     "time": parse_duration,
     "pcie": _parse_pcie,
@@ -212,14 +269,54 @@ def comment_problem(comment: str | None, partition: str = "mig") -> str | None:
     )
 
 
+def _hint_and_after(comment: str | None) -> tuple[str | None, list[str]]:
+    """The ``mig:`` word of a comment and the (at most two) words after it, planner
+    tokens skipped; HintError for a second word or a prefix not in lower case."""
+    words = [w for w in _WORD_RE.findall(comment or "") if not w.startswith(TOKEN_PREFIX)]
+    found = None
+    for i, w in enumerate(words):
+        if not _ANY_CASE_PREFIX_RE.match(w):
+            continue
+        if not w.startswith(PREFIX):
+            raise _fail(w, f"write the prefix in lower case: {PREFIX}{w[len(PREFIX) :]}")
+        if found is not None:
+            raise _fail(
+                w, "a second mig: word; put all settings in one mig: word, separated by commas"
+            )
+        found = i
+    if found is None:
+        return None, []
+    return words[found], words[found + 1 : found + 3]
+
+
 def hint_word(comment: str | None) -> str | None:
-    """The ``mig:`` word of a comment, or None; HintError if there are several."""
-    words = [w for w in _WORD_RE.findall(comment or "") if w.startswith(PREFIX)]
-    if len(words) > 1:
-        raise _fail(
-            words[1], "a second mig: word; put all settings in one mig: word, separated by commas"
-        )
-    return words[0] if words else None
+    """The ``mig:`` word of a comment, or None; HintError if there are several, or a
+    word starts with the prefix in another case (``MIG:``)."""
+    return _hint_and_after(comment)[0]
+
+
+def _spaced(shown: str, joined: str) -> HintError:
+    return _fail(shown, f"a space inside the mig: word; write {joined}")
+
+
+def _unit_word(key: str, value: str, after: list[str]) -> HintError | None:
+    """The error for ``time=2 hours`` (a bare number, then a unit word), or None."""
+    if not after or key not in ("time", "deadline", "mem") or not _DECIMAL_RE.fullmatch(value):
+        return None
+    m = _UNIT_WORD_RE.fullmatch(after[0])
+    if not m:
+        return None
+    word = m.group(1)
+    if key == "mem":
+        unit = word if word.lower() in _SIZE_WORDS else None
+    else:
+        unit = _TIME_WORDS.get(word.lower())
+    if unit is None:
+        return None
+    return _fail(
+        f"{key}={value}",
+        f"followed by '{after[0]}': the unit must be part of the value; write {key}={value}{unit}",
+    )
 
 
 def _deadline(text: str, now: float | None) -> dict[str, float]:
@@ -233,10 +330,11 @@ def _deadline(text: str, now: float | None) -> dict[str, float]:
     return {"deadline_in": parse_duration(text)}
 
 
-def parse_hints(comment: str | None, now: float | None = None) -> Hints:
+def parse_hints(comment: str | None, now: float | None = None, max_mem: int = 0) -> Hints:
     """The hints in a job comment; ``Hints()`` (all None) when it has no ``mig:`` word.
-    ``now`` (epoch seconds; at submission): a deadline date must be after it."""
-    word = hint_word(comment)
+    ``now`` (epoch seconds; at submission): a deadline date must be after it.
+    ``max_mem`` (bytes; 0: none): ``mem=`` above it is refused (it can never run)."""
+    word, after = _hint_and_after(comment)
     if word is None:
         return Hints()
     size = len(word.encode())
@@ -246,28 +344,45 @@ def parse_hints(comment: str | None, now: float | None = None) -> Hints:
         )
     body = word[len(PREFIX) :]
     if not body:
+        if after:
+            raise _spaced(f"{word} {after[0]}", word + after[0])
         raise _fail(word, "no settings; write mig:key=value,... e.g. mig:mem=12G,time=2h")
     values: dict[str, object] = {}
     seen_deadline = False
-    for item in body.split(","):
+    items = body.split(",")
+    for i, item in enumerate(items):
+        last = after if i == len(items) - 1 else []  # the words after the hint word
         if not item:
+            if last:
+                raise _spaced(f"{word} {last[0]}", word + last[0])
             raise _fail(
                 word,
                 "an empty setting (two commas in a row, or one at an end); separate settings with single commas",
             )
         key, eq, value = item.partition("=")
         if not eq:
+            if last[:1] == ["="] and len(last) > 1:
+                raise _spaced(f"{item} = {last[1]}", f"{word}={last[1]}")
+            if last and last[0].startswith("=") and last[0] != "=":
+                raise _spaced(f"{item} {last[0]}", word + last[0])
             raise _fail(item, f"no '='; write {item}=value")
         if key not in _PARSERS:
             raise _fail(item, f"unknown key '{key}'; use one of {', '.join(KEYS)}")
         if key in values or (key == "deadline" and seen_deadline):
             raise _fail(item, f"'{key}' is given twice; give each key once")
         if not value:
+            if last:
+                raise _spaced(f"{item} {last[0]}", word + last[0])
             raise _fail(item, f"no value; write {key}=value")
+        unit_error = _unit_word(key, value, last)
+        if unit_error is not None:
+            raise unit_error
         try:
             if key == "deadline":
                 values.update(_deadline(value, now))
                 seen_deadline = True
+            elif key == "mem":
+                values[key] = _parse_mem(value, max_mem)
             else:
                 values[key] = _PARSERS[key](value)
         except HintError as exc:

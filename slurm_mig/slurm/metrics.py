@@ -63,6 +63,8 @@ class PlannerMetrics:
             registry=r,
         )
         self.cycles = Counter(f"{p}_cycles", "Planner cycles by result", ["result"], registry=r)
+        for result in ("ok", "error"):  # both series exist from the start, for the alerts
+            self.cycles.labels(result)
         self.jobs = Gauge(f"{p}_jobs", "Jobs of the MIG partition by state", ["state"], registry=r)
         self.held = Counter(f"{p}_jobs_held", "Jobs the planner held", registry=r)
         self.released = Counter(

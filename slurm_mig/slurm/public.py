@@ -5,7 +5,9 @@ learned runtimes); users get this instead: per job that waits for the planner (p
 released and not started, or deferred), where it is planned (node, GPU index, profile,
 placement), its projected start and end, when the slices it waits for are free, its
 batch and place in the order, and why a deferred job is not planned yet; plus the
-policy, its batch window and when the next batch is due. No user names, no MIG UUIDs,
+policy, its batch window and when the next batch is due; and per usable GPU (node, index,
+model) its free compute slices and the profiles that could start on it now, for
+``slurm-mig avail`` (`capacity`). No user names, no MIG UUIDs,
 no comments, nothing of running jobs beyond what waiting jobs wait for. Written 0644
 through a temporary file and a rename; its directory is made 0755.
 
@@ -37,6 +39,7 @@ FIELDS = (
     "order",
 )
 MAX_JOBS = 100_000
+MAX_GPUS = 10_000  # GPUs in the capacity list at most
 MAX_BYTES = 64 << 20  # what explain reads at most
 
 
@@ -76,7 +79,61 @@ def summary(report: Any, previous: Mapping[str, Any] | None = None) -> dict[str,
         "reorder": getattr(report, "reorder", None),
         "beyond": r.beyond if r is not None else 0,
         "jobs": dict(list(jobs.items())[:MAX_JOBS]),
+        "gpus": capacity(r.snapshots, projected) if r is not None else [],
     }
+
+
+def capacity(snapshots: Any, projected: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per usable GPU of the cycle's snapshots: node, gpu (index on the node), model,
+    slices, free (compute slices no job holds, none kept for a job, none a waiting
+    job's plan takes) and fits (the profiles with a placement clear of those, smallest
+    first): what a job submitted now could get without waiting for another to end.
+    Idle instances count as free (the planner repartitions them). At most `MAX_GPUS`;
+    bit masks, each layout worked out once: a few milliseconds per thousand GPUs."""
+    taken: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
+    for p in projected.values():
+        pl = p.get("placement") if isinstance(p, dict) else None
+        if not pl or p.get("node") is None or p.get("gpu") is None:
+            continue
+        key = (str(p["node"]), int(p["gpu"]))
+        taken.setdefault(key, []).append((int(pl[0]), int(pl[1]), str(p.get("profile", ""))))
+    out: list[dict[str, Any]] = []
+    for snap in snapshots:
+        model = snap.model
+        sizes = {prof.name: prof.compute_slices for prof in model.profiles}
+        shapes = [  # name, memory-slice masks of its placements; smallest first
+            (prof.name, [((1 << prof.memory_slices) - 1) << s for s in prof.starts])
+            for prof in sorted(model.profiles, key=lambda x: (x.compute_slices, x.memory_slices))
+        ]
+        seen: dict[tuple[int, int], tuple[int, list[str]]] = {}
+        for g in snap.gpus:
+            if len(out) >= MAX_GPUS:
+                return out
+            memory = compute = 0
+            for i in g.instances:
+                if i.job or i.keep_for:
+                    pl = i.slot.placement
+                    memory |= ((1 << pl.size) - 1) << pl.start
+                    compute |= ((1 << i.slot.size) - 1) << pl.start
+            for start, size, profile in taken.get((g.node, g.local), ()):
+                memory |= ((1 << size) - 1) << start
+                compute |= ((1 << sizes.get(profile, size)) - 1) << start
+            got = seen.get((memory, compute))
+            if got is None:  # GPUs share layouts: each is worked out once
+                busy = (compute & ((1 << model.compute_slices) - 1)).bit_count()
+                fits = [n for n, masks in shapes if any(not m & memory for m in masks)]
+                got = seen[memory, compute] = (model.compute_slices - busy, fits)
+            out.append(
+                {
+                    "node": g.node,
+                    "gpu": g.local,
+                    "model": model.name,
+                    "slices": model.compute_slices,
+                    "free": got[0],
+                    "fits": list(got[1]),
+                }
+            )
+    return out
 
 
 MAX_AHEAD = 5  # higher-priority jobs named per job that starts before them

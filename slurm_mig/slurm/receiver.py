@@ -38,10 +38,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import storeschema
 from ..safefs import make_private
 from ..safetext import printable
 from . import reports
-from .accounting import INSERT_RUN, RUNS_TABLE, STORE, row
+from .accounting import INSERT_RUN, STORE, row
+from .accounting import schema as accounting_schema
 from .reports import ReportError, open_report
 
 log = logging.getLogger("slurm_mig.planner")
@@ -57,6 +59,8 @@ LOG_PER_MINUTE = 30
 MAX_INSTANCES = 512  # jobs + kept instances in one snapshot
 RETAIN = 90 * 86400.0  # seconds delivery records are kept (a report is re-sent within hours)
 
+# Schema versions of reports.sqlite (``PRAGMA user_version``, ``storeschema``): 0: the
+# layout before versioning, or a new file; 1: these tables.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS received (
     id TEXT PRIMARY KEY, node TEXT NOT NULL, kind TEXT NOT NULL, digest TEXT NOT NULL,
@@ -66,6 +70,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     snapshot_at REAL, jobs TEXT NOT NULL DEFAULT '[]', kept TEXT NOT NULL DEFAULT '[]');
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value REAL NOT NULL)
 """
+REPORTS_SCHEMA = storeschema.Schema("report store", {1: storeschema.script(_SCHEMA)})
 
 
 def clean(text: object, most: int = 200) -> str:
@@ -86,18 +91,25 @@ class ReportDB:
         from ..profiles import prepare_state_dir
 
         prepare_state_dir(self.state_dir)  # 0750, root's
+        acct = self.state_dir / STORE
+        # a store of a newer schema is refused before anything is written to either
+        storeschema.check_file(self.path, REPORTS_SCHEMA)
+        storeschema.check_file(acct, accounting_schema())
         fresh = not self.path.exists()
         db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
-        if fresh:
-            make_private(self.path)
-        acct = self.state_dir / STORE
-        fresh_acct = not acct.exists()
-        db.execute("ATTACH DATABASE ? AS acct", (str(acct),))
-        if fresh_acct:
-            make_private(acct)
-        db.executescript(_SCHEMA)
-        db.execute(RUNS_TABLE.format(schema="acct."))
-        db.execute("INSERT OR IGNORE INTO meta VALUES ('started', ?)", (time.time(),))
+        try:
+            if fresh:
+                make_private(self.path)
+            fresh_acct = not acct.exists()
+            db.execute("ATTACH DATABASE ? AS acct", (str(acct),))
+            if fresh_acct:
+                make_private(acct)
+            storeschema.migrate(db, REPORTS_SCHEMA, self.path)
+            storeschema.migrate(db, accounting_schema(), acct, prefix="acct.")
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('started', ?)", (time.time(),))
+        except BaseException:
+            db.close()
+            raise
         return db
 
     def prune(self, now: float | None = None) -> int:

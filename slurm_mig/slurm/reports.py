@@ -29,7 +29,9 @@ receiver's sqlite commit; also for an identical report stored before), or
 ``no <id|-> <reason>``. ``ok`` deletes the spool file; a permanent refusal (``conflict``:
 the id was stored with other content, ``invalid``) deletes it with a log line; anything
 else (``busy``, ``mac``: the node's key is not the controller's, no answer at all) keeps
-it for the next flush.
+it for the next flush. A flush given the node's key signs again, as it sends them, the
+spooled reports its key does not verify (spooled before the site key was rotated), so a
+rotation delays reports instead of stranding them.
 
 The spool (``<run_dir>/private/reports/``, root's, 0700) holds one file per report,
 written atomically (temporary file, fsync, rename) and named after the report
@@ -204,6 +206,22 @@ def _whole(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
 
 
+def signed(line: str, key: bytes) -> str:
+    """``line`` with its MAC made under ``key`` when it was made under another (a
+    report spooled before the site key changed); the line itself when it verifies or is
+    not a report line."""
+    parts = line.split(" ")
+    if len(parts) != 3 or parts[0] != MAGIC:
+        return line
+    try:
+        payload, mac = _unb64(parts[1]), _unb64(parts[2])
+    except ValueError:
+        return line
+    if hmac.compare_digest(mac, _mac(key, payload)):
+        return line
+    return f"{MAGIC} {parts[1]} {_b64(_mac(key, payload))}"
+
+
 def payload_id(line: str) -> str | None:
     """The id in a report line of our own spool (no MAC check: the spool is root's)."""
     try:
@@ -304,9 +322,11 @@ class Spool:
         limit: int = BATCH,
         seconds: float = FLUSH_SECONDS,
         connect_timeout: float = CONNECT_TIMEOUT,
+        key: bytes | None = None,
     ) -> tuple[int, str | None]:
         """Deliver up to ``limit`` pending reports in one connection within ``seconds``;
-        (delivered, what went wrong or None)."""
+        (delivered, what went wrong or None). With ``key`` (the node's site key) a report
+        signed under an earlier key goes out signed under this one."""
         if address is None:
             return 0, None
         batch: list[tuple[Path, str, str]] = []
@@ -323,6 +343,8 @@ class Spool:
                 self._warn(f"dropping {p.name} from the report spool: not a report")
                 p.unlink(missing_ok=True)
                 continue
+            if key is not None:
+                line = signed(line, key)
             if batch and size + len(line) + 1 > SEND_BYTES:
                 break
             batch.append((p, line, rid))
@@ -541,8 +563,8 @@ def after_hook(
             make_need_file(run_dir, job.job_id, job.uid)
         if address is None:
             return
-        spool(hook, config, node, outcome, env, job, hint_key)
-        _, failed = Spool(run_dir, warn=outcome.warn).flush(address)
+        key = spool(hook, config, node, outcome, env, job, hint_key)
+        _, failed = Spool(run_dir, warn=outcome.warn).flush(address, key=key)
         if failed:
             outcome.warn(failed)
     except Exception as exc:  # reports never fail a hook
@@ -557,8 +579,8 @@ def spool(
     env: Mapping[str, str],
     job: Any = None,
     hint_key: str | None = None,
-) -> None:
-    """Spool the hook's reports (see `after_hook`)."""
+) -> bytes:
+    """Spool the hook's reports (see `after_hook`); the site key they are signed with."""
     from ..geometry import get_model
     from .assignment import load_key
     from .nodestate import NodeState
@@ -586,3 +608,4 @@ def spool(
     seq = time.time_ns()
     state = NodeState(run_dir, warn=outcome.warn)
     box.put(f"instances.{seq:020d}", instances_report(key, node, state, seq), "instances.")
+    return key

@@ -1,5 +1,7 @@
-"""The daemon's read-only web page (``[planner] web = true``): the Gantt chart of what
-ran and what is planned (the existing Gantt drawing, as SVG) and the status table,
+"""The daemon's read-only web page (``[planner] web = true``): a Gantt chart per GPU
+model of what ran (solid) and what is planned (faded, hatched), parted by a "now" line,
+its panels named as the tables name the GPUs (the Gantt drawing, as SVG), and the
+status table,
 refreshed every few seconds. Served by `slurm_mig.slurm.serve` on ``[planner] metrics``.
 
 Built from the daemon's last cycle: its projections (`projection.project_jobs`), the
@@ -17,6 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +54,45 @@ class WebState:
                 self.ran.popitem(last=False)
 
 
-def gantt_plan(status: dict[str, Any], ran: dict[str, dict[str, Any]], now: float):
-    """A `Plan` of the first GPU model's GPUs: what ran (finished and running) and what
-    is planned, times from the earliest start shown; None when there is nothing."""
+@dataclass(frozen=True)
+class GanttView:
+    """One GPU model group's chart: its `Plan` (times from ``clock``), the panels' names
+    as the tables give them ("node2 gpu 0") and "now" in the plan's time."""
+
+    plan: Any
+    names: tuple[str, ...]
+    now: float
+    clock: float
+
+
+def gantt_views(
+    status: dict[str, Any], ran: dict[str, dict[str, Any]], now: float
+) -> list[GanttView]:
+    """A chart per GPU model group, in the status's order: what ran (finished and
+    running) and what is planned on its GPUs, times from the earliest start shown (the
+    same origin for every group); empty when nothing has a start."""
     from ..geometry import Placement, Slot, get_model
     from ..plan import Plan, PlannedTask
+    from ..safetext import printable
+    from ..statusview import SHORT
 
-    groups = status.get("state") or []
-    if not groups:
-        return None
-    model = get_model(groups[0]["gpu_model"])
-    index = {(g["node"], g["local"]): i for i, g in enumerate(groups[0].get("gpus") or [])}
-    if not index:
-        return None
+    groups = []
+    where: dict[tuple[Any, Any], tuple[int, int]] = {}
+    for g in status.get("state") or []:
+        try:
+            model = get_model(g["gpu_model"])
+        except Exception:
+            continue
+        gpus = g.get("gpus") or []
+        for i, gpu in enumerate(gpus):
+            where.setdefault((gpu.get("node"), gpu.get("local")), (len(groups), i))
+        names = tuple(
+            f"{printable(str(gpu.get('node', '')), SHORT)} gpu {int(gpu.get('local', 0))}"
+            for gpu in gpus
+        )
+        groups.append((model, names))
+    if not where:
+        return []
     projected = status.get("projected") or {}
     items = []
     for job, r in ran.items():
@@ -74,34 +103,55 @@ def gantt_plan(status: dict[str, Any], ran: dict[str, dict[str, Any]], now: floa
         items.append((job, p, end if end is not None else now, p.get("state") == "running"))
     starts = [r.get("start") for _, r, _, _ in items if r.get("start") is not None]
     if not starts:
-        return None
+        return []
     t0 = min(starts)
-    tasks = []
+    tasks: list[list] = [[] for _ in groups]
     for job, r, end, running in items:
-        where = index.get((r.get("node"), r.get("gpu")))
-        if where is None or r.get("start") is None:
+        at = where.get((r.get("node"), r.get("gpu")))
+        if at is None or r.get("start") is None:
             continue
+        model = groups[at[0]][0]
         try:
             size = model.profile(r["profile"]).compute_slices
+            start, length = r["placement"]
+            slot = Slot(Placement(start, length), size)
         except Exception:
             continue
-        start, length = r["placement"]
-        slot = Slot(Placement(start, length), size)
-        tasks.append(
-            PlannedTask(job, where, slot, r["start"] - t0, max(end, r["start"]) - t0, 0, running)
+        tasks[at[0]].append(
+            PlannedTask(job, at[1], slot, r["start"] - t0, max(end, r["start"]) - t0, 0, running)
         )
-    # the area bound of what is shown: its slice-seconds spread over every slice
-    area = sum(t.slot.size * (t.end - t.start) for t in tasks)
-    bound = area / (model.compute_slices * len(index))
-    return Plan(model, len(index), tuple(tasks), (), bound, status.get("policy", ""))
+    views = []
+    for (model, names), shown in zip(groups, tasks):
+        if not names:
+            continue
+        # the area bound of what is shown: its slice-seconds spread over every slice
+        area = sum(t.slot.size * (t.end - t.start) for t in shown)
+        bound = area / (model.compute_slices * len(names))
+        plan = Plan(model, len(names), tuple(shown), (), bound, status.get("policy", ""))
+        views.append(GanttView(plan, names, now - t0, t0))
+    return views
 
 
-def gantt_svg(plan) -> bytes:
+def gantt_svg(views: list[GanttView]) -> bytes:
+    """Every group's chart as SVG, one after another (the page inlines them)."""
     from ..gantt import draw_gantt
 
+    out = []
     with tempfile.TemporaryDirectory() as tmp:
-        out = draw_gantt(plan, Path(tmp) / "gantt.svg", title="what ran and what is planned")
-        return out.read_bytes()
+        for k, v in enumerate(views):
+            title = f"{v.plan.model.name}: what ran and what is planned"
+            path = draw_gantt(
+                v.plan,
+                Path(tmp) / f"gantt{k}.svg",
+                title=title,
+                gpu_names=v.names,
+                now=v.now,
+                clock=v.clock,
+                bounds=False,
+            )
+            text = path.read_bytes()
+            out.append(text[text.find(b"<svg") :])
+    return b"\n".join(out)
 
 
 def _cell(x: object) -> str:
@@ -111,6 +161,7 @@ def _cell(x: object) -> str:
 def page_html(view, svg: bytes) -> bytes:
     """The page: header, Gantt chart (inline SVG), GPU tables and the queue."""
     from ..statusview import ago as _ago
+    from ..statusview import left_text
     from ..statusview import when as _when
 
     now = view.now
@@ -138,10 +189,10 @@ def page_html(view, svg: bytes) -> bytes:
         )
         parts.append(
             "<table class='gpu'><tr><th>Profile</th><th>Placement</th><th>UUID</th><th>Job</th>"
-            "<th>User</th><th>Since</th><th>Drift</th></tr>"
+            "<th>User</th><th>Since</th><th>Left</th></tr>"
         )
         for i in g.instances:
-            drift = "-" if i.drift is None else f"{i.drift:+.0f}s"
+            left = left_text(i.drift)
             parts.append(
                 f"<tr class='job' data-job='{html.escape(i.job)}'>"
                 + _cell(i.profile)
@@ -150,7 +201,7 @@ def page_html(view, svg: bytes) -> bytes:
                 + _cell(i.job or i.note)
                 + _cell(i.user or "-")
                 + _cell(_ago(i.since, now) if i.since else "-")
-                + _cell(drift)
+                + _cell(left)
                 + "</tr>"
             )
         parts.append("</table>")
@@ -208,8 +259,8 @@ def pages(daemon: Any, monotonic: Callable[[], float] = time.monotonic) -> dict[
         if drawn["cycle"] is not report:
             with state.lock:  # the cycle's `update` waits for this copy only
                 ran = {job: dict(rec) for job, rec in state.ran.items()}
-            plan = gantt_plan(status, ran, view.now)
-            drawn["svg"] = gantt_svg(plan) if plan is not None and plan.tasks else b""
+            views = [v for v in gantt_views(status, ran, view.now) if v.plan.tasks]
+            drawn["svg"] = gantt_svg(views) if views else b""
             drawn["cycle"] = report
         return page_html(view, drawn["svg"]), json.dumps(view.to_json()).encode()
 

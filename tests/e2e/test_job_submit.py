@@ -15,15 +15,22 @@ from test_hints import BAD, GOOD, fuzz_comments
 
 from slurm_mig.geometry import Placement
 from slurm_mig.memory.wrapper import with_mem_hint
+from slurm_mig.sitefiles import site_file
 from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm import gres
 from slurm_mig.slurm.assignment import Assignment, sign
 from slurm_mig.slurm.comment import without_tokens
-from slurm_mig.slurm.hints import MAX_USER_COMMENT, HintError, comment_problem, parse_hints
+from slurm_mig.slurm.hints import (
+    MAX_USER_COMMENT,
+    HintError,
+    comment_problem,
+    largest_profile_memory,
+    parse_hints,
+)
 
 from .cluster import LocalSlurm
 
-LUA = Path(__file__).resolve().parents[2] / "contrib" / "job_submit.lua"
+LUA = site_file("job_submit.lua")  # the package data that `slurm-mig site-files` writes
 USER = "nobody"
 USER_UID = "65534"  # sbatch --uid takes a number (26.05 refuses a name)
 
@@ -34,15 +41,16 @@ def cluster(slurm_shared) -> LocalSlurm:
     return slurm_shared(nodes=("n1",), job_submit_lua=LUA, gres={"n1": ["A100-40GB"]})
 
 
-def python_verdict(comment: str) -> str | None:
+def python_verdict(comment: str, max_mem: int = 0) -> str | None:
     """None when Python accepts the comment, else its message (the Lua's order: tokens
-    removed, then the length, then the hint)."""
+    removed, then the length, then the hint; ``max_mem``: the Lua's MAX_MIG_MEM)."""
     clean = without_tokens(comment)
     problem = comment_problem(clean)
     if problem:
         return problem
     try:
-        parse_hints(clean, now=time.time())  # sbatch's check: a deadline date in the past
+        # sbatch's check: a deadline date in the past
+        parse_hints(clean, now=time.time(), max_mem=max_mem)
     except HintError as exc:
         return str(exc)
     return None
@@ -647,3 +655,65 @@ def test_site_lists_of_non_mig_gpu_types_and_partitions(slurm_shared, tmp_path: 
         assert_user_update_refused(site, text, job, "Partition=debug")
         assert site.job_field(job, "Partition") == "plain"
         site.run("scancel", job)
+
+
+# --- jobs that can never run, and slips refused rather than misread (issue 21) ----------
+def test_a_memory_need_above_the_largest_slice_is_refused_at_sbatch(
+    slurm_shared, tmp_path: Path
+) -> None:
+    """MAX_MIG_MEM (what `slurm-mig site-files` writes: the largest MIG slice of the
+    site's models): a mem= above it is refused at sbatch and at the owner's update with
+    Python's message; the planner's own writes are not (a job queued before the limit
+    keeps its note)."""
+    limit = largest_profile_memory(MODELS)
+    line = "local MAX_MIG_MEM = 0"
+    text = LUA.read_text()
+    assert text.count(line) == 1
+    lua = tmp_path / "job_submit.lua"
+    lua.write_text(text.replace(line, f"local MAX_MIG_MEM = {limit}"))
+    site = slurm_shared(nodes=("m1",), job_submit_lua=lua, gres={"m1": MODELS})
+    for comment in ("mig:mem=100G", "run mig:key=x,mem=40G", f"mig:mem={limit + 1}"):
+        verdict = python_verdict(comment, max_mem=limit)
+        assert verdict is not None and "exceeds the largest MIG slice" in verdict
+        assert lua_verdict(site, comment) == verdict
+    assert lua_verdict(site, "mig:mem=100G") == (
+        "slurm-mig: hint 'mem=100G': '100G' exceeds the largest MIG slice of this "
+        "partition (39.6G); ask for at most 39.6G"
+    )
+    for comment in ("mig:mem=39.6G", f"mig:mem={limit}", "mig:time=1h"):
+        assert python_verdict(comment, max_mem=limit) is None
+        assert lua_verdict(site, comment) is None, comment
+    # the same grammar slips as without a limit
+    for comment in ("mig:mem=12", "mig:time=2 hours", "MIG:mem=12G", "mig: mem=12G"):
+        verdict = python_verdict(comment, max_mem=limit)
+        assert verdict is not None and lua_verdict(site, comment) == verdict
+    job = site.sbatch("true", partition="mig", comment="mig:mem=12G", user=USER_UID)
+    assert_user_update_refused(site, "exceeds the largest MIG slice", job, "Comment=mig:mem=64G")
+    assert comment_of(site, job) == "mig:mem=12G"
+    site.run("scontrol", "update", f"JobId={job}", "Comment=mig:mem=64G [slurm-mig: noted]")
+    assert comment_of(site, job) == "mig:mem=64G [slurm-mig: noted]"  # the planner's write
+    site.run("scancel", job)
+
+
+def test_slips_in_a_hint_are_refused_at_sbatch_with_the_fix(cluster: LocalSlurm) -> None:
+    """mig:mem=12 was 12 bytes, mig:time=2 hours 2 s, MIG:mem=12G ignored: each is
+    refused with one line that says what to write (the BAD table has them all)."""
+    for comment, fix in (
+        ("mig:mem=12", "'12' is 12 bytes; write 12G or 12MiB"),
+        (
+            "train mig:time=2 hours",
+            "followed by 'hours': the unit must be part of the value; write time=2h",
+        ),
+        ("mig:deadline=3 days", "write deadline=3d"),
+        ("MIG:mem=12G", "write the prefix in lower case: mig:mem=12G"),
+        ("Mig:mem=12G", "write the prefix in lower case: mig:mem=12G"),
+        ("mig: mem=12G", "a space inside the mig: word; write mig:mem=12G"),
+        ("mig:mem = 12G", "a space inside the mig: word; write mig:mem=12G"),
+    ):
+        res = cluster.try_sbatch("true", partition="mig", comment=comment, user=USER_UID)
+        assert res.returncode != 0
+        lines = [ln for ln in res.stderr.splitlines() if "slurm-mig" in ln]
+        assert len(lines) == 1 and fix in lines[0], res.stderr
+    # what the fixes say is accepted
+    for comment in ("mig:mem=12G", "train mig:time=2h", "mig:mem=1048576", "mig:time=2h hours"):
+        assert lua_verdict(cluster, comment) is None, comment

@@ -372,6 +372,11 @@ def test_web_page_in_headless_chromium(lc, tmp_path):
 
     page = _wait(page_has_all, 40, "the page to show every running job")
     assert "<svg" in page and "http-equiv='refresh'" in page
+    # a "now" line on every chart, and the panels named as the tables name the GPUs
+    assert page.count('<g id="now-0">') == page.count("<svg") >= 1
+    tables = re.findall(r"<h2>(\S+ gpu \d+) · ", page)
+    assert tables and all(f"<!-- {name} -->" in page for name in tables), tables
+    assert not re.search(r"<!-- GPU \d+ -->", page)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "web-view.png"
     shot.unlink(missing_ok=True)

@@ -11,7 +11,12 @@ For jobs submitted to the MIG partition:
     1024, and the planner needs the rest for its token and its notes;
   * a malformed `mig:` hint in --comment is rejected at submission with the same
     message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr), and so
-    is a `deadline=` date in the past;
+    is a `deadline=` date in the past, and the slips the grammar refuses rather than
+    misread: `mem=12` (bytes without a unit below 1 MiB), `time=2 hours` (a unit word
+    after a bare number), `MIG:mem=12G` (the prefix not in lower case) and a space
+    inside the word (`mig: mem=12G`, `mig:mem = 12G`);
+  * a `mem=` need above MAX_MIG_MEM (when set: the largest MIG slice of the partition)
+    is rejected at submission and at a user's update: such a job could never run;
   * a job that asks for GRES or TRES of its own (--gres, --gpus, --gpus-per-node,
     --gpus-per-task, --gpus-per-socket, --tres-per-task ...) is rejected: the planner
     gives each job its MIG instance's GRES record, which is what lets Slurm's device
@@ -70,6 +75,11 @@ local OTHER_GPU_TYPES = {}
 -- partitions without any MIG node (e.g. { a100 = true }): GPU requests and --exclusive
 -- there are Slurm's business
 local NON_MIG_PARTITIONS = {}
+-- bytes of the largest MIG slice of the partition (0: no limit): a job whose mem= hint
+-- asks for more can never run and is refused at submission. `slurm-mig site-files`
+-- fills it with the largest MIG profile memory of the site's GPU models
+-- (slurm_mig.slurm.hints.largest_profile_memory); keep it one line of this form.
+local MAX_MIG_MEM = 0
 -- job_desc.shared of --exclusive (Slurm's JOB_SHARED_NONE): a whole-node allocation
 local EXCLUSIVE = 0
 -- how much of a user's request a message quotes
@@ -107,6 +117,15 @@ local SIZE_UNITS = {
 	t = 4, tb = 4, tib = 4,
 }
 local TIME_UNITS = { [""] = 1, s = 1, m = 60, h = 3600, d = 86400 }
+local TOKEN_PREFIX = "migplan=" -- the planner's word: skipped when reading the hint
+local MIN_PLAIN_BYTES = 2 ^ 20 -- below it a size without a unit is surely not bytes
+-- unit words that may follow a bare number by mistake (`time=2 hours`): the unit meant
+local TIME_WORDS = {
+	s = "s", sec = "s", secs = "s", second = "s", seconds = "s",
+	m = "m", min = "m", mins = "m", minute = "m", minutes = "m",
+	h = "h", hr = "h", hrs = "h", hour = "h", hours = "h",
+	d = "d", day = "d", days = "d",
+}
 
 local function q(text)
 	return "'" .. text .. "'"
@@ -151,8 +170,38 @@ local function check_size(text)
 	if raw > MAX_SIZE then
 		return q(text) .. " is more than 1 PiB; " .. SIZE_FIX
 	end
-	if math.floor(raw + 0.5) <= 0 then
+	local value = math.floor(raw + 0.5)
+	if value <= 0 then
 		return q(text) .. " is not above 0; " .. SIZE_FIX
+	end
+	return nil, value, unit
+end
+
+-- bytes in GiB, one decimal, rounded down ("39.6G", "40G"): = hints.size_text
+local function size_text(n)
+	local tenths = math.floor(n * 10 / 2 ^ 30)
+	local whole, tenth = math.floor(tenths / 10), tenths % 10
+	if tenth == 0 then
+		return string.format("%dG", whole)
+	end
+	return string.format("%d.%dG", whole, tenth)
+end
+
+-- a mem= hint: a size; plain bytes at least 1 MiB; at most MAX_MIG_MEM (when set and
+-- `limit`: at submission and a user's update)
+local function check_mem(text, at_submit, limit)
+	local problem, value, unit = check_size(text)
+	if problem then
+		return problem
+	end
+	if unit == "" and value < MIN_PLAIN_BYTES then
+		return q(text) .. " is " .. string.format("%d", value) .. " bytes; write " .. text ..
+			"G or " .. text .. "MiB"
+	end
+	if limit and MAX_MIG_MEM > 0 and value > MAX_MIG_MEM then
+		local most = size_text(MAX_MIG_MEM)
+		return q(text) .. " exceeds the largest MIG slice of this partition (" .. most ..
+			"); ask for at most " .. most
 	end
 	return nil
 end
@@ -254,7 +303,7 @@ local CHECKS = {
 			return q(v) .. " is not a job kind; use 1 to 64 letters, digits, '_', '.' or '-'"
 		end
 	end,
-	mem = check_size,
+	mem = check_mem,
 	iters = function(v)
 		if not v:match("^%d+$") or tonumber(v) <= 0 then
 			return q(v) .. " is not a whole number above 0; write e.g. iters=1000"
@@ -294,18 +343,65 @@ local function fail(shown, problem)
 	return "slurm-mig: hint " .. q(shown) .. ": " .. problem
 end
 
+-- "a space inside the mig: word" (shown: the words as written, joined: the fix)
+local function spaced(shown, joined)
+	return fail(shown, "a space inside the mig: word; write " .. joined)
+end
+
+-- The message for `time=2 hours` (a bare number, then a unit word), or nil.
+local function unit_word(key, value, after)
+	if after == nil or (key ~= "time" and key ~= "deadline" and key ~= "mem") then
+		return nil
+	end
+	if not (value:match("^%d+$") or value:match("^%d+%.%d+$")) then
+		return nil
+	end
+	local word = after:match("^(%a+)[%.,;:!%?%)]*$")
+	if word == nil then
+		return nil
+	end
+	local unit
+	if key == "mem" then
+		local lower = word:lower()
+		if lower ~= "" and lower ~= "b" and SIZE_UNITS[lower] ~= nil then
+			unit = word
+		end
+	else
+		unit = TIME_WORDS[word:lower()]
+	end
+	if unit == nil then
+		return nil
+	end
+	return fail(key .. "=" .. value, "followed by " .. q(after) ..
+		": the unit must be part of the value; write " .. key .. "=" .. value .. unit)
+end
+
 -- nil when the comment's mig: hint is well formed (or absent), else the message.
-local function check_comment(comment, at_submit)
+-- `at_submit`: a deadline date must not be past; `limit`: mem= at most MAX_MIG_MEM.
+local function check_comment(comment, at_submit, limit)
 	if comment == nil then
 		return nil
 	end
-	local word
+	local word, after1, after2
+	local taken = 0 -- words after the mig: word kept (at most two)
 	for w in comment:gmatch("%S+") do
-		if w:sub(1, #PREFIX) == PREFIX then
+		if w:sub(1, #TOKEN_PREFIX) == TOKEN_PREFIX then
+			-- the planner's token: skipped
+		elseif w:sub(1, #PREFIX):lower() == PREFIX then
+			if w:sub(1, #PREFIX) ~= PREFIX then
+				return fail(w, "write the prefix in lower case: " .. PREFIX .. w:sub(#PREFIX + 1))
+			end
 			if word ~= nil then
 				return fail(w, "a second mig: word; put all settings in one mig: word, separated by commas")
 			end
 			word = w
+		elseif word ~= nil and taken < 2 then
+			taken = taken + 1
+			if taken == 1 then
+				after1 = w
+			else
+				after2 = w
+			end
 		end
 	end
 	if word == nil then
@@ -316,6 +412,9 @@ local function check_comment(comment, at_submit)
 	end
 	local body = word:sub(#PREFIX + 1)
 	if body == "" then
+		if after1 then
+			return spaced(word .. " " .. after1, word .. after1)
+		end
 		return fail(word, "no settings; write mig:key=value,... e.g. mig:mem=12G,time=2h")
 	end
 	local seen = {}
@@ -323,11 +422,25 @@ local function check_comment(comment, at_submit)
 	while true do
 		local comma = body:find(",", start, true)
 		local item = body:sub(start, (comma or 0) - 1)
+		-- the words after the hint word follow the last setting only
+		local next1, next2 = nil, nil
+		if not comma then
+			next1, next2 = after1, after2
+		end
 		if item == "" then
+			if next1 then
+				return spaced(word .. " " .. next1, word .. next1)
+			end
 			return fail(word, "an empty setting (two commas in a row, or one at an end); separate settings with single commas")
 		end
 		local eq = item:find("=", 1, true)
 		if not eq then
+			if next1 == "=" and next2 then
+				return spaced(item .. " = " .. next2, word .. "=" .. next2)
+			end
+			if next1 and next1:sub(1, 1) == "=" and next1 ~= "=" then
+				return spaced(item .. " " .. next1, word .. next1)
+			end
 			return fail(item, "no '='; write " .. item .. "=value")
 		end
 		local key, value = item:sub(1, eq - 1), item:sub(eq + 1)
@@ -339,9 +452,16 @@ local function check_comment(comment, at_submit)
 		end
 		seen[key] = true
 		if value == "" then
+			if next1 then
+				return spaced(item .. " " .. next1, word .. next1)
+			end
 			return fail(item, "no value; write " .. key .. "=value")
 		end
-		local problem = CHECKS[key](value, at_submit)
+		local problem = unit_word(key, value, next1)
+		if problem then
+			return problem
+		end
+		problem = CHECKS[key](value, at_submit, limit)
 		if problem then
 			return fail(item, problem)
 		end
@@ -368,13 +488,14 @@ local function check_length(comment)
 	return nil
 end
 
--- The user's comment without tokens, or the message why it is refused.
+-- The user's comment without tokens, or the message why it is refused (a user's:
+-- mem= at most MAX_MIG_MEM).
 local function user_comment(comment, at_submit)
 	if comment == nil then
 		return nil, nil
 	end
 	local clean = strip_tokens(comment)
-	local problem = check_length(clean) or check_comment(clean, at_submit)
+	local problem = check_length(clean) or check_comment(clean, at_submit, true)
 	return clean, problem
 end
 
