@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .geometry import MODELS, GeometryError, get_model
+from .geometry import ALIASES, MODELS, GeometryError, get_model
 
 
 def _close(word: str, options: list, n: int = 1) -> list[str]:
@@ -563,13 +563,13 @@ def _node_models(
         try:
             out.append(get_model(m).name)
         except GeometryError:
-            names = {k.upper(): k for k in (*MODELS, "A30", "A100", "H100")}
+            names = {k.upper(): k for k in (*MODELS, *ALIASES)}
             near = _close(m.strip().upper(), list(names), n=1)
             hint = f" (did you mean {names[near[0]]!r}?)" if near else ""
             bad(
                 field,
                 f"GPU {i}: unknown GPU model {m!r}{hint}; known models: {', '.join(MODELS)} "
-                "(A30, A100, H100 are short names)",
+                f"(short names: {', '.join(sorted(k for k in ALIASES if '-' not in k))})",
             )
             ok = False
     return tuple(out) if ok else None

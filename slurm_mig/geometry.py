@@ -8,8 +8,9 @@ slices 0-3 but computes on slices 0-2 (NVIDIA's rule), so it blocks slice 3.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from itertools import combinations
 
@@ -68,10 +69,23 @@ class Profile:
     memory_bytes: int  # usable memory, below the number in the name
     starts: tuple[int, ...]  # legal placement starts, in memory slices
     nvml_class: str  # NVML profile constant suffix, e.g. "3_SLICE", "1_SLICE_REV2"
+    limit: int = 0  # NVML's instanceCount where below what the placements allow (+me: 1)
 
     @property
     def placements(self) -> tuple[Placement, ...]:
         return tuple(Placement(s, self.memory_slices) for s in self.starts)
+
+    @property
+    def instance_count(self) -> int:
+        """How many instances of this profile one GPU holds at most (NVML's
+        instanceCount): ``limit`` if set, else the disjoint placements (they are aligned)."""
+        if self.limit:
+            return self.limit
+        n, end = 0, -1
+        for pl in self.placements:
+            if pl.start >= end:
+                n, end = n + 1, pl.end
+        return n
 
 
 @dataclass(frozen=True)
@@ -103,6 +117,34 @@ class GpuModel:
     tree: tuple[TreeNode, ...]
     create_s: dict[int, float]
     destroy_s: dict[int, float]
+    # Profiles the driver offers that the planner never uses: media extensions (+me),
+    # and on RTX PRO 6000 +gfx, +me.all and -me. Found by ``profile``, never by
+    # ``profile_for_size``; ``profiles`` (what the planners and their cost terms read)
+    # stays the planner's lattice.
+    extra_profiles: tuple[Profile, ...] = ()
+    renamed: dict[str, str] = field(default_factory=dict)  # earlier driver name -> ours
+    nvml_placement_unit: int = 1  # NVML placement units per memory slice (RTX PRO 6000: 3)
+    source: str = ""  # where the profile table comes from
+
+    @property
+    def all_profiles(self) -> tuple[Profile, ...]:
+        """The offline catalogue: planner profiles, then the others the driver offers."""
+        return self.profiles + self.extra_profiles
+
+    def to_nvml(self, placement: Placement) -> Placement:
+        """The placement as NVML reports it (RTX PRO 6000 counts 12 units, not 4)."""
+        u = self.nvml_placement_unit
+        return Placement(placement.start * u, placement.size * u)
+
+    def from_nvml(self, start: int, size: int) -> Placement:
+        """Our placement (memory slices) of an NVML ``start:size``."""
+        u = self.nvml_placement_unit
+        if start % u or size % u or size <= 0:
+            raise GeometryError(
+                f"{self.name}: NVML placement {start}:{size} is not whole memory slices "
+                f"of {u} units"
+            )
+        return Placement(start // u, size // u)
 
     def profile_for_size(self, size: int) -> Profile:
         """The planner's profile for an instance of ``size`` compute slices."""
@@ -115,10 +157,13 @@ class GpuModel:
         )
 
     def profile(self, name: str) -> Profile:
-        for p in self.profiles:
+        """A profile by the driver's name (an earlier driver's name too, e.g. GB200's
+        ``7g.189gb``), planner or not."""
+        name = self.renamed.get(name, name)
+        for p in self.all_profiles:
             if p.name == name:
                 return p
-        names = ", ".join(p.name for p in self.profiles)
+        names = ", ".join(p.name for p in self.all_profiles)
         raise GeometryError(f"{self.name} has no profile {name!r}; profiles: {names}")
 
     def compute_slices_of(self, placement: Placement, size: int) -> tuple[int, ...]:
@@ -145,7 +190,8 @@ class GpuModel:
 
 # ---------------------------------------------------------------------------
 # Table 1 of the FAR paper (shared/data/far-reference/reconfig_times.csv).
-# Models not measured there (H100-94GB, H200, B200) take the H100 figures.
+# Models not measured there (H100-94GB, H100-96GB, H200, GH200-144GB, B200, GB200,
+# B300, GB300, RTX PRO 6000) take the H100 figures: Table 1 has no row for them.
 _RECONFIG = {
     "A30": ({1: 0.11, 2: 0.12, 4: 0.13}, {1: 0.10, 2: 0.10, 4: 0.10}),
     "A100": (
@@ -181,12 +227,35 @@ _LATTICE4 = (
 _RESERVE_GIB = {1: 0.25, 2: 0.25, 4: 0.5, 8: 0.75}
 
 
-def _profiles(names: dict[str, str], lattice: tuple, slice_gib: float) -> tuple[Profile, ...]:
+def _profiles(
+    names: dict[str, str],
+    lattice: tuple,
+    slice_gib: float,
+    measured: dict[str, float] | None = None,
+) -> tuple[Profile, ...]:
+    """The profiles of ``lattice``; usable memory from ``measured`` (GiB by class, an
+    ``nvidia-smi mig -lgip`` Memory column) where given, else the reserve estimate."""
     out = []
     for cls, c, m, starts in lattice:
         usable = (m * slice_gib - _RESERVE_GIB[m] * slice_gib / 10.0) * GIB
+        if measured and cls in measured:
+            usable = measured[cls] * GIB
         out.append(Profile(names[cls], c, m, int(usable), starts, cls))
     return tuple(out)
+
+
+def _media7(plain: Profile) -> tuple[Profile, ...]:
+    """The 7-slice lattice's media-extension 1g (``1g.Xgb+me``, NVML 1_SLICE_REV1): the
+    1g's memory and placements, one per GPU. MIG user guide, "Supported MIG Profiles",
+    Tables 6-9 ("1 (A single 1g profile can include media extensions)"); placements
+    from its ``nvidia-smi mig -lgipp`` example ("Profile ID 20 Placements:
+    {0,1,2,3,4,5,6}:1"); the class from nvml.h ("1_SLICE profile with at least one of
+    Decoder, Encoder, JPEG, OFA") and go-nvlib's mig_profile.go (REV1 -> "+me")."""
+    return (
+        Profile(
+            plain.name + "+me", 1, 1, plain.memory_bytes, plain.starts, "1_SLICE_REV1", limit=1
+        ),
+    )
 
 
 def _names7(g1: int, g2: int, g3: int, total: int) -> dict[str, str]:
@@ -245,18 +314,31 @@ def _link(spec: list) -> tuple[TreeNode, ...]:
     )
 
 
-def _model7(name: str, family: str, names: dict[str, str], total_gb: int) -> GpuModel:
+def _model7(
+    name: str,
+    family: str,
+    names: dict[str, str],
+    total_gb: int,
+    *,
+    measured: dict[str, float] | None = None,
+    renamed: dict[str, str] | None = None,
+    source: str = "",
+) -> GpuModel:
     create, destroy = _RECONFIG[family]
+    profiles = _profiles(names, _LATTICE7, total_gb / 8, measured)
     return GpuModel(
         name=name,
         timing_family=family,
         compute_slices=7,
         memory_slices=8,
-        profiles=_profiles(names, _LATTICE7, total_gb / 8),
+        profiles=profiles,
         planner_sizes=(1, 2, 3, 4, 7),
         tree=_tree7(),
         create_s=dict(create),
         destroy_s=dict(destroy),
+        extra_profiles=_media7(profiles[0]),
+        renamed=dict(renamed or {}),
+        source=source,
     )
 
 
@@ -273,30 +355,156 @@ def _a30() -> GpuModel:
         tree=_tree4(),
         create_s=dict(create),
         destroy_s=dict(destroy),
+        # The guide lists 1g.6gb+me and 2g.12gb+me (one each) but no placements for
+        # them: left out until a -lgipp output is at hand; the driver's list wins.
+        source="MIG user guide, Supported MIG Profiles, A30 table",
     )
 
+
+# RTX PRO 6000 Blackwell (Server, Workstation and Max-Q editions, 96 GB): 4 compute and
+# 4 memory slices like the A30, so the A30's lattice and tree. NVML counts its
+# placements in 12 units, 3 per memory slice: "-lgipp" gives {0,3,6,9}:3 for every 1g
+# variant, {0,6}:6 for every 2g and {0}:12 for 4g (blog "Slicing GPUs in Kubernetes
+# with NVIDIA MIG", 2026-07-15, RTX PRO 6000 Blackwell Server Edition, driver
+# 610.43.02). Names and counts: MIG user guide Table 11 "GPU Instance Profiles on RTX
+# PRO 6000"; memory: the same blog's "-lgip" (23.62 / 47.38 / 95.12 GiB; GCP
+# container-engine-accelerators PR #564 shows 23.62 too, bigstack-oss/cubecos #312
+# shows 23.12 on another driver); classes: nvml.h GPU_INSTANCE_PROFILE_*_GFX, _NO_ME,
+# _ALL_ME, _REV1 and go-nvlib's mig_profile.go suffixes (+gfx, -me, +me.all, +me).
+# +me.all takes every media engine: while it exists only -me profiles can be added.
+_RTX_EXTRA = (
+    # name, compute = memory slices, starts, class, limit
+    ("1g.24gb+me", 1, (0, 1, 2, 3), "1_SLICE_REV1", 1),
+    ("1g.24gb+gfx", 1, (0, 1, 2, 3), "1_SLICE_GFX", 0),
+    ("1g.24gb+me.all", 1, (0, 1, 2, 3), "1_SLICE_ALL_ME", 1),
+    ("1g.24gb-me", 1, (0, 1, 2, 3), "1_SLICE_NO_ME", 0),
+    ("2g.48gb+gfx", 2, (0, 2), "2_SLICE_GFX", 0),
+    ("2g.48gb+me.all", 2, (0, 2), "2_SLICE_ALL_ME", 1),
+    ("2g.48gb-me", 2, (0, 2), "2_SLICE_NO_ME", 0),
+    ("4g.96gb+gfx", 4, (0,), "4_SLICE_GFX", 0),
+)
+
+
+def _rtx_pro_6000() -> GpuModel:
+    create, destroy = _RECONFIG["H100"]
+    sizes = (1, 2, 4)
+    names = {"1_SLICE": "1g.24gb", "2_SLICE": "2g.48gb", "4_SLICE": "4g.96gb"}
+    measured = {"1_SLICE": 23.62, "2_SLICE": 47.38, "4_SLICE": 95.12}
+    profiles = _profiles(names, _LATTICE4, 24.0, measured)
+    memory = {p.compute_slices: p.memory_bytes for p in profiles}
+    extra = tuple(
+        Profile(name, c, c, memory[c], starts, cls, limit=limit)
+        for name, c, starts, cls, limit in _RTX_EXTRA
+    )
+    return GpuModel(
+        name="RTXPRO6000-96GB",
+        timing_family="H100",
+        compute_slices=4,
+        memory_slices=4,
+        profiles=profiles,
+        planner_sizes=sizes,
+        tree=_tree4(),
+        create_s={s: create[s] for s in sizes},
+        destroy_s={s: destroy[s] for s in sizes},
+        extra_profiles=extra,
+        nvml_placement_unit=3,
+        source="MIG user guide Table 11 (RTX PRO 6000); -lgip/-lgipp, driver 610.43.02",
+    )
+
+
+_GUIDE = "MIG user guide, Supported MIG Profiles"
+_PARTED = "mig-parted deployments/systemd/config-default.yaml"
 
 MODELS: dict[str, GpuModel] = {
     m.name: m
     for m in (
         _a30(),
-        _model7("A100-40GB", "A100", _names7(5, 10, 20, 40), 40),
-        _model7("A100-80GB", "A100", _names7(10, 20, 40, 80), 80),
-        _model7("H100-80GB", "H100", _names7(10, 20, 40, 80), 80),
-        _model7("H100-94GB", "H100", _names7(12, 24, 47, 94), 94),
+        _model7("A100-40GB", "A100", _names7(5, 10, 20, 40), 40, source=_GUIDE + ", A100"),
+        _model7("A100-80GB", "A100", _names7(10, 20, 40, 80), 80, source=_GUIDE + ", A100"),
+        _model7("H100-80GB", "H100", _names7(10, 20, 40, 80), 80, source=_GUIDE + ", H100"),
+        # H100 94GB (SXM5, PCIe) and H100 NVL: the same names (guide; mig-parted's
+        # "H100 NVL, H800 NVL" configs; gpu-operator PR #903's -lgip of an H100 NVL).
+        _model7("H100-94GB", "H100", _names7(12, 24, 47, 94), 94, source=_PARTED),
+        # H100 96GB: the H100 on GH200 (guide "H100 96GB product (H100 on GH200)";
+        # mig-parted "H100-96GB, PG506-96GB, GH200" configs: 1g.12gb, 1g.12gb+me,
+        # 1g.24gb, 2g.24gb, 3g.48gb, 4g.48gb, 7g.96gb). No -lgip output found: usable
+        # memory is the reserve estimate.
+        _model7("H100-96GB", "H100", _names7(12, 24, 48, 96), 96, source=_PARTED),
         # Table 1 has no H200 or B200 row: they take the H100 figures.
-        _model7("H200-141GB", "H100", _names7(18, 35, 71, 141), 141),
-        _model7("B200-180GB", "H100", _names7(23, 45, 90, 180), 180),
+        _model7("H200-141GB", "H100", _names7(18, 35, 71, 141), 141, source=_GUIDE + ", H200"),
+        # GH200 144G HBM3e (device 0x2348): mig-parted PR #139 (2024-10-23) with its
+        # -lgip (1g.18gb 17.50 GiB, 1g.36gb and 2g.36gb 35.25 GiB; IDs 19/20/15/14);
+        # 3g.72gb, 4g.72gb and 7g.144gb from the same config, their memory estimated.
+        _model7(
+            "GH200-144GB",
+            "H100",
+            _names7(18, 36, 72, 144),
+            144,
+            measured={"1_SLICE": 17.5, "1_SLICE_REV2": 35.25, "2_SLICE": 35.25},
+            source="mig-parted PR #139 (-lgip)",
+        ),
+        _model7("B200-180GB", "H100", _names7(23, 45, 90, 180), 180, source=_GUIDE + ", B200"),
+        # GB200 (HGX, device 0x2941): 186 GB in the guide's Supported GPUs table. The
+        # first drivers named 1g.24gb, 3g.95gb, 4g.95gb, 7g.189gb (mig-parted 89dd81a3,
+        # gpu-operator PR #1303, 1g at 20.00 GiB); production boards report 1g.23gb,
+        # 3g.93gb, 4g.93gb, 7g.186gb (mig-parted ebab1f77 "Use the correct mig
+        # partition settings for the GB200", 2025-08-07; its issue #227 -lgip: 1g.23gb
+        # 22.00 GiB, 1g.47gb and 2g.47gb 45.50 GiB). 3g/4g/7g memory estimated.
+        _model7(
+            "GB200-186GB",
+            "H100",
+            _names7(23, 47, 93, 186),
+            186,
+            measured={"1_SLICE": 22.0, "1_SLICE_REV2": 45.5, "2_SLICE": 45.5},
+            renamed={
+                "1g.24gb": "1g.23gb",
+                "1g.24gb+me": "1g.23gb+me",
+                "3g.95gb": "3g.93gb",
+                "4g.95gb": "4g.93gb",
+                "7g.189gb": "7g.186gb",
+            },
+            source="mig-parted ebab1f77 and issue #227 (-lgip)",
+        ),
+        # B300 (device 0x3182) and GB300 (0x31C2): mig-parted 47c56d96 and 75449116
+        # (2025-10): 1g x7, 1g+me x1, double-memory 1g x4, 2g x3, 3g x2, 4g x1, 7g x1,
+        # the 7-slice lattice's counts. No -lgip output found: memory estimated,
+        # placements the lattice's (check against the driver).
+        _model7("B300-269GB", "H100", _names7(34, 67, 135, 269), 269, source=_PARTED),
+        _model7("GB300-278GB", "H100", _names7(35, 70, 139, 278), 278, source=_PARTED),
+        _rtx_pro_6000(),
     )
 }
 
-_ALIASES = {"A30": "A30-24GB", "A100": "A100-40GB", "H100": "H100-80GB"}
+# Short names: get_model folds case, and spaces or underscores to dashes.
+ALIASES = {
+    "A30": "A30-24GB",
+    "A100": "A100-40GB",
+    "H100": "H100-80GB",
+    "H100NVL": "H100-94GB",
+    "H100-NVL": "H100-94GB",
+    "H100-NVL-94GB": "H100-94GB",
+    "H200": "H200-141GB",
+    "GH200": "H100-96GB",
+    "GH200-96GB": "H100-96GB",
+    "GH200-144G": "GH200-144GB",
+    "B200": "B200-180GB",
+    "GB200": "GB200-186GB",
+    "GB200-189GB": "GB200-186GB",
+    "B300": "B300-269GB",
+    "GB300": "GB300-278GB",
+    "RTXPRO6000": "RTXPRO6000-96GB",
+    "RTX-PRO-6000": "RTXPRO6000-96GB",
+    "RTX-PRO-6000-96GB": "RTXPRO6000-96GB",
+    "RTX-PRO-6000-BLACKWELL": "RTXPRO6000-96GB",
+}
+_ALIASES = ALIASES  # the name other modules used before
 
 
 def get_model(name: str) -> GpuModel:
-    """Look a model up by name (case-insensitive; ``A100`` means ``A100-40GB``)."""
-    key = name.strip().upper()
-    key = _ALIASES.get(key, key)
+    """Look a model up by name or short name (case-insensitive; ``A100`` means
+    ``A100-40GB``, ``GB200`` ``GB200-186GB``, ``RTX PRO 6000`` ``RTXPRO6000-96GB``)."""
+    key = re.sub(r"[\s_]+", "-", name.strip().upper())
+    key = ALIASES.get(key, key)
     for model_name, model in MODELS.items():
         if model_name.upper() == key:
             return model

@@ -41,3 +41,24 @@ def power_curve(model: GpuModel) -> tuple[float, ...]:
 
 def idle_power(model: GpuModel) -> float:
     return power_curve(model)[0]
+
+
+# The most board power any form factor of the model has (SXM where there is one), for the
+# plausibility bound on a measured energy counter (`slurm.energysplit`): A30 PCIe 165 W;
+# A100 SXM4 400 W; H100 SXM5 700 W (the PCIe card: 350 W, NVIDIA product brief
+# PB-11133-001); H100 NVL (94 GB) 400 W; H200 SXM 700 W (H200 NVL: 600 W); B200 1000 W.
+MAX_W = {
+    "A30-24GB": 165.0,
+    "A100-40GB": 400.0,
+    "A100-80GB": 400.0,
+    "H100-80GB": 700.0,
+    "H100-94GB": 400.0,
+    "H200-141GB": 700.0,
+    "B200-180GB": 1000.0,
+}
+
+
+def max_watts(model_name: str) -> float:
+    """The model's largest board power (`MAX_W`); for a model not in the table the
+    largest of all, so that a bound made of it never rejects a real reading."""
+    return MAX_W.get(model_name, max(MAX_W.values()))

@@ -26,6 +26,7 @@ the hardware, on purpose independent of ``slurm_mig.geometry``.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import string
 import sys
 import uuid as uuidlib
@@ -373,6 +374,22 @@ def _a30() -> FakeChip:
     )
 
 
+# Sources of the tables (memorySizeMB = the GiB that ``nvidia-smi mig -lgip`` prints x 1024;
+# it prints two decimals, so 19.62 is 19.625 GiB = 20096 MiB):
+# - A100-40GB: names and instance counts from NVIDIA's MIG user guide, "Supported MIG
+#   Profiles" (A100-SXM4-40GB table); memory (4.75/9.62/19.62/39.38 GiB) as this fake has
+#   always served it, not re-checked here against a published -lgip output.
+# - H100-80GB: an H100 ``nvidia-smi mig -lgip`` (jbarrow.ai/field_notes/nvidia-mig, 2026):
+#   1g.10gb(+me) 9.75, 1g.20gb/2g.20gb 19.62, 3g/4g.40gb 39.50, 7g.80gb 79.25 GiB.
+# - H200-141GB: ``nvidia-smi mig -lgip`` of an H200 in NVIDIA/mig-parted issue #120:
+#   1g.18gb(+me) 16.00, 1g.35gb/2g.35gb 32.25, 3g/4g.71gb 69.50, 7g.141gb 139.75 GiB,
+#   ids 19/20/15/14/9/5/0; board memory 144384 MiB as NVIDIA/go-nvml's H200 mock has it.
+# - A30-24GB: ids 14/21/5/6/0 and memory as this fake has always served them (not
+#   re-checked against a published -lgip output).
+# - Placements of the 7-slice chips: NVIDIA MIG user guide, "Supported MIG Profiles"
+#   (1g {0..6}:1, 1g double memory {0,2,4,6}:2, 2g {0,2,4}:2, 3g {0,4}:4, 4g {0}:4,
+#   7g {0}:8), as live ``nvidia-smi mig -lgi`` outputs show them (3g.40gb at 4:4, 2g.20gb
+#   at 0:2 in NVIDIA/DCGM issue #138).
 CHIPS: dict[str, FakeChip] = {
     "A100-40GB": _chip7(
         "NVIDIA A100-SXM4-40GB",
@@ -385,6 +402,12 @@ CHIPS: dict[str, FakeChip] = {
         81559,
         {"1": 9984, "2": 20096, "4": 40448, "8": 81152},
         (10, 20, 40, 80),
+    ),
+    "H200-141GB": _chip7(
+        "NVIDIA H200 141GB HBM3e",
+        144384,
+        {"1": 16384, "2": 33024, "4": 71168, "8": 143104},
+        (18, 35, 71, 141),
     ),
     "A30-24GB": _a30(),
     "T4": FakeChip("Tesla T4", 15360, 0, (), ()),  # no MIG at all
@@ -760,6 +783,9 @@ def nvmlDeviceGetGpuInstanceProfileInfo(device, profile, version=2):
     return info
 
 
+nvmlDeviceGetGpuInstanceProfileInfoV = nvmlDeviceGetGpuInstanceProfileInfo  # as pynvml
+
+
 def nvmlDeviceGetGpuInstancePossiblePlacements(device, profileId, placementsRef, countRef):
     _enter("nvmlDeviceGetGpuInstancePossiblePlacements", device, profileId)
     gpu = _device(device)
@@ -1004,6 +1030,27 @@ def fake_set_mig_mode(index: int, enabled: bool, pending: bool | None = None) ->
     gpu.pending = gpu.mig if pending is None else int(pending)
 
 
+def fake_rename_profile(index: int, old: str, new: str, memory_mb: int | None = None) -> None:
+    """GPU ``index``'s driver reports profile ``old`` as ``new`` (names without "MIG "),
+    with ``memory_mb`` MiB if given: a driver update that renames a profile (GB200's
+    1g.24gb became 1g.23gb). Ids, slices and placements stay."""
+    gpu = _sys.gpus[index]
+    swap = {
+        p: dataclasses.replace(
+            p, name="MIG " + new, memory_mb=p.memory_mb if memory_mb is None else memory_mb
+        )
+        for p in gpu.chip.profiles
+        if p.name == "MIG " + old
+    }
+    if not swap:
+        raise KeyError(f"{gpu.chip.name} has no profile {old}")
+    gpu.chip = dataclasses.replace(
+        gpu.chip, profiles=tuple(swap.get(p, p) for p in gpu.chip.profiles)
+    )
+    for gi in gpu.gis.values():
+        gi.profile = swap.get(gi.profile, gi.profile)
+
+
 def fake_set_pcie_throughput(index: int, tx_kbps, rx_kbps) -> None:
     """PCIe traffic of GPU ``index`` in KB/s per direction: a number, or a sequence
     served one reading per call (the last one repeats)."""
@@ -1154,3 +1201,15 @@ def fake_layout(index: int) -> list[dict]:
 
 
 fake_reset()
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle):
+    """The GPU's energy counter in millijoules (an unsigned 64-bit count). The fake's
+    counter is the device's ``energy_mj`` attribute, 0 on a fresh GPU: a test sets it
+    (``fake._sys.gpus[i].energy_mj = ...``) as its fake clock advances; NOT_SUPPORTED
+    on a GPU that has no MIG (a stand-in for a board without the counter)."""
+    _enter("nvmlDeviceGetTotalEnergyConsumption", handle)
+    gpu = _device(handle)
+    if not gpu.chip.profiles:
+        _raise(NVML_ERROR_NOT_SUPPORTED)
+    return c_ulonglong(int(getattr(gpu, "energy_mj", 0)) % 2**64).value

@@ -158,7 +158,7 @@ def test_avail_profile_answers_with_its_exit_status(summary_file, capsys):
     assert out.startswith("4g.20gb: no GPU could start it now (of 2 A100-40GB GPUs, the largest")
     assert "3g.20gb" in out and out.count("\n") == 1
     assert main(["avail", "--file", str(summary_file), "--profile", "1g.18gb"]) == 1
-    assert "no GPU here is a H200-141GB" in capsys.readouterr().out
+    assert "no GPU here is a GH200-144GB or H200-141GB" in capsys.readouterr().out
     assert main(["avail", "--file", str(summary_file), "--profile", "3g.21gb"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no GPU model has a MIG profile '3g.21gb'" in err

@@ -466,3 +466,35 @@ def test_uuids_are_rfc4122_version_5_as_the_uuid_module_makes_them():
     ns = uuid.UUID(bytes=_UUID_NAMESPACE)
     for name in ("node1/gpu/0", "GPU-1234/3/7", "ü"):
         assert _uuid5(name) == str(uuid.uuid5(ns, name))
+
+
+# -- issue 22: extra profiles and their instance counts -----------------------------------
+
+
+def test_media_extension_is_one_per_gpu_as_nvml_counts_it(a100):
+    me = a100.create(0, "1g.5gb+me", Placement(2, 1))
+    assert (me.profile, me.placement) == ("1g.5gb+me", Placement(2, 1))
+    with pytest.raises(PlacementConflict, match="at most 1 1g.5gb\\+me"):
+        a100.create(0, "1g.5gb+me", Placement(4, 1))
+    plain = a100.create(0, "1g.5gb", Placement(4, 1))  # the plain 1g is not counted with it
+    a100.destroy(0, me.uuid)
+    assert a100.create(0, "1g.5gb+me", Placement(5, 1)).profile == "1g.5gb+me"
+    assert [i.profile for i in a100.instances(0)] == ["1g.5gb", "1g.5gb+me"]
+    assert plain.placement == Placement(4, 1)
+
+
+def test_instance_counts_of_rtx_pro_6000_extras_and_renamed_gb200_profiles(tmp_path):
+    sim = SimulatedBackend(tmp_path / "n", models=["RTXPRO6000-96GB", "GB200-186GB"])
+    rtx = get_model("RTXPRO6000-96GB")
+    for start in range(4):  # +gfx has no limit below its four placements
+        assert sim.create(0, "1g.24gb+gfx", Placement(start, 1)).profile == "1g.24gb+gfx"
+    assert rtx.profile("1g.24gb+gfx").instance_count == 4
+    for inst in sim.instances(0):
+        sim.destroy(0, inst.uuid)
+    sim.create(0, "2g.48gb+me.all", Placement(0, 2))
+    with pytest.raises(PlacementConflict, match="at most 1"):
+        sim.create(0, "2g.48gb+me.all", Placement(2, 2))
+    # an earlier GB200 driver's name is recorded under today's
+    assert sim.create(1, "1g.24gb", Placement(0, 1)).profile == "1g.23gb"
+    with pytest.raises(InvalidRequest, match="no MIG profile '1g.99gb'.*1g.23gb\\+me"):
+        sim.create(1, "1g.99gb", Placement(1, 1))

@@ -134,3 +134,72 @@ def test_check_ids_reports_a_driver_numbering_by_creation_and_a_busy_gpu(tmp_pat
         "(at boot, before slurmd starts)"
     )
     assert [i.gpu for i in sim.instances()] == [1]  # what it made, it destroyed
+
+
+# -- gres-conf --catalogue (issue 22) -----------------------------------------------------
+
+
+def _nvml_config(tmp_path: Path, models: str) -> Path:
+    cfg = tmp_path / "nvml.toml"
+    cfg.write_text(f'[nodes]\n"n1" = [{models}]\n[device]\nbackend = "nvml"\n')
+    return cfg
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import fake_pynvml as fake
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    fake.fake_reset(["H200-141GB", "H100-80GB"])
+    yield fake
+    fake.fake_reset()
+
+
+def test_catalogue_of_the_simulated_gpus_is_the_offline_one(tmp_path, capsys):
+    assert (
+        main(["gres-conf", "--config", str(_config(tmp_path)), "--node", "n1", "--catalogue"]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "GPU 0 (A100-40GB): offline catalogue (no driver to ask)"
+    assert any(line.split()[:3] == ["1g.10gb", "offline", "1"] for line in out)
+    assert any(line.split()[0] == "1g.5gb+me" and "1x" in line for line in out)
+    assert not any("driver wins" in line for line in out)
+
+
+def test_catalogue_from_the_driver_lists_its_profiles_and_each_difference(
+    fake_nvml, tmp_path, capsys
+):
+    cfg = _nvml_config(tmp_path, '"H200-141GB", "H100-80GB"')
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--catalogue"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "GPU 0 (NVIDIA H200 141GB HBM3e, H200-141GB): the driver's catalogue"
+    row = next(line.split() for line in out if line.split()[0] == "1g.35gb")
+    assert row[1:6] == ["id", "15", "1", "slices", "32.25"] and "{0,2,4,6}:2" in row[-1]
+    # H200's tables estimate memory that mig-parted issue #120's -lgip gives lower
+    assert "GPU 0: H200-141GB: 1g.18gb has 16.00 GiB on the driver, " in "\n".join(out)
+    assert all(line.endswith("(the driver wins)") for line in out if line.startswith("GPU 0: "))
+
+
+def test_catalogue_agreeing_with_the_tables_exits_0_and_a_rename_exits_1(
+    fake_nvml, tmp_path, capsys
+):
+    cfg = _nvml_config(tmp_path, '"H100-80GB"')
+    fake_nvml.fake_reset(["H100-80GB"])
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--catalogue"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "the driver and slurm-mig's tables agree"
+    fake_nvml.fake_rename_profile(0, "1g.10gb", "1g.9gb", memory_mb=9216)  # a test scenario
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--catalogue"]) == 1
+    out = capsys.readouterr().out
+    assert "GPU 0: H100-80GB: the driver calls 1g.10gb 1g.9gb" in out and "driver wins" in out
+
+
+def test_catalogue_without_a_driver_is_one_line_and_exit_2(fake_nvml, tmp_path, capsys):
+    fake_nvml.fake_set_driver("missing")
+    cfg = _nvml_config(tmp_path, '"H100-80GB"')
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--catalogue"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("slurm-mig: error: ")
+    assert "libnvidia-ml.so.1" in err

@@ -890,3 +890,107 @@ def test_an_instance_with_another_gpu_instance_id_is_destroyed_and_the_job_reque
     assert site.scontrol_calls() == []  # the node is not drained
     rc, out, _ = run(task_prolog_main, site.task_env(site.env("42", site.comment("42"))), capsys)
     assert rc == 1 and "print slurm-mig: job 42 is requeued and held for the planner" in out
+
+
+# -- measured energy: the GPU's energy counter split across its runs (issue 22) ----------------
+
+
+def _on_fake_nvml(site: Site):
+    """The hooks on fake NVML GPUs (two A100-40GB, as the site's config says); returns
+    (fake module, a setter of GPU 1's energy counter in mJ, the backend opener)."""
+    import fake_pynvml as fake
+
+    from slurm_mig.devices.nvml import NvmlBackend
+
+    fake.fake_reset(["A100-40GB", "A100-40GB"])
+    # the fake numbers GPU instances in creation order, not as the GRES records expect
+    text = site.config.read_text()
+    site.config.write_text(text.replace('partition = "mig"', 'partition = "mig"\ngres = "off"'))
+
+    def counter(mj: int) -> None:
+        fake._sys.gpus[1].energy_mj = mj
+
+    return fake, counter, lambda config, node: NvmlBackend(fake)
+
+
+def _hook(main, env, capsys, t: float, opener) -> tuple[int, list[str]]:
+    rc = main(env, clock=clock_at(t), open_backend=opener)
+    return rc, capsys.readouterr().err.splitlines()
+
+
+def _accounted(site: Site) -> dict[str, dict]:
+    """job id -> its accounting line (the Epilog's record for the planner)."""
+    path = site.run_dir / "private" / "accounting.jsonl"
+    return {d["job_id"]: d for d in map(json.loads, path.read_text().splitlines())}
+
+
+def test_a_run_on_a_gpu_with_an_energy_counter_gets_its_measured_energy(site, capsys):
+    _, counter, opener = _on_fake_nvml(site)
+    env = site.env("42", site.comment("42"))
+    counter(5_000_000)
+    assert _hook(prolog_main, env, capsys, T0 + 5.0, opener)[0] == 0
+    assert site.state.job("42").energy_mj == 5_000_000  # the reading at the Prolog
+    counter(5_000_000 + 60 * 250_000)  # 60 s at 250 W: 15 kJ, the run alone on the GPU
+    rc, err = _hook(epilog_main, env, capsys, T0 + 65.0, opener)
+    assert rc == 0 and not any("energy" in line for line in err)
+    assert _accounted(site)["42"]["measured_j"] == 15_000.0
+    runtime = json.loads(site.state.runtimes_path.read_text().splitlines()[-1])
+    assert runtime["measured_j"] == 15_000.0
+    ledger = site.state.energy_ledger(1)
+    assert ledger.mj == 20_000_000 and dict(ledger.runs) == {}  # nothing left behind
+
+
+def test_two_overlapping_runs_split_the_gpus_energy_by_slices_and_time(site, capsys):
+    """A (3g, 3 slices) alone for 10 s, then with B (4g, 4 slices) for 10 s, then B
+    alone for 20 s: A gets its first interval and 3/7 of the second, B 4/7 of the
+    second and its last; together exactly what the counter advanced."""
+    _, counter, opener = _on_fake_nvml(site)
+    env_a = site.env("51", site.comment("51", gpu=1, profile="3g.20gb", placement=(4, 4)))
+    env_b = site.env("52", site.comment("52", gpu=1, profile="4g.20gb", placement=(0, 4)))
+    counter(1_000_000)
+    assert _hook(prolog_main, env_a, capsys, T0 + 5.0, opener)[0] == 0
+    counter(2_000_000)  # 1000 J while A ran alone
+    assert _hook(prolog_main, env_b, capsys, T0 + 15.0, opener)[0] == 0
+    counter(3_400_000)  # 1400 J while both ran
+    assert _hook(epilog_main, env_a, capsys, T0 + 25.0, opener)[0] == 0
+    counter(4_400_000)  # 1000 J while B ran alone
+    assert _hook(epilog_main, env_b, capsys, T0 + 45.0, opener)[0] == 0
+    got = _accounted(site)
+    assert got["51"]["measured_j"] == 1000.0 + 1400.0 * 3 / 7  # 1600 J
+    assert got["52"]["measured_j"] == 1400.0 * 4 / 7 + 1000.0  # 1800 J
+    assert got["51"]["measured_j"] + got["52"]["measured_j"] == 3400.0
+
+
+def test_an_energy_counter_that_goes_back_leaves_the_run_modelled_with_a_warning(site, capsys):
+    _, counter, opener = _on_fake_nvml(site)
+    env = site.env("61", site.comment("61"))
+    counter(9_000_000)
+    assert _hook(prolog_main, env, capsys, T0 + 5.0, opener)[0] == 0
+    counter(1_000)  # the driver was reloaded: the counter starts again
+    rc, err = _hook(epilog_main, env, capsys, T0 + 65.0, opener)
+    assert rc == 0  # never a failed hook, never a drain
+    assert any("energy counter went back" in line and "modelled" in line for line in err)
+    assert "measured_j" not in _accounted(site)["61"]
+    assert site.scontrol_calls() == []
+
+
+def test_an_energy_counter_that_jumps_implausibly_leaves_the_run_modelled(site, capsys):
+    _, counter, opener = _on_fake_nvml(site)
+    env = site.env("62", site.comment("62"))
+    counter(0)
+    assert _hook(prolog_main, env, capsys, T0 + 5.0, opener)[0] == 0
+    counter(2**63)  # far beyond twice an A100's 400 W for 60 s
+    rc, err = _hook(epilog_main, env, capsys, T0 + 65.0, opener)
+    assert rc == 0 and any("jumped" in line for line in err)
+    assert "measured_j" not in _accounted(site)["62"]
+
+
+def test_a_simulated_gpu_has_no_energy_counter_and_its_runs_are_modelled(site, capsys):
+    env = site.env("71", site.comment("71"))
+    assert run(prolog_main, env, capsys)[0] == 0
+    assert site.state.job("71").energy_mj is None
+    assert "energy_mj" not in json.loads((site.run_dir / "private/jobs/71.json").read_text())
+    rc, _, err = run(epilog_main, env, capsys, t=T0 + 65.0)
+    assert rc == 0 and not any("energy" in line for line in err)
+    assert "measured_j" not in _accounted(site)["71"]
+    assert not (site.run_dir / "private" / "energy").exists()

@@ -665,3 +665,32 @@ def test_a_burst_of_more_nodes_than_slots_is_served_not_refused(tmp_path, state)
         r.close()
     assert results == [(1, None)] * 12
     assert counts["refused"] == 0 and len(runs(state)) == 12
+
+
+# -- measured energy in the run report (issue 22) ---------------------------------------------
+
+
+def test_a_run_report_carries_the_measured_energy_and_the_store_says_which(receiver, state):
+    finished = {**run_data("81"), "measured_j": 15_000.0}
+    line = reports.run_report(KEY, NODE, finished, {"SLURM_JOB_USER": "alice"})
+    assert open_report(line, KEY)["data"]["measured_j"] == 15_000.0
+    modelled = reports.run_report(KEY, NODE, run_data("82"), {"SLURM_JOB_USER": "alice"})
+    assert "measured_j" not in open_report(modelled, KEY)["data"]
+    # 2 MJ in 120 s is far more than twice an A100's 400 W: the store keeps the model
+    forged = reports.run_report(
+        KEY, NODE, {**run_data("83"), "measured_j": 2e6}, {"SLURM_JOB_USER": "alice"}
+    )
+    assert reports.exchange(receiver.address, [line, modelled, forged], 2.0, 1.0)[1].startswith(
+        "ok "
+    )
+    db = sqlite3.connect(state / "accounting.sqlite")
+    try:
+        got = db.execute(
+            "SELECT job_id, energy_source, measured_j, energy_j > 0 FROM runs ORDER BY job_id"
+        ).fetchall()
+    finally:
+        db.close()
+    assert got == [("81", "measured", 15_000.0, 1), ("82", "modelled", None, 1),
+                   ("83", "modelled", None, 1)]  # fmt: skip
+    [row] = accounting_report(state, "user")
+    assert row["energy"] == "mixed" and row["measured_runs"] == 1

@@ -119,7 +119,7 @@ def test_an_unversioned_accounting_store_is_migrated_with_its_rows(tmp_path, ope
     else:
         ReportDB(tmp_path).prune()
         assert _version(tmp_path / "reports.sqlite") == REPORTS_SCHEMA.version == 1
-    assert _version(path) == accounting.schema().version == 1
+    assert _version(path) == accounting.schema().version == 2
     db = sqlite3.connect(path)
     try:
         assert db.execute("SELECT job_id FROM runs ORDER BY job_id").fetchall() == [("7",), ("8",)]
@@ -135,7 +135,7 @@ def test_an_unversioned_accounting_store_is_migrated_with_its_rows(tmp_path, ope
 @pytest.mark.parametrize("opener", ["report", "gather", "receiver"])
 def test_a_newer_accounting_store_is_refused_and_left_as_it_was(tmp_path, opener):
     path = tmp_path / accounting.STORE
-    before = _newer(path, 2)
+    before = _newer(path, 3)
     with pytest.raises(storeschema.SchemaError) as err:
         if opener == "report":
             accounting.report(tmp_path)
@@ -144,7 +144,7 @@ def test_a_newer_accounting_store_is_refused_and_left_as_it_was(tmp_path, opener
         else:
             ReportDB(tmp_path).store([])
     text = str(err.value)
-    assert text.startswith(f"{path}: accounting store schema version 2 is newer")
+    assert text.startswith(f"{path}: accounting store schema version 3 is newer")
     assert text.endswith("(upgrade slurm-mig or move the file away)")
     _untouched(path, before)
     assert not (tmp_path / "reports.sqlite").exists()  # refused before anything is made

@@ -255,10 +255,12 @@ def test_report_default_table_and_noheader(totals, capsys):
     assert main(["report"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == [
-        "USER", "MODEL", "RUNS", "RESTARTS", "SECONDS", "SLICE-S", "GPU-H", "KWH*", "PROFILES"
+        "USER", "MODEL", "RUNS", "RESTARTS", "SECONDS", "SLICE-S", "GPU-H", "KWH*", "SOURCE",
+        "PROFILES"
     ]  # fmt: skip
     assert lines[2].split() == [
-        "bob", "A100-40GB", "12", "0", "1200.5", "2401.0", "0.0953", "0.05000", "1g.5gb,2g.10gb"
+        "bob", "A100-40GB", "12", "0", "1200.5", "2401.0", "0.0953", "0.05000", "modelled",
+        "1g.5gb,2g.10gb"
     ]  # fmt: skip
     assert lines[-1].startswith("* energy modelled")
     assert main(["report", "--noheader"]) == 0

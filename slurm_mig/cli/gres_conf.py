@@ -45,6 +45,12 @@ def add_parser(sub) -> None:
         "driver gives it the GPU-instance id its gres.conf record names (exit 1 if not)",
     )
     p.add_argument(
+        "--catalogue",
+        action="store_true",
+        help="print each GPU's MIG profiles as the driver reports them and every "
+        "difference from slurm-mig's tables (exit 1 if any: the driver wins; root)",
+    )
+    p.add_argument(
         "--caps-major",
         metavar="N",
         type=int,
@@ -82,6 +88,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.node_gres:
         print(gres.node_gres(models))
         return 0
+    if args.catalogue:
+        from ..devices.open import open_backend
+
+        lines, differ = catalogue_report(open_backend(config, node), models)
+        print("\n".join(lines))
+        return 1 if differ else 0
     if args.check_ids:
         from ..devices.open import open_backend
 
@@ -148,6 +160,36 @@ def check_ids(backend, models) -> tuple[list[str], list[str]]:
         else:
             lines.append(f"GPU {gpu} ({model.name}): {n} placements, ids as the records name")
     return problems, lines
+
+
+def catalogue_report(backend, models) -> tuple[list[str], bool]:
+    """Per GPU the profiles its driver reports (name, slices, memory, instances,
+    placements), then one line per difference from the offline tables: (lines, any
+    difference). A backend without a driver (simulated) prints the offline catalogue."""
+    from ..devices.catalogue import compare, describe, offline_catalogue
+    from ..geometry import get_model
+
+    read = getattr(backend, "catalogue", None)
+    lines, differ = [], False
+    for gpu, name in enumerate(models):
+        model = get_model(name)
+        if read is None:
+            cat = offline_catalogue(model)
+            lines.append(f"GPU {gpu} ({model.name}): offline catalogue (no driver to ask)")
+            lines.extend("  " + row for row in describe(cat))
+            continue
+        cat = read(gpu)
+        lines.append(f"GPU {gpu} ({cat.gpu_name}, {model.name}): the driver's catalogue")
+        lines.extend("  " + row for row in describe(cat))
+        if cat.model and cat.model != model.name:
+            lines.append(f"GPU {gpu}: the driver's board is {cat.model}, [nodes] says {model.name}")
+            differ = True
+        diffs = compare(model, cat)
+        lines.extend(f"GPU {gpu}: {d} (the driver wins)" for d in diffs)
+        differ = differ or bool(diffs)
+    if not differ and read is not None:
+        lines.append("the driver and slurm-mig's tables agree")
+    return lines, differ
 
 
 def caps_major(proc_devices: str = "/proc/devices") -> int:

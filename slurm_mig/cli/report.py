@@ -29,10 +29,19 @@ COLUMNS = (
     Column("s", "SECONDS", "seconds run"),
     Column("c", "SLICE-S", "slice-seconds (compute slices x seconds)"),
     Column("h", "GPU-H", "GPU-hours (slice-seconds over the GPU's slices)"),
-    Column("e", "KWH*", "energy in kWh, modelled from the GPU's power curve"),
+    Column(
+        "e", "KWH*", "energy in kWh: measured where the GPU has an energy counter, else modelled"
+    ),
+    Column("S", "SOURCE", "what KWH is: measured, modelled, or mixed (some runs each)"),
+    Column("E", "MODEL-KWH", "energy in kWh modelled from the GPU's power curve, for all runs"),
     Column("p", "PROFILES", "the MIG profiles the runs had"),
 )
-DEFAULT_FORMAT = "%k %m %.n %.R %.s %.c %.h %.e  %p"
+DEFAULT_FORMAT = "%k %m %.n %.R %.s %.c %.h %.e %S  %p"
+FOOTNOTE = (
+    "* energy modelled from the GPU's power curve where SOURCE is modelled; measured "
+    "(the GPU's energy counter, split across its runs by compute slices and time) where "
+    "it is measured"
+)
 
 
 def add_parser(sub) -> None:
@@ -45,7 +54,10 @@ def add_parser(sub) -> None:
             "(<state_dir>/accounting.sqlite): runs, restarted runs, seconds, "
             "slice-seconds, GPU-hours (slice-seconds over the GPU's slices) and energy, "
             "per user, account, MIG profile or job kind (hint key) and GPU model. "
-            "Energy is modelled from the GPU's power curve, not measured. Nodes that "
+            "Energy is measured where the GPU has an energy counter (NVML: the GPU's "
+            "counter read at each Prolog and Epilog and split across the runs on it by "
+            "compute slices), else modelled from the GPU's power curve; SOURCE says "
+            "which. Nodes that "
             "have not reported (or not for a day) are named on stderr, with since when."
         ),
         epilog=fields_help(COLUMNS),
@@ -126,6 +138,8 @@ def rows(report_rows: list[dict], by: str) -> list[dict[str, str]]:
             "c": f"{r['slice_seconds']:.1f}",
             "h": f"{r['gpu_hours']:.4f}",
             "e": f"{r['energy_kwh']:.5f}",
+            "S": printable(str(r.get("energy", "modelled")), 16),
+            "E": f"{r.get('modelled_kwh', r['energy_kwh']):.5f}",
             "p": printable(r["profiles"], 200),
         }
         for r in report_rows
@@ -160,5 +174,5 @@ def run(args: argparse.Namespace) -> int:
         for line in format_lines(fmt, rows(got, args.by), heads, header):
             print(line)
         if header and "e" in {f.letter for f in fmt if isinstance(f, Field)}:
-            print("* energy modelled from the GPU's power curve (no energy counter read)")
+            print(FOOTNOTE)
     return 0

@@ -117,6 +117,12 @@ class MigBackend(ABC):
     def health(self) -> list[str]:
         """Problems an admin should know of (MIG mode off, driver errors); [] if none."""
 
+    @abstractmethod
+    def energy_mj(self, gpu: int) -> int | None:
+        """GPU ``gpu``'s total-energy counter: millijoules since the driver loaded (an
+        unsigned 64-bit count); None where there is no counter (a simulated GPU, a GPU
+        or driver without one). Raises DeviceError only when the GPU cannot be reached."""
+
     def mig_minors(self) -> str:
         """The driver's MIG capability minor table (``migcaps.MIG_MINORS``)."""
         from .migcaps import MAX_TABLE_BYTES, MIG_MINORS

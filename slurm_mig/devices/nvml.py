@@ -13,7 +13,7 @@ import ctypes
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import geometry
 from ..geometry import GeometryError, GpuModel, Placement, Profile
@@ -30,6 +30,9 @@ from .base import (
     NoPermission,
     PlacementConflict,
 )
+
+if TYPE_CHECKING:
+    from .catalogue import Catalogue
 
 _MAX_PROFILE_CONSTANT = 64  # a guard: NVML answers INVALID_ARGUMENT long before
 _GIB = 1024**3
@@ -87,31 +90,68 @@ class NvmlProfile:
     slice_count: int
     instance_count: int
     memory_bytes: int
-    geometry: Profile | None  # None: a profile slurm-mig does not plan with (e.g. +me)
+    geometry: Profile | None  # None: a profile geometry's catalogue does not have
+    nvml_name: str = ""  # the driver's name without "MIG " ("" from a v1 info)
+
+
+# NVML board-name tokens -> the geometry models that board can be, told apart by memory.
+# Names as NVML reports them: "NVIDIA GB200" (sglang issue #11208), "NVIDIA B300 SXM6 AC"
+# (pytorch/ao PR #3640), "NVIDIA GB300" (OLMo-core PR #747), "NVIDIA GH200 480GB" with
+# 97871 MiB (marin PR #5446: the 96 GB H100 of GH200), "NVIDIA RTX PRO 6000 Blackwell
+# Server Edition" (bigstack-oss/cubecos issue #312) and "... Max-Q Workstation Edition"
+# (gpu-operator issue #2249), "NVIDIA H100 NVL" (94 GB, gpu-operator PR #903).
+# GB before B, so that "GB200" is never read as B200.
+_BOARDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (r"RTX\s*PRO\s*6000", ("RTXPRO6000-96GB",)),
+    (r"GB300", ("GB300-278GB",)),
+    (r"GB200", ("GB200-186GB",)),
+    (r"GH200", ("H100-96GB", "GH200-144GB")),
+    (r"B300", ("B300-269GB",)),
+    (r"B200", ("B200-180GB",)),
+    (r"H200", ("H200-141GB",)),
+    (r"H100", ("H100-80GB", "H100-94GB", "H100-96GB")),
+    (r"A100", ("A100-40GB", "A100-80GB")),
+    (r"A30", ("A30-24GB",)),
+)
+# Boards whose name carries no GPU memory size (or another one: GH200's 480 GB counts
+# the Grace CPU's memory), for when MIG denies the parent's memory to a non-root caller.
+_NAMED = ((r"GH200\s+480\s?GB", "H100-96GB"), (r"H100\s+NVL", "H100-94GB"))
 
 
 def detect_model(name: str, total_bytes: int | None) -> str | None:
     """The geometry model of an NVML device name and memory, e.g. ("NVIDIA A100-SXM4-40GB",
-    40 GiB) -> "A100-40GB" (memory None: the size in the name); None for a GPU slurm-mig
-    does not know."""
-    m = re.search(r"(?<![A-Z0-9])(A30|A100|H100|H200|B200)(?![0-9])", name.upper())
-    if not m:
+    40 GiB) -> "A100-40GB", ("NVIDIA GB200", None) -> "GB200-186GB" (memory None: the size
+    in the name); None for a GPU slurm-mig does not know."""
+    upper = name.upper()
+    family: tuple[str, ...] = ()
+    for token, models in _BOARDS:
+        if re.search(rf"(?<![A-Z0-9]){token}(?![0-9])", upper):
+            family = tuple(m for m in models if m in geometry.MODELS)
+            break
+    if not family:
         return None
-    family = [g for g in geometry.MODELS.values() if g.name.split("-")[0] == m.group(1)]
     if len(family) == 1 and total_bytes is None:
-        return family[0].name
+        return family[0]
     if total_bytes is None:  # MIG denies the parent's memory to non-root: the name's size
-        size = re.search(r"(?<![0-9])([0-9]{2,3})\s?GB(?![A-Z0-9])", name.upper())
+        size = re.search(r"(?<![0-9])([0-9]{2,3})\s?GB?(?![A-Z0-9])", upper)
         total_bytes = int(size.group(1)) * _GIB if size else None
+        named = next((m for pat, m in _NAMED if re.search(pat, upper)), None)
+        if named in family and (total_bytes is None or _near(family, total_bytes) is None):
+            return named
     if total_bytes is None:
         return None
+    return _near(family, total_bytes)
 
-    def nominal(g: GpuModel) -> float:
-        return float(g.name.split("-")[1].removesuffix("GB"))
+
+def _near(family: tuple[str, ...], total_bytes: int) -> str | None:
+    """The model of ``family`` whose nominal memory is nearest, within 15 %."""
+
+    def nominal(m: str) -> float:
+        return float(m.rsplit("-", 1)[1].removesuffix("GB"))
 
     gib = total_bytes / _GIB
-    best = min(family, key=lambda g: abs(nominal(g) - gib))
-    return best.name if abs(nominal(best) - gib) <= 0.15 * nominal(best) else None
+    best = min(family, key=lambda m: abs(nominal(m) - gib))
+    return best if abs(nominal(best) - gib) <= 0.15 * nominal(best) else None
 
 
 def _text(value: Any) -> str:
@@ -263,8 +303,8 @@ class NvmlBackend(MigBackend):
                     continue
                 raise self._error(exc, "read the MIG profiles", gpu) from None
             cls = names.get(const)
-            geo = _match(model, cls, info.sliceCount, info.memorySizeMB * _MIB)
             nvml_name = _text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
+            geo = _match(model, cls, nvml_name, info.sliceCount, info.memorySizeMB * _MIB)
             found.append(
                 NvmlProfile(
                     constant=const,
@@ -275,12 +315,16 @@ class NvmlBackend(MigBackend):
                     instance_count=int(info.instanceCount),
                     memory_bytes=int(info.memorySizeMB) * _MIB,
                     geometry=geo,
+                    nvml_name=nvml_name,
                 )
             )
         self._tables[uuid] = found
         return found
 
-    def _placements(self, gpu: int, handle: Any, prof: NvmlProfile) -> list[Placement]:
+    def _placements(
+        self, gpu: int, handle: Any, prof: NvmlProfile, model: GpuModel
+    ) -> list[Placement]:
+        """The profile's possible placements, in memory slices (``model.from_nvml``)."""
         nvml = self.nvml
         count = ctypes.c_uint(0)
         what = f"list the placements of {prof.name}"
@@ -305,9 +349,11 @@ class NvmlBackend(MigBackend):
             array,
             ctypes.byref(count),
         )
-        return [Placement(array[i].start, array[i].size) for i in range(count.value)]
+        return [_slices(model, gpu, array[i].start, array[i].size) for i in range(count.value)]
 
-    def _gpu_instances(self, gpu: int, handle: Any, table: list[NvmlProfile]) -> list[tuple]:
+    def _gpu_instances(
+        self, gpu: int, handle: Any, table: list[NvmlProfile], model: GpuModel
+    ) -> list[tuple]:
         """(GI handle, gi id, profile, placement) of every GPU instance on the GPU."""
         nvml = self.nvml
         out = []
@@ -326,7 +372,7 @@ class NvmlBackend(MigBackend):
             for i in range(count.value):
                 gi = array[i]
                 info = self._call("read a GPU instance", gpu, "nvmlGpuInstanceGetInfo", gi)
-                pl = Placement(int(info.placement.start), int(info.placement.size))
+                pl = _slices(model, gpu, int(info.placement.start), int(info.placement.size))
                 out.append((gi, int(info.id), prof, pl))
         return sorted(out, key=lambda t: t[3])
 
@@ -392,7 +438,7 @@ class NvmlBackend(MigBackend):
         if model_name is None:
             raise MigDisabled(
                 f"GPU {gpu} ({name}) is not a MIG GPU slurm-mig knows",
-                hint="list only MIG GPUs (A30, A100, H100, H200, B200) in [nodes] of the config",
+                hint="list only MIG GPUs (" + ", ".join(geometry.MODELS) + ") in [nodes]",
             )
         if not on:
             raise MigDisabled(
@@ -402,14 +448,16 @@ class NvmlBackend(MigBackend):
         model = geometry.get_model(model_name)
         return handle, uuid, model, self._profiles(gpu, handle, uuid, model)
 
-    def _live(self, gpu: int, handle: Any, table: list[NvmlProfile]) -> list[tuple]:
+    def _live(
+        self, gpu: int, handle: Any, table: list[NvmlProfile], model: GpuModel
+    ) -> list[tuple]:
         """(Instance, GI handle, [CI handles]) of every GPU instance of the GPU.
 
         A GPU instance without a compute instance (left by a crash or by hand) has no
         MIG device; it is reported with uuid ``gi<N>-no-ci`` so it can be destroyed."""
         uuids = self._mig_uuids(gpu, handle)
         out = []
-        for gi, gi_id, prof, pl in self._gpu_instances(gpu, handle, table):
+        for gi, gi_id, prof, pl in self._gpu_instances(gpu, handle, table, model):
             cis = self._compute_instances(gpu, gi)
             if cis:
                 ci_id = cis[0][1]
@@ -444,10 +492,10 @@ class NvmlBackend(MigBackend):
             out = []
             for i in indices:
                 try:
-                    handle, _, _, table = self._state(i)
+                    handle, _, model, table = self._state(i)
                 except MigDisabled:
                     continue  # MIG off or not a MIG GPU: no instances
-                out.extend(inst for inst, _, _ in self._live(i, handle, table))
+                out.extend(inst for inst, _, _ in self._live(i, handle, table, model))
             return sorted(out, key=lambda x: (x.gpu, x.placement))
 
     def create(
@@ -458,7 +506,7 @@ class NvmlBackend(MigBackend):
         with self._session():
             handle, _, model, table = self._state(gpu)
             prof = self._profile(gpu, model, table, profile)
-            legal = self._placements(gpu, handle, prof)
+            legal = self._placements(gpu, handle, prof, model)
             if placement not in legal:
                 text = ", ".join(f"{p.start}:{p.size}" for p in legal)
                 raise InvalidRequest(
@@ -467,7 +515,8 @@ class NvmlBackend(MigBackend):
                     hint=f"{prof.name} placements (start:size in memory slices) are {text}",
                 )
             c_pl = nvml.c_nvmlGpuInstancePlacement_t()
-            c_pl.start, c_pl.size = placement.start, placement.size
+            units = model.to_nvml(placement)  # RTX PRO 6000 counts 3 units a slice
+            c_pl.start, c_pl.size = units.start, units.size
             what = f"create {prof.name} at {placement.start}:{placement.size}"
             try:
                 gi = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
@@ -476,7 +525,7 @@ class NvmlBackend(MigBackend):
             except nvml.NVMLError as exc:
                 err = self._error(exc, what, gpu)
                 if isinstance(err, PlacementConflict):
-                    err = self._conflict(gpu, handle, table, placement, err)
+                    err = self._conflict(gpu, handle, table, model, placement, err)
                 raise err from None
             try:
                 ci = self._create_ci(gpu, gi, prof)
@@ -497,8 +546,8 @@ class NvmlBackend(MigBackend):
     def destroy(self, gpu: int, uuid: str, job_id: str | None = None) -> None:
         """Destroy the compute instance(s), then the GPU instance; InstanceNotFound if absent."""
         with self._session():
-            handle, _, _, table = self._state(gpu)
-            for inst, gi, cis in self._live(gpu, handle, table):
+            handle, _, model, table = self._state(gpu)
+            for inst, gi, cis in self._live(gpu, handle, table, model):
                 if inst.uuid != uuid:
                     continue
                 what = f"destroy {inst.profile} at {inst.placement.start}:{inst.placement.size}"
@@ -510,6 +559,92 @@ class NvmlBackend(MigBackend):
                 f"GPU {gpu}: no MIG instance {uuid}: NVML Not Found",
                 hint="it is gone already; nothing to destroy",
             )
+
+    def catalogue(self, gpu: int) -> Catalogue:
+        """GPU ``gpu``'s MIG catalogue as its driver reports it: every
+        ``NVML_GPU_INSTANCE_PROFILE_*`` constant (0 upward until INVALID_ARGUMENT) with its
+        name, slices, memory, instance count and placements (in memory slices where the
+        model is known: ``model.from_nvml``). DeviceError when the driver cannot be asked
+        (MigDisabled when MIG is off)."""
+        from .catalogue import Catalogue, CatalogueProfile, profile_name, suffix_of
+
+        with self._session() as nvml:
+            handle = self._handle(gpu)
+            name, _, model_name, _, _ = self._describe(gpu, handle)
+            model = geometry.get_model(model_name) if model_name else None
+            names = {
+                v: k.removeprefix("NVML_GPU_INSTANCE_PROFILE_")
+                for k, v in vars(nvml).items()
+                if k.startswith("NVML_GPU_INSTANCE_PROFILE_") and not k.endswith("_COUNT")
+            }
+            read = getattr(nvml, "nvmlDeviceGetGpuInstanceProfileInfoV", None) or (
+                nvml.nvmlDeviceGetGpuInstanceProfileInfo
+            )
+            found: list[CatalogueProfile] = []
+            for const in range(_MAX_PROFILE_CONSTANT):
+                try:
+                    info = read(handle, const)
+                except nvml.NVMLError as exc:
+                    code = self._code_name(getattr(exc, "value", -1))
+                    if code == "INVALID_ARGUMENT":
+                        break
+                    if code == "NOT_SUPPORTED" and const > 0:
+                        continue  # not on this chip; at 0 MIG is off or absent
+                    raise self._error(exc, "read the MIG profiles", gpu) from None
+                cls = names.get(const)
+                memory = int(info.memorySizeMB) * _MIB
+                pname = _text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
+                pid = int(info.id)
+                found.append(
+                    CatalogueProfile(
+                        name=pname or profile_name(int(info.sliceCount), memory, suffix_of(cls)),
+                        nvml_class=cls,
+                        profile_id=pid,
+                        slices=int(info.sliceCount),
+                        memory_bytes=memory,
+                        instances=int(info.instanceCount),
+                        placements=self._possible(gpu, handle, pid, pname, model),
+                        named=bool(pname),
+                    )
+                )
+        return Catalogue(name, tuple(found), model_name)
+
+    def _possible(
+        self, gpu: int, handle: Any, profile_id: int, name: str, model: GpuModel | None
+    ) -> tuple[Placement, ...]:
+        """A profile's placements by id, sorted; in NVML units if the model is unknown."""
+        nvml = self.nvml
+        what = f"list the placements of {name or f'profile {profile_id}'}"
+        fn = "nvmlDeviceGetGpuInstancePossiblePlacements"
+        count = ctypes.c_uint(0)
+        self._call(what, gpu, fn, handle, profile_id, None, ctypes.byref(count))
+        array = (nvml.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
+        count = ctypes.c_uint(count.value)
+        self._call(what, gpu, fn, handle, profile_id, array, ctypes.byref(count))
+        raw = [(int(array[i].start), int(array[i].size)) for i in range(count.value)]
+        if model is None:
+            return tuple(sorted(Placement(a, b) for a, b in raw))
+        return tuple(sorted(_slices(model, gpu, a, b) for a, b in raw))
+
+    def energy_mj(self, gpu: int) -> int | None:
+        """``nvmlDeviceGetTotalEnergyConsumption`` of the (parent) GPU: millijoules since
+        the driver loaded; None where the GPU or driver has no counter (NOT_SUPPORTED,
+        FUNCTION_NOT_FOUND) or it answers something that is no 64-bit count."""
+        with self._session():
+            handle = self._handle(gpu)
+            try:
+                value = self._try(
+                    "nvmlDeviceGetTotalEnergyConsumption",
+                    handle,
+                    ok=("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "NO_DATA", "NOT_READY"),
+                )
+            except self.nvml.NVMLError as exc:
+                raise self._error(exc, "read the energy counter", gpu) from None
+            except AttributeError:  # a pynvml without the function
+                return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None
+        return value if 0 <= value < 2**64 else None
 
     def health(self) -> list[str]:
         """MIG mode off or pending, unknown GPUs, GPU instances without a compute
@@ -555,7 +690,7 @@ class NvmlBackend(MigBackend):
                 f"GPU {gpu} ({name}): NVML has no profile matching {', '.join(missing)} "
                 f"of {model.name} (hint: compare nvidia-smi mig -lgip -i {gpu} with the model)"
             )
-        for inst, _, cis in self._live(gpu, handle, table):
+        for inst, _, cis in self._live(gpu, handle, table, model):
             if not cis:
                 out.append(
                     f"GPU {gpu}: GPU instance {inst.gi_id} ({inst.profile} at "
@@ -567,10 +702,15 @@ class NvmlBackend(MigBackend):
     def _profile(
         self, gpu: int, model: GpuModel, table: list[NvmlProfile], name: str
     ) -> NvmlProfile:
+        """The driver's profile called ``name``: by the driver's own name first (a plan made
+        with ``catalogue.driver_wins``), else geometry's (an earlier driver's name too)."""
+        for p in table:
+            if p.nvml_name and p.nvml_name == name:
+                return p
         try:
             wanted = model.profile(name)
         except GeometryError:
-            names = ", ".join(p.name for p in model.profiles)
+            names = ", ".join(p.name for p in model.all_profiles)
             raise InvalidRequest(
                 f"GPU {gpu} ({model.name}) has no MIG profile {name!r}: NVML Invalid Argument",
                 hint=f"profiles of {model.name}: {names}",
@@ -616,13 +756,19 @@ class NvmlBackend(MigBackend):
             pass  # health() reports a GPU instance left without compute instance
 
     def _conflict(
-        self, gpu: int, handle: Any, table: list, placement: Placement, err: DeviceError
+        self,
+        gpu: int,
+        handle: Any,
+        table: list,
+        model: GpuModel,
+        placement: Placement,
+        err: DeviceError,
     ) -> DeviceError:
         """Name the instances in the way in a PlacementConflict."""
         try:
             in_way = [
                 inst
-                for inst, _, _ in self._live(gpu, handle, table)
+                for inst, _, _ in self._live(gpu, handle, table, model)
                 if inst.placement.overlaps(placement)
             ]
         except DeviceError:
@@ -640,13 +786,35 @@ class NvmlBackend(MigBackend):
         return PlacementConflict(f"{err.message}; in the way: {desc}", hint=err.hint)
 
 
-def _match(model: GpuModel, nvml_class: str | None, slices: int, memory: int) -> Profile | None:
-    """The geometry profile of an NVML profile: same constant class, slice count, and
-    memory within 25 % (geometry's figures are estimates, NVML's exact)."""
+def _match(
+    model: GpuModel, nvml_class: str | None, name: str, slices: int, memory: int
+) -> Profile | None:
+    """The geometry profile of an NVML profile, planner's or not (+me, +gfx ...): by the
+    driver's NAME (``model.profile`` follows renames) with the same slice count; only if
+    that fails, by the constant's class, slice count and memory within 25 % (geometry's
+    figures are estimates, NVML's exact; HAMi warns against inferring by memory)."""
+    if name:
+        try:
+            p = model.profile(name)
+        except GeometryError:
+            p = None
+        if p is not None and p.compute_slices == slices:
+            return p
     if nvml_class is None:
         return None
-    for p in model.profiles:
+    for p in model.all_profiles:
         if p.nvml_class == nvml_class and p.compute_slices == slices:
             if 0.75 <= memory / p.memory_bytes <= 1.25:
                 return p
     return None
+
+
+def _slices(model: GpuModel, gpu: int, start: int, size: int) -> Placement:
+    """An NVML placement in memory slices; a DeviceError if it is not whole slices."""
+    try:
+        return model.from_nvml(start, size)
+    except GeometryError as exc:
+        raise DeviceUnavailable(
+            f"GPU {gpu}: {exc}",
+            hint=f"compare nvidia-smi mig -lgipp -i {gpu} with the model in [nodes]",
+        ) from None

@@ -375,6 +375,10 @@ class SimulatedBackend(MigBackend):
                 end = self._clock()
                 self._audit(self._audit_record("destroy", rec, job_id, start, end))
 
+    def energy_mj(self, gpu: int) -> int | None:
+        """None: a simulated GPU has no energy counter (accounting models its energy)."""
+        return None
+
     def health(self) -> list[str]:
         """MIG-off GPUs and an active fault injection; [] when all is well."""
         with self._locked(exclusive=False):
@@ -451,7 +455,7 @@ class SimulatedBackend(MigBackend):
         try:
             prof = model.profile(profile)
         except GeometryError:
-            names = ", ".join(p.name for p in model.profiles)
+            names = ", ".join(p.name for p in model.all_profiles)
             raise InvalidRequest(
                 f"GPU {gpu} ({model.name}) has no MIG profile {profile!r}: Invalid Argument",
                 hint=f"profiles of {model.name}: {names}",
@@ -473,6 +477,14 @@ class SimulatedBackend(MigBackend):
                 f"GPU {gpu}: cannot create {prof.name} at {placement.start}:{placement.size}: "
                 f"Insufficient Resources; in the way: {_describe(in_way)}",
                 hint="destroy the instance in the way first, or pick a free placement",
+            )
+        same = [r for r in state["instances"] if r["gpu"] == gpu and r["profile"] == prof.name]
+        if len(same) >= prof.instance_count:  # NVML: INSUFFICIENT_RESOURCES (+me: one a GPU)
+            raise PlacementConflict(
+                f"GPU {gpu}: cannot create {prof.name} at {placement.start}:{placement.size}: "
+                f"Insufficient Resources; the GPU holds at most {prof.instance_count} "
+                f"{prof.name} ({_describe(same)})",
+                hint=f"destroy a {prof.name} first, or use another profile",
             )
         return prof
 

@@ -8,10 +8,15 @@ only: it is on the Epilog's path), and reports the same record to the planner
 `INSERT_RUN`) adding slice-seconds and energy. With ``[planner] reports`` off the
 daemon instead gathers the lines of every node whose run directory it can read (the
 nodes of one host, or a shared run directory) once a cycle (`gather`, remembering how
-far it read each file). Energy is *modelled*, never measured: the
-GPU's power curve over busy compute slices (``sim.energy``, SMART-MIG's A100 curve
-scaled by board power), a run charged its share of the idle power plus the power its
-slices add on an idle GPU. `report` sums the store by user, account, profile or key.
+far it read each file). Every run has a *modelled* energy (``energy_j``): the GPU's
+power curve over busy compute slices (``sim.energy``, SMART-MIG's A100 curve scaled by
+board power), a run charged its share of the idle power plus the power its slices add
+on an idle GPU. Where the GPU has an energy counter (NVML on a real GPU) the run also
+has a *measured* one (``measured_j``): its share of the counter, split across the GPU's
+runs by compute slices and time (the rule: `energysplit`), and ``energy_source`` says
+"measured"; a simulated GPU, or a counter reading that is no energy, leaves the model
+alone, "modelled". `report` sums the store by user, account, profile or key, the
+measured figure where a run has one.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ STORE = "accounting.sqlite"
 MAX_LINE = 4096
 MAX_READ = 8 << 20  # bytes gathered from one node per cycle
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-@+")
-ENERGY_SOURCE = "modelled"  # slurm-mig reads no energy counter yet (see the module doc)
+MODELLED, MEASURED = "modelled", "measured"  # a run's energy_source
 
 
 def _name(value: str | None) -> str:
@@ -45,6 +50,8 @@ def entry_row(entry: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any
         "end": entry.get("end"),
         "user": _name(env.get("SLURM_JOB_USER")),
         "account": _name(env.get("SLURM_JOB_ACCOUNT")),
+        # the run's share of the GPU's energy counter (`energysplit`), where there is one
+        **({"measured_j": entry["measured_j"]} if entry.get("measured_j") is not None else {}),
     }
 
 
@@ -85,16 +92,36 @@ def energy_joules(model_name: str, slices: int, seconds: float) -> float | None:
     return round(watts * max(0.0, seconds), 3)
 
 
+def measured_joules(model_name: str, seconds: float, value: object) -> float | None:
+    """A node's measured energy of a run (``value``) as the store keeps it: a finite
+    number of joules from 0 to twice the GPU's board power over the run (the bound the
+    Epilog checked, ``energysplit.bound_mj``), else None (the run is then modelled)."""
+    import math
+
+    from ..power import max_watts
+    from .energysplit import bound_mj
+
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    joules = float(value)
+    if not math.isfinite(joules) or joules < 0:
+        return None
+    if joules > bound_mj(seconds, max_watts(model_name)) / 1000.0:
+        return None
+    return round(joules, 3)
+
+
 # Schema versions of accounting.sqlite (``PRAGMA user_version``, ``storeschema``): 0: the
 # layout before versioning (tables runs and offsets), or a new file; 1: the same tables
-# and an index on the runs' end (what `report --since` selects by).
-RUNS_TABLE = (
+# and an index on the runs' end (what `report --since` selects by); 2: runs.measured_j,
+# the run's measured energy (NULL: modelled only; rows from before stay "modelled").
+RUNS_TABLE = (  # the runs of version 1; version 2 adds measured_j at the end
     "CREATE TABLE IF NOT EXISTS {schema}runs (job_id TEXT, restart INTEGER, node TEXT,"
     " user TEXT, account TEXT, key TEXT, model TEXT, gpu INTEGER, profile TEXT,"
     " slices INTEGER, seconds REAL, slice_seconds REAL, energy_j REAL, energy_source TEXT,"
     " end REAL, PRIMARY KEY (job_id, restart))"
 )
-INSERT_RUN = "INSERT OR IGNORE INTO {schema}runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+INSERT_RUN = "INSERT OR IGNORE INTO {schema}runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
 OFFSETS_TABLE = (
@@ -113,7 +140,8 @@ def schema():
             1: ss.script(
                 f"{RUNS_TABLE};{OFFSETS_TABLE};"
                 "CREATE INDEX IF NOT EXISTS {schema}runs_by_end ON runs (end)"
-            )
+            ),
+            2: ss.add_column("runs", "measured_j", "REAL"),
         },
     )
 
@@ -149,6 +177,7 @@ def _row(node: str, d: Mapping[str, Any]) -> tuple | None:
         profile = str(d["profile"])
         seconds = float(d["seconds"])
         slices = get_model(model).profile(profile).compute_slices
+        measured = measured_joules(model, seconds, d.get("measured_j"))
         return (
             str(d["job_id"])[:64],
             int(d["restart"]),
@@ -163,8 +192,9 @@ def _row(node: str, d: Mapping[str, Any]) -> tuple | None:
             seconds,
             round(seconds * slices, 3),
             energy_joules(model, slices, seconds),
-            ENERGY_SOURCE,
+            MODELLED if measured is None else MEASURED,
             float(d["end"]),
+            measured,
         )
     except (KeyError, TypeError, ValueError, GeometryError):
         return None
@@ -213,7 +243,10 @@ GROUPS = {"user": "user", "account": "account", "profile": "profile", "key": "ke
 def report(state_dir: Path, by: str = "user", since: float | None = None) -> list[dict[str, Any]]:
     """Totals per ``by`` (user | account | profile | key) of the runs that ended at or
     after ``since``: runs, restarts, seconds, slice-seconds, GPU-hours-equivalent
-    (slice-seconds / the model's slices / 3600), modelled energy."""
+    (slice-seconds / the model's slices / 3600), energy (``energy_kwh``: each run's
+    measured figure where it has one, else its modelled one; ``energy``: "measured",
+    "modelled" or "mixed" as the runs were; ``modelled_kwh``: the model for all; and
+    ``measured_runs``)."""
     column = GROUPS[by]
     path = Path(state_dir) / STORE
     if not path.exists():
@@ -222,7 +255,8 @@ def report(state_dir: Path, by: str = "user", since: float | None = None) -> lis
     try:
         rows = db.execute(
             f"SELECT {column}, model, COUNT(*), SUM(restart > 0), SUM(seconds),"
-            " SUM(slice_seconds), SUM(energy_j), GROUP_CONCAT(DISTINCT profile)"
+            " SUM(slice_seconds), SUM(COALESCE(measured_j, energy_j)), SUM(energy_j),"
+            " SUM(measured_j IS NOT NULL), GROUP_CONCAT(DISTINCT profile)"
             f" FROM runs WHERE end >= ? GROUP BY {column}, model ORDER BY {column}, model",
             (since if since is not None else float("-inf"),),
         ).fetchall()
@@ -231,7 +265,7 @@ def report(state_dir: Path, by: str = "user", since: float | None = None) -> lis
     from ..geometry import GeometryError, get_model
 
     out = []
-    for name, model, runs, restarts, seconds, slice_s, energy, profiles in rows:
+    for name, model, runs, restarts, seconds, slice_s, energy, modelled, measured, profiles in rows:
         try:
             full = get_model(model).compute_slices
         except GeometryError:
@@ -246,11 +280,20 @@ def report(state_dir: Path, by: str = "user", since: float | None = None) -> lis
                 "slice_seconds": round(slice_s or 0.0, 3),
                 "gpu_hours": round((slice_s or 0.0) / full / 3600, 6),
                 "energy_kwh": round((energy or 0.0) / 3.6e6, 6),
-                "energy": ENERGY_SOURCE,
+                "energy": source(runs, int(measured or 0)),
+                "modelled_kwh": round((modelled or 0.0) / 3.6e6, 6),
+                "measured_runs": int(measured or 0),
                 "profiles": ",".join(sorted((profiles or "").split(","))),
             }
         )
     return out
+
+
+def source(runs: int, measured: int) -> str:
+    """What a total's energy is: "measured" (every run), "modelled" (none) or "mixed"."""
+    if measured <= 0:
+        return MODELLED
+    return MEASURED if measured >= runs else "mixed"
 
 
 def node_logs(config: Any) -> dict[str, Path]:

@@ -412,6 +412,7 @@ def _prolog_gated(
         with state.gpu_lock(verdict.gpu, config.lock_timeout):
             placed = _place(verdict, job, state, backend, clock, out, gres=config.gres == "on")
             if isinstance(placed, JobRecord):
+                placed = _energy_start(placed, models, state, backend, clock(), out)
                 _undo_unless(lambda: state.put_job(placed), placed, state, backend, out)
                 task = _own(placed, job)
                 _undo_unless(lambda: state.put_task(task, job.uid), placed, state, backend, out)
@@ -571,6 +572,101 @@ def _place(
     ready = clock()
     out.say(f"created {_describe(inst)} in {ready - start:.2f} s; {_plan(a)}")
     return JobRecord(uuid=inst.uuid, created=ready, ready=ready, reused=False, **common)
+
+
+# -- the energy counter (`energysplit`) -------------------------------------------------
+
+
+def _read_energy(backend: MigBackend, gpu: int, out: Outcome) -> int | None:
+    """GPU ``gpu``'s energy counter in mJ, None without one; never fails the hook."""
+    from .energysplit import reading
+
+    try:
+        return reading(backend.energy_mj(gpu))
+    except DeviceError as exc:
+        out.warn(f"energy counter of gpu {gpu} not read (its runs get modelled energy): {exc}")
+        return None
+
+
+def _busy(state: NodeState, models: tuple[str, ...], gpu: int, but: str = "") -> dict[str, int]:
+    """Run key -> compute slices of the runs on GPU ``gpu`` (the job records), ``but``
+    that job's."""
+    from .energysplit import run_key
+
+    out = {}
+    for r in state.jobs():
+        if r.gpu == gpu and r.job_id != but:
+            try:
+                out[run_key(r.job_id, r.restart)] = (
+                    get_model(models[gpu]).profile(r.profile).compute_slices
+                )
+            except (GeometryError, IndexError):
+                continue
+    return out
+
+
+def _energy_start(
+    rec: JobRecord,
+    models: tuple[str, ...],
+    state: NodeState,
+    backend: MigBackend,
+    now: float,
+    out: Outcome,
+) -> JobRecord:
+    """The Prolog, under the GPU's lock: read the counter, give the energy since the
+    last reading to the GPU's other runs and start this run's share (`energysplit`);
+    ``rec`` with the reading, or as it was where there is no counter."""
+    from ..power import max_watts
+    from . import energysplit as es
+
+    now_mj = _read_energy(backend, rec.gpu, out)
+    if now_mj is None or not 0 <= rec.gpu < len(models):
+        return rec
+    busy = _busy(state, models, rec.gpu, but=rec.job_id)
+    watts = max_watts(models[rec.gpu])
+    ledger, problem = es.advance(state.energy_ledger(rec.gpu), now_mj, now, busy, watts)
+    if problem is not None:
+        out.warn(f"gpu {rec.gpu}: {problem}; its runs so far get modelled energy")
+    try:
+        state.put_energy_ledger(rec.gpu, es.start(ledger, es.run_key(rec.job_id, rec.restart)))
+    except NodeStateError as exc:
+        out.warn(f"energy ledger of gpu {rec.gpu} not written (modelled energy): {exc}")
+        return rec
+    return replace(rec, energy_mj=now_mj)
+
+
+def _energy_end(
+    rec: JobRecord,
+    models: tuple[str, ...],
+    state: NodeState,
+    backend: MigBackend,
+    end: float,
+    out: Outcome,
+) -> float | None:
+    """The Epilog, under the GPU's lock, before the instance goes: read the counter and
+    take the run's share of the GPU's energy (`energysplit`); its measured joules, or
+    None (no counter, or a reading that is no energy: warned)."""
+    from ..power import max_watts
+    from . import energysplit as es
+
+    now_mj = _read_energy(backend, rec.gpu, out)
+    if now_mj is None or not 0 <= rec.gpu < len(models):
+        return None
+    watts = max_watts(models[rec.gpu])
+    busy = _busy(state, models, rec.gpu)
+    ledger, problem = es.advance(state.energy_ledger(rec.gpu), now_mj, end, busy, watts)
+    ledger, accrued = es.finish(ledger, es.run_key(rec.job_id, rec.restart))
+    try:
+        state.put_energy_ledger(rec.gpu, ledger)
+    except NodeStateError as exc:
+        out.warn(f"energy ledger of gpu {rec.gpu} not written: {exc}")
+    joules, why = es.measured_joules(
+        accrued, rec.energy_mj, now_mj, max(0.0, end - rec.ready), watts
+    )
+    why = why or problem
+    if joules is None and why is not None:
+        out.warn(f"gpu {rec.gpu}: {why}; the run gets modelled energy only")
+    return joules
 
 
 def _whose(k: KeptInstance) -> str:
@@ -781,6 +877,7 @@ def _release(
     end = clock()
     seconds = max(0.0, end - rec.ready)
     ran = f"after {seconds:.1f} s"
+    measured = _energy_end(rec, models, state, backend, end, out)
     keep = bool(rec.keep_for) and rec.keep_for not in _moved_on(state)
     if keep:
         until = end + config.reuse_wait
@@ -810,7 +907,7 @@ def _release(
                 out.fault(f"cannot destroy {_describe(rec)}: {exc}{held}")
             else:
                 out.warn(f"cannot destroy {_describe(rec)}, leaving it: {exc}")
-    _record_runtime(rec, job, models, end, state, out, freed=clock())
+    _record_runtime(rec, job, models, end, state, out, freed=clock(), measured_j=measured)
     state.remove_job(rec.job_id)
 
 
@@ -838,9 +935,11 @@ def _record_runtime(
     out: Outcome,
     rotate: bool = True,
     freed: float | None = None,
+    measured_j: float | None = None,
 ) -> None:
     """One line in the node's runtime log (``freed``: when its slices were free or handed
-    on, default ``end``); a failure (a full disk) is only a warning."""
+    on, default ``end``; ``measured_j``: the run's share of the GPU's energy counter,
+    where there is one); a failure (a full disk) is only a warning."""
     entry = {
         "job_id": rec.job_id,
         "restart": rec.restart,
@@ -852,6 +951,8 @@ def _record_runtime(
         "end": end,
         "freed": end if freed is None else freed,
     }
+    if measured_j is not None:
+        entry["measured_j"] = measured_j
     out.finished = entry
     try:
         state.append_runtime(entry, rotate=rotate)

@@ -17,6 +17,8 @@ Layout under ``config.run_dir_for(node)`` (0711, root: users may pass, not list)
   - ``jobs/<job_id>.json``: the instance a job runs on (`JobRecord`).
   - ``refused/<job_id>.json``: why the prolog gave a job no instance (`Refusal`).
   - ``kept/<uuid>.json``: an instance kept after its job for the next one (`KeptInstance`).
+  - ``energy/gpu<N>.json``: GPU N's energy ledger (`energysplit.Ledger`), written
+    under GPU N's lock by the Prolog and Epilog where the GPU has an energy counter.
   - ``runtimes.jsonl``: one line per finished job (the epilog's log), rotated to
     ``runtimes.jsonl.1`` at `RUNTIMES_MAX_BYTES`; only its tail is ever read.
 - ``task/<job_id>.json`` (root's, 0400 plus a POSIX ACL entry ``user:<uid>:r``, in a
@@ -124,9 +126,14 @@ class JobRecord:
     ready: float  # epoch seconds the prolog finished preparing it for this job
     reused: bool  # adopted from a kept instance (or a retried prolog), not created
     keep_for: str | None = None  # job that inherits the instance after this one
+    # the GPU's energy counter (mJ) at the Prolog; None: no counter (`energysplit`)
+    energy_mj: int | None = None
 
     def to_json(self) -> dict:
-        return _to_json(self)
+        data = _to_json(self)
+        if data["energy_mj"] is None:
+            del data["energy_mj"]  # records as before where there is no counter
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> JobRecord:
@@ -141,7 +148,15 @@ class JobRecord:
             ready=float(data["ready"]),
             reused=bool(data["reused"]),
             keep_for=None if data.get("keep_for") is None else str(data["keep_for"]),
+            energy_mj=_counter(data.get("energy_mj")),
         )
+
+
+def _counter(value: object) -> int | None:
+    """An energy counter reading of a record (0..2**64-1), else None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value < 2**64 else None
 
 
 @dataclass(frozen=True)
@@ -400,6 +415,17 @@ class NodeState:
 
     def remove_kept(self, uuid: str) -> bool:
         return self._remove(self._path("kept", _file_name(uuid)))
+
+    def energy_ledger(self, gpu: int):
+        """GPU ``gpu``'s energy ledger (`energysplit.Ledger`), None when there is none
+        (or it is unreadable: warned, and the ledger starts afresh)."""
+        from .energysplit import Ledger
+
+        return self._read(self.private / "energy" / f"gpu{int(gpu)}.json", Ledger.from_json)
+
+    def put_energy_ledger(self, gpu: int, ledger) -> None:
+        """Write GPU ``gpu``'s energy ledger (under its GPU lock)."""
+        self._write(self.private / "energy" / f"gpu{int(gpu)}.json", ledger.to_json())
 
     # -- the TaskProlog's view of its own job ------------------------------------------
 
