@@ -106,15 +106,16 @@ slurm-roots: $(VENV)/.installed
 
 # The whole suite on the host's Slurm (22.05 on Debian 12), then the e2e suite once per
 # root's release, each in a random order (pyproject.toml): `make test SEED=N` repeats one.
+# --durations names the slowest tests of each run (CI's whole run should stay under 50 min).
 test: SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 test: slurm-packages view-packages alert-packages venv slurm-roots
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@echo "== test order: --randomly-seed=$(SEED) (make test SEED=$(SEED) repeats it)"
-	$(BIN)/pytest -q --randomly-seed=$(SEED)
+	$(BIN)/pytest -q --durations=10 --randomly-seed=$(SEED)
 	@status=0; for release in $(SLURM_ROOTS); do \
 		echo "== tests/e2e on the Slurm of Debian $$release"; \
-		SLURM_MIG_SLURM=$$release $(BIN)/pytest -q --randomly-seed=$(SEED) tests/e2e || status=1; \
+		SLURM_MIG_SLURM=$$release $(BIN)/pytest -q --durations=10 --randomly-seed=$(SEED) tests/e2e || status=1; \
 	done; exit $$status
 
 lint: venv
