@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
+
+__all__ = [
+    "count_at_most",
+    "number_within",
+    "positive_float",
+    "positive_int",
+    "rate_multiplier",
+]
 
 
 def positive_int(text: str) -> int:
@@ -31,3 +40,33 @@ def count_at_most(most: int, what: str) -> Callable[[str], int]:
 
     parse.__name__ = "count"  # argparse names the type in its messages
     return parse
+
+
+def number_within(
+    low: float, high: float, why: str, *, above_low: bool = False
+) -> Callable[[str], float]:
+    """A finite number in ``low..high`` (``above_low``: strictly above ``low``); out of range
+    the message is ``<text> must be <why>``, so each option keeps its own advice."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        inside = (value > low if above_low else value >= low) and value <= high
+        if not inside:  # NaN fails both comparisons
+            raise argparse.ArgumentTypeError(f"{text} must be {why}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+positive_float = number_within(
+    0.0, sys.float_info.max, "a positive number of seconds", above_low=True
+)
+positive_float.__doc__ = "A positive, finite number of seconds."
+rate_multiplier = number_within(
+    0.0, 10_000.0, "a multiplier in (0, 10000], e.g. 20", above_low=True
+)
+rate_multiplier.__doc__ = "``--rate-multiplier``: the arrival rate as a multiple of the base."

@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import hostlist
 from .geometry import ALIASES, MODELS, GeometryError, get_model
+from .hostlist import MAX_HOSTLIST  # noqa: F401  (re-exported)
 
 
 def _close(word: str, options: list, n: int = 1) -> list[str]:
@@ -32,7 +34,6 @@ CONFIG_ENV = "SLURM_MIG_CONFIG"
 EXAMPLE_CONFIG = "DIR/config.toml"  # written by 'slurm-mig site-files DIR'
 BACKENDS = ("nvml", "simulated")
 NODE_TOKEN = "%n"  # expanded to the node name in run_dir and simulated_dir
-MAX_HOSTLIST = 65536  # most names one hostlist expression may expand to
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few KiB
 
 
@@ -279,13 +280,12 @@ def config_from_dict(data: Mapping, source: Path | None = None) -> Config:
 
 
 def expand_hostlist(expr: str) -> list[str]:
-    """Slurm hostlist to names, in order: ``gpu[01-03,07],login`` -> gpu01 gpu02 gpu03
-    gpu07 login. Ranges keep the zero padding of their lower bound; brackets may repeat
-    (``r[1-2]n[1-2]``). ConfigError on an empty name, bad bracket or bad range."""
-    names: list[str] = []
-    for part in _split_top(expr):
-        names.extend(_expand_one(part, expr))
-    return names
+    """Slurm hostlist to names, in order (`hostlist.expand_hostlist`); ConfigError on an
+    empty name, bad bracket or bad range."""
+    try:
+        return hostlist.expand_hostlist(expr)
+    except hostlist.HostlistError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------
@@ -573,90 +573,3 @@ def _node_models(
             )
             ok = False
     return tuple(out) if ok else None
-
-
-# ---------------------------------------------------------------------------
-# Hostlists
-
-
-def _split_top(expr: str) -> list[str]:
-    parts: list[str] = []
-    depth = 0
-    cur: list[str] = []
-    for c in expr:
-        if c == "[":
-            depth += 1
-        elif c == "]":
-            depth -= 1
-            if depth < 0:
-                raise ConfigError(f"hostlist {expr!r}: ']' without '['; balance the brackets")
-        if c == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    if depth != 0:
-        raise ConfigError(f"hostlist {expr!r}: '[' without ']'; close the bracket")
-    parts.append("".join(cur))
-    out = []
-    for p in parts:
-        p = p.strip()
-        if not p:
-            raise ConfigError(
-                f"hostlist {expr!r}: empty name; remove the extra comma, e.g. 'gpu[01-04],login'"
-            )
-        out.append(p)
-    return out
-
-
-_BRACKET = re.compile(r"\[([^\[\]]*)\]")
-
-
-def _expand_one(part: str, expr: str) -> list[str]:
-    pieces: list[list[str]] = []
-    pos = 0
-    for m in _BRACKET.finditer(part):
-        pieces.append([part[pos : m.start()]])
-        pieces.append(_expand_ranges(m.group(1), expr))
-        pos = m.end()
-    pieces.append([part[pos:]])
-    total = 1
-    for p in pieces:
-        total *= len(p)
-    if total > MAX_HOSTLIST:
-        raise ConfigError(
-            f"hostlist {expr!r}: expands to {total} names, over {MAX_HOSTLIST}; check the ranges"
-        )
-    names = [""]
-    for p in pieces:
-        names = [n + s for n in names for s in p]
-    return names
-
-
-def _digits(text: str) -> bool:
-    return text.isascii() and text.isdigit()
-
-
-def _expand_ranges(body: str, expr: str) -> list[str]:
-    fix = "write ranges like [01-04,07]"
-    if not body.strip():
-        raise ConfigError(f"hostlist {expr!r}: empty brackets; {fix}")
-    out: list[str] = []
-    for item in body.split(","):
-        item = item.strip()
-        lo, sep, hi = item.partition("-")
-        if not _digits(lo) or (sep and not _digits(hi)):
-            raise ConfigError(f"hostlist {expr!r}: bad range {item!r}; {fix}")
-        if not sep:
-            out.append(lo)
-            continue
-        a, b = int(lo), int(hi)
-        if b < a:
-            raise ConfigError(
-                f"hostlist {expr!r}: range {item!r} runs backwards; write the lower bound first"
-            )
-        if b - a + 1 > MAX_HOSTLIST:
-            raise ConfigError(f"hostlist {expr!r}: range {item!r} is too large; check the bounds")
-        width = len(lo)
-        out.extend(str(i).zfill(width) for i in range(a, b + 1))
-    return out

@@ -125,8 +125,8 @@ def explain(
     or unreadable: ``no_summary`` says which), ``cycle`` the planner's ``[planner]
     cycle``: with both, a summary older than a few cycles comes first (``stale``: the
     planner seems to have stopped)."""
-    from .slurm import comment as comments
-    from .slurm.hints import HintError, parse_hints
+    from . import jobcomment as comments
+    from .hints import HintError, parse_hints
     from .slurm.jobrecord import ADMIN_TAG, job_phase, parse_admin_comment
     from .slurm.liveness import staleness
 

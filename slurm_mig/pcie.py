@@ -386,7 +386,7 @@ def job_pcie(
 ) -> PcieProfile:
     """A job's demand and alpha: per field, what the profile store learned for its kind
     ``key`` on GPU ``model`` (measured beats claimed, as for runtimes), else its hints
-    (``pcie=5.7``, ``alpha=1.25``, ``slurm.hints.Hints``), else not PCIe-bound and
+    (``pcie=5.7``, ``alpha=1.25``, ``hints.Hints``), else not PCIe-bound and
     alpha 1."""
     demand, alpha = 0.0, 1.0
     d_src = a_src = "default"

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .geometry import GeometryError, GpuModel, Placement, Slot, get_model
+from .geometry import GIB, GeometryError, GpuModel, Placement, Profile, Slot, get_model
 from .workload import Task
 
 EPS = 1e-6
@@ -85,7 +85,7 @@ class Plan:
         def inst(gpu: int, slot: Slot) -> dict:
             return {
                 "gpu": gpu,
-                "profile": m.profile_for_size(slot.size).name,
+                "profile": m.profile_for_slot(slot).name,
                 "placement": slot.placement.to_json(),
                 "slices": list(slot.slices),
             }
@@ -103,7 +103,7 @@ class Plan:
                 {
                     "id": t.id,
                     "gpu": t.gpu,
-                    "profile": m.profile_for_size(t.slot.size).name,
+                    "profile": m.profile_for_slot(t.slot).name,
                     "placement": t.slot.placement.to_json(),
                     "slices": list(t.slot.slices),
                     "start": round(t.start, 9),
@@ -117,7 +117,7 @@ class Plan:
                 {
                     "gpu": r.gpu,
                     "op": r.op,
-                    "profile": m.profile_for_size(r.slot.size).name,
+                    "profile": m.profile_for_slot(r.slot).name,
                     "placement": r.slot.placement.to_json(),
                     "start": round(r.start, 9),
                     "end": round(r.end, 9),
@@ -296,6 +296,7 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
         return [f"plan header: {exc}"]
 
     planned = []
+    holds: dict[int, Profile] = {}  # index into planned -> the profile it runs on
     fixed: set[int] = set()  # indexes into planned of tasks already running at the start
     for where, t in _items(data, "tasks", errors):
         try:
@@ -316,6 +317,7 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
             errors.append(f"{where}: bad interval [{start}, {end}]")
         if t.get("running") is True:
             fixed.add(len(planned))
+        holds[len(planned)] = model.profile(str(t["profile"]))
         planned.append((str(t.get("id")), gpu, slot, start, end))
 
     if tasks is not None:
@@ -330,6 +332,12 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
                 errors.append(f"task {tid!r}: not in the batch")
                 continue
             want = task.times.get(slot.size)
+            prof = holds[k]
+            if task.memory_bytes and task.memory_bytes > prof.memory_bytes:
+                errors.append(
+                    f"task {tid!r}: needs {task.memory_bytes / GIB:.2f} GiB of memory, "
+                    f"{prof.name} has {prof.memory_bytes / GIB:.2f} GiB"
+                )
             if want is None or math.isinf(want):
                 errors.append(f"task {tid!r}: cannot run on size {slot.size}")
             elif abs((end - start) - want) > EPS * max(1.0, want):
@@ -425,7 +433,7 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
             for s, lo, hi in lifetimes.get(gpu, [])
         ):
             errors.append(
-                f"task {tid!r}: no instance {model.profile_for_size(slot.size).name} at "
+                f"task {tid!r}: no instance {model.profile_for_slot(slot).name} at "
                 f"{slot.placement.start}:{slot.placement.size} on gpu {gpu} exists for all of [{start:.3f}, {end:.3f}]"
             )
     return errors

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .slurm.hints import largest_profile_memory
+from .hints import largest_profile_memory
 
 PACKAGE_FOLDER = "contrib"  # inside slurm_mig/
 TEMPLATE_BIN = "/opt/slurm-mig/bin"  # the bin directory the templates name

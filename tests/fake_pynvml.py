@@ -374,6 +374,42 @@ def _a30() -> FakeChip:
     )
 
 
+def _rtx_pro_6000() -> FakeChip:
+    """RTX PRO 6000 Blackwell Server Edition: names, ids 14 (1g.24gb), 21 (+me), 47
+    (+gfx), 65 (+me.all) and instance counts from the -lgip in bigstack-oss/cubecos
+    issue #312; placements in NVML's 12 units ({0,3,6,9}:3, {0,6}:6, {0}:12) and memory
+    (23.62 / 47.38 / 95.12 GiB) from the -lgip/-lgipp of the blog "Slicing GPUs in
+    Kubernetes with NVIDIA MIG" (driver 610.43.02). The ids of 1g -me and of the 2g and
+    4g variants are not in those outputs: 22, 5, 6, 48, 66, 23, 0, 49 are test values."""
+    c = sys.modules[__name__]
+    one, two, four = 24186, 48517, 97403
+    ones = ((0, 3), (3, 3), (6, 3), (9, 3))
+    twos = ((0, 6), (6, 6))
+    rows = (
+        ("1_SLICE", 14, "1g.24gb", 1, 4, one, ones),
+        ("1_SLICE_REV1", 21, "1g.24gb+me", 1, 1, one, ones),
+        ("1_SLICE_GFX", 47, "1g.24gb+gfx", 1, 4, one, ones),
+        ("1_SLICE_ALL_ME", 65, "1g.24gb+me.all", 1, 1, one, ones),
+        ("1_SLICE_NO_ME", 22, "1g.24gb-me", 1, 4, one, ones),
+        ("2_SLICE", 5, "2g.48gb", 2, 2, two, twos),
+        ("2_SLICE_GFX", 6, "2g.48gb+gfx", 2, 2, two, twos),
+        ("2_SLICE_ALL_ME", 48, "2g.48gb+me.all", 2, 1, two, twos),
+        ("2_SLICE_NO_ME", 66, "2g.48gb-me", 2, 2, two, twos),
+        ("4_SLICE", 0, "4g.96gb", 4, 1, four, ((0, 12),)),
+        ("4_SLICE_GFX", 49, "4g.96gb+gfx", 4, 1, four, ((0, 12),)),
+    )
+    return FakeChip(
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        98304,
+        4,
+        (1, 2, 4),
+        tuple(
+            FakeGiProfile(getattr(c, "NVML_GPU_INSTANCE_PROFILE_" + k), i, "MIG " + n, s, m, mem, p)
+            for k, i, n, s, m, mem, p in rows
+        ),
+    )
+
+
 # Sources of the tables (memorySizeMB = the GiB that ``nvidia-smi mig -lgip`` prints x 1024;
 # it prints two decimals, so 19.62 is 19.625 GiB = 20096 MiB):
 # - A100-40GB: names and instance counts from NVIDIA's MIG user guide, "Supported MIG
@@ -411,6 +447,94 @@ CHIPS: dict[str, FakeChip] = {
     ),
     "A30-24GB": _a30(),
     "T4": FakeChip("Tesla T4", 15360, 0, (), ()),  # no MIG at all
+    # -- every other MIG GPU of 2026 ------------------------------------------------
+    # Names, ids (19/20/15/14/9/5/0 on every 7-slice chip: NVIDIA's -lgip outputs below)
+    # and placements (the 7-slice layout above) are as the sources give them. Memory is
+    # an -lgip figure where one is published (source per chip), else marked "estimate":
+    # geometry's figure, so that those rows check names, ids, counts and placements only.
+    # A100-SXM4-80GB: names from the MIG user guide; board memory 81920 MiB as nvidia-smi
+    # prints it in NVIDIA/mig-parted issue #31; no -lgip found: memory estimate.
+    "A100-80GB": _chip7(
+        "NVIDIA A100-SXM4-80GB",
+        81920,
+        {"1": 9984, "2": 20224, "4": 40448, "8": 81152},
+        (10, 20, 40, 80),
+    ),
+    # H100 NVL (94 GB): -lgip in NVIDIA/gpu-operator PR #900/#903 (1g.12gb 10.75,
+    # 1g.24gb/2g.24gb 21.62 GiB) and NVIDIA/mig-parted PR #101 (3g/4g.47gb 46.38 GiB);
+    # 7g.94gb estimate; board memory 94 GiB.
+    "H100-94GB": _chip7(
+        "NVIDIA H100 NVL",
+        96256,
+        {"1": 11008, "2": 22144, "4": 47488, "8": 95354},
+        (12, 24, 47, 94),
+    ),
+    # H100 96GB of GH200: names from mig-parted's "H100-96GB, PG506-96GB, GH200" config;
+    # board "NVIDIA GH200 480GB" with 97871 MiB (marin PR #5446); memory estimate.
+    "H100-96GB": _chip7(
+        "NVIDIA GH200 480GB",
+        97871,
+        {"1": 11981, "2": 24269, "4": 48538, "8": 97382},
+        (12, 24, 48, 96),
+    ),
+    # GH200 144G HBM3e: -lgip in NVIDIA/mig-parted PR #139 (1g.18gb 17.50, 1g.36gb and
+    # 2g.36gb 35.25 GiB); 3g/4g/7g estimate.
+    "GH200-144GB": _chip7(
+        "NVIDIA GH200 144G HBM3e",
+        147456,
+        {"1": 17920, "2": 36096, "4": 72806, "8": 146074},
+        (18, 36, 72, 144),
+    ),
+    # B200: -lgip of a later driver in NVIDIA/mig-parted PR #187 (1g.23gb 20.50, 1g.45gb
+    # and 2g.45gb 44.25 GiB); 3g/4g/7g estimate.
+    "B200-180GB": _chip7(
+        "NVIDIA B200",
+        184320,
+        {"1": 20992, "2": 45312, "4": 91008, "8": 182592},
+        (23, 45, 90, 180),
+    ),
+    # The same B200 on its first driver (mig-parted PR #166, gpu-operator PR #1242):
+    # 1g.23gb 22.00 GiB, more than the tables' 20.50 (a driver that moved memory).
+    "B200-180GB-first-driver": _chip7(
+        "NVIDIA B200",
+        184320,
+        {"1": 22528, "2": 45312, "4": 91008, "8": 182592},
+        (23, 45, 90, 180),
+    ),
+    # GB200 production boards: -lgip in NVIDIA/mig-parted issue #227 (1g.23gb 22.00,
+    # 1g.47gb and 2g.47gb 45.50 GiB); 3g/4g/7g estimate; name "NVIDIA GB200" (sglang
+    # issue #11208).
+    "GB200-186GB": _chip7(
+        "NVIDIA GB200",
+        190464,
+        {"1": 22528, "2": 46592, "4": 94042, "8": 188678},
+        (23, 47, 93, 186),
+    ),
+    # GB200 on the first drivers: -lgip in NVIDIA/gpu-operator PR #1303 (1g.24gb 20.00,
+    # 1g.47gb and 2g.47gb 45.50 GiB), names 3g.95gb, 4g.95gb, 7g.189gb from
+    # mig-parted 89dd81a3 (memory estimate): a driver that renames five profiles.
+    "GB200-186GB-early": _chip7(
+        "NVIDIA GB200",
+        190464,
+        {"1": 20480, "2": 46592, "4": 94042, "8": 188678},
+        (24, 47, 95, 189),
+    ),
+    # B300 ("NVIDIA B300 SXM6 AC", pytorch/ao PR #3640) and GB300 ("NVIDIA GB300",
+    # OLMo-core PR #747): names and counts from mig-parted 47c56d96 and 75449116; no
+    # -lgip found: memory estimate.
+    "B300-269GB": _chip7(
+        "NVIDIA B300 SXM6 AC",
+        275456,
+        {"1": 33571, "2": 68003, "4": 136006, "8": 272874},
+        (34, 67, 135, 269),
+    ),
+    "GB300-278GB": _chip7(
+        "NVIDIA GB300",
+        284672,
+        {"1": 34694, "2": 70278, "4": 140557, "8": 282003},
+        (35, 70, 139, 278),
+    ),
+    "RTXPRO6000-96GB": _rtx_pro_6000(),
 }
 
 

@@ -161,7 +161,9 @@ def test_bound_cli_json(tmp_path, capsys):
 def test_bound_cli_rejects_a_bad_budget(tmp_path, capsys):
     path = tmp_path / "jobs.json"
     path.write_text(json.dumps([{"id": "a", "arrival": 0, "runtime": 10, "size": 7}]))
-    assert main(["bound", str(path), "--gpus", "1", "--time-budget", "0"]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["bound", str(path), "--gpus", "1", "--time-budget", "0"])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "--time-budget" in err and "Traceback" not in err
 

@@ -29,9 +29,11 @@ PINNED = {
     "A100-40GB": "1ad9dffab6021e37",
     "A100-80GB": "6ff45a6d8690b631",
     "H100-80GB": "8f63bd89437eff59",
-    "H100-94GB": "0eda389581fc64ad",
-    "H200-141GB": "c60063573763f370",
-    "B200-180GB": "9a666378eed6bd67",
+    # memory from published -lgip outputs since (sources in geometry/tables.py); the
+    # lattice, tree, partitions and times are as before
+    "H100-94GB": "dafa99d275caf38e",
+    "H200-141GB": "61e1398cab94f232",
+    "B200-180GB": "dfa16c9e28abe982",
 }
 
 NEW = ("H100-96GB", "GH200-144GB", "GB200-186GB", "B300-269GB", "GB300-278GB", "RTXPRO6000-96GB")

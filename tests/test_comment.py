@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_mig.slurm import comment as comments
-from slurm_mig.slurm.comment import (
+from slurm_mig import jobcomment as comments
+from slurm_mig.jobcomment import (
     MAX_COMMENT,
     MAX_NOTE_CHARS,
     MAX_TOKEN_CHARS,

@@ -433,7 +433,7 @@ def test_gpu_models_of_a_node_and_an_unknown_node(tmp_path):
 
 def test_config_and_profiles_import_nothing_heavy():
     code = (
-        "import sys, slurm_mig.config, slurm_mig.profiles; "
+        "import sys, slurm_mig.config, slurm_mig.runtimes; "
         "heavy = {'numpy', 'torch', 'statsmodels', 'matplotlib', 'pandas', 'scipy'}; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))"
     )

@@ -21,15 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurm_mig import jobcomment as comments
 from slurm_mig.geometry import GIB, Placement, can_coexist, get_model
-from slurm_mig.slurm import comment as comments
+from slurm_mig.jobcomment import parse as parse_comment
 from slurm_mig.slurm.assignment import (
     Assignment,
     AssignmentError,
     verify,
 )
 from slurm_mig.slurm.client import Job, Node, SlurmError
-from slurm_mig.slurm.comment import parse as parse_comment
 from slurm_mig.slurm.cycle import (
     Estimate,
     Hold,

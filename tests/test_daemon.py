@@ -22,10 +22,10 @@ import pytest
 from support import run_slurm_mig
 from support import squeue_job as job
 
+from slurm_mig import jobcomment as comments
 from slurm_mig.config import load_config
 from slurm_mig.geometry import Placement, can_coexist, get_model
-from slurm_mig.profiles import RuntimeStore
-from slurm_mig.slurm import comment as comments
+from slurm_mig.runtimes import RuntimeStore
 from slurm_mig.slurm.assignment import Assignment, generate_key, load_key, verify
 from slurm_mig.slurm.client import Job, Node, SlurmClient
 from slurm_mig.slurm.cycle import Learn, plan_cycle
@@ -226,7 +226,7 @@ def test_an_unreadable_store_costs_a_short_wait_and_jobs_are_planned(tmp_path, c
     import logging
 
     from slurm_mig.config import load_config
-    from slurm_mig.profiles import DAEMON_BUSY_TIMEOUT_S, GuardedStore
+    from slurm_mig.runtimes import DAEMON_BUSY_TIMEOUT_S, GuardedStore
 
     config = load_config(write_config(tmp_path, {"g1": ["A100-40GB"]}))
     path = tmp_path / "state" / "profiles.sqlite"
@@ -759,9 +759,9 @@ def test_a_cycle_cut_by_its_budget_reports_and_the_next_one_goes_on_from_a_fresh
     tmp_path, monkeypatch
 ):
     from slurm_mig.config import load_config
-    from slurm_mig.slurm import daemon as daemon_module
+    from slurm_mig.slurm import apply as apply_module
 
-    monkeypatch.setattr(daemon_module, "RELEASE_CHUNK", 2)
+    monkeypatch.setattr(apply_module, "RELEASE_CHUNK", 2)
     nodes = {f"g{i}": ["A100-40GB"] * 2 for i in range(1, 5)}
     cfg = write_config(tmp_path, nodes, apply_budget=1e-6, metrics="", release_ahead=0.0)
     jobs = [job(str(i), reason="JobHeldUser", comment="mig:time=600,mem=4G") for i in range(1, 41)]

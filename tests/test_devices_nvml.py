@@ -324,10 +324,13 @@ def test_backend_keeps_to_real_pynvml_names():
 
     import slurm_mig.devices.nvml as mod
 
-    source = Path(mod.__file__).read_text()
+    # the backend and its parts: the session (init, errors) and the profile matching
+    sources = sorted(Path(mod.__file__).parent.glob("nvml*.py"))
+    assert {p.name for p in sources} >= {"nvml.py", "nvmlsession.py", "nvmlprofiles.py"}
+    source = "\n".join(p.read_text() for p in sources)
     used = set(re.findall(r"\b(nvml[A-Z]\w+|NVML_\w+|c_nvml\w+|NVMLError)\b", source))
     used = {u for u in used if not u.endswith("_")}
-    assert "nvmlDeviceCreateGpuInstanceWithPlacement" in used
+    assert {"nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlInit", "nvmlShutdown"} <= used
     missing_in_fake = sorted(u for u in used if not hasattr(fake, u))
     assert missing_in_fake == []
     if importlib.util.find_spec("pynvml") is None:

@@ -3,6 +3,7 @@ traces of each shape fed one sample at a time, as mig-run's watchdog feeds them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -19,6 +20,7 @@ from slurm_mig.memory.forecast import (
     Decision,
     Forecaster,
     ForecastError,
+    ForecastSettings,
     forecast,
     replay,
     round_up,
@@ -432,12 +434,30 @@ def test_forecast_needs_three_samples():
         ({"capacity": GIB, "horizon": 0}, "horizon"),
         ({"capacity": GIB, "confidence": 1.0}, "confidence"),
         ({"capacity": GIB, "margin_fraction": 1.5}, "margin_fraction"),
+        ({"capacity": GIB, "confirm": 0}, "confirm"),
+        ({"capacity": GIB, "stable": 0}, "stable"),
+        ({"capacity": GIB, "slowing": 0}, "slowing"),
     ],
 )
 def test_bad_forecaster_settings_name_the_setting(kwargs, field):
     capacity = kwargs.pop("capacity")
     with pytest.raises(ForecastError, match=field):
         Forecaster(capacity, **kwargs)
+
+
+def test_settings_in_one_dataclass_or_as_keywords_decide_alike():
+    samples = [Sample.short(i, GIB + i * 8 * MIB) for i in range(1, 80)]
+    settings = ForecastSettings(int(1.5 * GIB), horizon=400, refit=1, confirm=2)
+    a = Forecaster(settings=settings)
+    b = Forecaster(int(1.5 * GIB), horizon=400, refit=1, confirm=2)
+    assert a.settings == b.settings and a.capacity == int(1.5 * GIB) and a.horizon == 400
+    assert [a.update(s) for s in samples] == [b.update(s) for s in samples]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.capacity = GIB  # type: ignore[misc]
+    with pytest.raises(ForecastError, match="either settings or capacity"):
+        Forecaster(GIB, settings=settings)
+    with pytest.raises(TypeError, match="unknown"):
+        Forecaster(GIB, unknown=1)
 
 
 def test_iterations_must_increase():

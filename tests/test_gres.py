@@ -173,13 +173,19 @@ def test_catalogue_from_the_driver_lists_its_profiles_and_each_difference(
     fake_nvml, tmp_path, capsys
 ):
     cfg = _nvml_config(tmp_path, '"H200-141GB", "H100-80GB"')
-    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--catalogue"]) == 1
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--catalogue"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "GPU 0 (NVIDIA H200 141GB HBM3e, H200-141GB): the driver's catalogue"
     row = next(line.split() for line in out if line.split()[0] == "1g.35gb")
     assert row[1:6] == ["id", "15", "1", "slices", "32.25"] and "{0,2,4,6}:2" in row[-1]
-    # H200's tables estimate memory that mig-parted issue #120's -lgip gives lower
-    assert "GPU 0: H200-141GB: 1g.18gb has 16.00 GiB on the driver, " in "\n".join(out)
+    # a B200 on its first driver: 22.00 GiB where the tables (a later driver) have 20.50
+    cfg = _nvml_config(tmp_path, '"B200-180GB"')
+    fake_nvml.fake_reset(["B200-180GB-first-driver"])
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--catalogue"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "GPU 0: B200-180GB: 1g.23gb has 22.00 GiB on the driver, 20.50 GiB in the tables" in (
+        "\n".join(out)
+    )
     assert all(line.endswith("(the driver wins)") for line in out if line.startswith("GPU 0: "))
 
 

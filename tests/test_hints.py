@@ -15,9 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_mig.slurm.comment import MAX_COMMENT as SLURM_COMMENT_MAX
-from slurm_mig.slurm.comment import MAX_NOTE_CHARS, MAX_TOKEN_CHARS, MAX_USER_COMMENT
-from slurm_mig.slurm.hints import (
+from slurm_mig.hints import (
     HintError,
     Hints,
     comment_problem,
@@ -28,6 +26,8 @@ from slurm_mig.slurm.hints import (
     parse_size,
     size_text,
 )
+from slurm_mig.jobcomment import MAX_COMMENT as SLURM_COMMENT_MAX
+from slurm_mig.jobcomment import MAX_NOTE_CHARS, MAX_TOKEN_CHARS, MAX_USER_COMMENT
 
 GiB = 2**30
 MiB = 2**20
@@ -392,7 +392,7 @@ def test_grammar_like_text_parses_or_gives_a_hint_error(comment: str) -> None:
 def test_hints_and_client_stay_off_the_heavy_imports() -> None:
     """The hooks import both: no numpy, torch, statsmodels or matplotlib."""
     code = (
-        "import sys, slurm_mig.slurm.hints, slurm_mig.slurm.client;"
+        "import sys, slurm_mig.hints, slurm_mig.slurm.client;"
         "print(sorted(m for m in ('numpy', 'torch', 'statsmodels', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from support import FakeClock
 
+from slurm_mig import jobcomment as comments
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import Placement
-from slurm_mig.slurm import comment as comments
-from slurm_mig.slurm import gres, hooks
+from slurm_mig.slurm import gres, hookmain
 from slurm_mig.slurm.assignment import (
     Assignment,
     AssignmentError,
@@ -817,7 +817,7 @@ def test_the_reclaim_waits_and_then_destroys_only_what_has_run_out(site, capsys,
     run(prolog_main, env1, capsys)
     run(epilog_main, env1, capsys, t=T0 + 10.0)  # kept until T0 + 10.5
     clock = FakeClock(T0 + 10.0)
-    monkeypatch.setattr(hooks, "time", clock)
+    monkeypatch.setattr(hookmain, "time", clock)  # reclaim_main sleeps and reads the time
     env = {"SLURM_MIG_CONFIG": str(site.config)}
     assert reclaim_main([NODE, "0.2"], env) == 0  # too early
     assert clock.slept == [0.2] and len(site.state.kept()) == 1

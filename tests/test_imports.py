@@ -1,7 +1,9 @@
 """The package's import graph: ``planner`` imports nothing from ``sim``, ``slurm``,
-``devices``, ``memory`` or ``demo``; the product never imports the demo tooling; and no
-two modules import each other, directly or through others (imports inside functions
-count: a lazy import is still a dependency)."""
+``devices``, ``memory`` or ``demo``; ``slurm`` nothing from ``sim``, ``memory`` nothing
+from ``slurm``; the product never imports the demo tooling; no two modules import each
+other, directly or through others, nor does ``slurm`` with a top-level module or another
+package; ``slurm.cycle`` is imported through its package only; and no private name crosses a package (imports
+inside functions count: a lazy import is still a dependency)."""
 
 from __future__ import annotations
 
@@ -64,6 +66,34 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def private_imports() -> list[str]:
+    """``module -> target.name`` for each private name (or module) a module imports from
+    another package (a module's package: itself for a package, else its parent)."""
+    files = {_module_name(p): p for p in ROOT.rglob("*.py") if "inject" not in p.parts}
+    bad = []
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+        home = module if is_package else module.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                pairs = [tuple(a.name.rsplit(".", 1)) for a in node.names if "." in a.name]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(module, is_package, node)
+                pairs = [(base, a.name) for a in node.names]
+            else:
+                continue
+            for base, name in pairs:
+                if not base.startswith("slurm_mig"):
+                    continue
+                is_dir = (ROOT.parent / base.replace(".", "/")).is_dir()
+                there = base if is_dir else base.rpartition(".")[0]
+                private = [p for p in f"{base}.{name}".split(".") if p.startswith("_")]
+                if there != home and any(not p.startswith("__") for p in private):
+                    bad.append(f"{module} -> {base}.{name}")
+    return sorted(bad)
+
+
 def _package_of(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
@@ -95,6 +125,69 @@ def test_the_product_never_imports_the_demo_tooling():
     assert bad == []
 
 
+def test_the_slurm_package_imports_no_simulator():
+    graph = import_graph()
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if _package_of(m) == "slurm"
+        for t in targets
+        if _package_of(t) == "sim"
+    )
+    assert bad == []
+
+
+# mig-run's Slurm mode requeues its job through the client and hands the memory need it
+# learned to the Epilog through the reports spool: those two, and nothing else of the
+# slurm package (the hint grammar is ``slurm_mig.hints``, shared by both).
+MIG_RUN_USES = {"slurm_mig.slurm.client", "slurm_mig.slurm.reports"}
+
+
+def test_memory_imports_no_more_of_slurm_than_mig_runs_slurm_mode():
+    graph = import_graph()
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if _package_of(m) == "memory"
+        for t in targets
+        if _package_of(t) == "slurm" and t not in MIG_RUN_USES
+    )
+    assert bad == []
+    assert "slurm_mig.hints" in graph["slurm_mig.memory.wrapper"]
+
+
+def test_the_slurm_package_and_no_other_import_each_other():
+    """No top-level module (``statusview``, ``explain``) or other package both imports
+    ``slurm`` and is imported by it."""
+    graph = import_graph()
+    into = {_package_of(t) for m, ts in graph.items() if _package_of(m) == "slurm" for t in ts}
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if _package_of(m) in into - {"slurm"}
+        for t in targets
+        if _package_of(t) == "slurm"
+    )
+    assert bad == []
+
+
+def test_the_cycle_package_is_imported_through_its_public_api():
+    graph = import_graph()
+    cycle = "slurm_mig.slurm.cycle"
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, targets in graph.items()
+        if not (m == cycle or m.startswith(cycle + "."))
+        for t in targets
+        if t.startswith(cycle + ".")
+    )
+    assert bad == []
+
+
+def test_no_private_name_is_imported_from_another_package():
+    assert private_imports() == []
+
+
 def test_no_import_cycles():
     graph = import_graph()
     cycles = []
@@ -124,3 +217,5 @@ def test_the_walk_sees_imports():
     assert "slurm_mig.planner.registry" in graph["slurm_mig.planner.driver"]
     assert "slurm_mig.planner.driver" in graph["slurm_mig.sim.policies"]
     assert "slurm_mig.planner.registry" in graph["slurm_mig.config"]  # lazy, in a function
+    assert "slurm_mig.slurm.statusview" in graph["slurm_mig.slurm.web"]
+    assert "slurm_mig.power" in graph["slurm_mig.slurm.accounting"]

@@ -16,8 +16,8 @@ import pytest
 from test_client_fastread import BASE, record
 from test_hooks import T0, make_site, run
 
+from slurm_mig import jobcomment as comments
 from slurm_mig.geometry import Placement
-from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm.assignment import Assignment, generate_key, load_key, sign
 from slurm_mig.slurm.client import (
     NARROW,

@@ -12,7 +12,7 @@ import pytest
 from support import completed, squeue_job
 
 from slurm_mig.geometry import Placement, get_model
-from slurm_mig.profiles import HINT_FLOOR, MAX_KEY, PRIOR, RuntimeStore, estimate_times
+from slurm_mig.runtimes import HINT_FLOOR, MAX_KEY, PRIOR, RuntimeStore, estimate_times
 from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import Job
 from slurm_mig.slurm.cycle import Learn, Snapshot, plan_cycle

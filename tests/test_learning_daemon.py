@@ -14,7 +14,7 @@ from test_daemon import write_config
 
 from slurm_mig.config import load_config
 from slurm_mig.geometry import Placement, get_model
-from slurm_mig.profiles import PRIOR, GuardedStore, RuntimeStore, estimate_times
+from slurm_mig.runtimes import PRIOR, GuardedStore, RuntimeStore, estimate_times
 from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import Job, Node
 from slurm_mig.slurm.cycle import Learn

@@ -20,7 +20,7 @@ from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 from slurm_mig.slurm.metrics import PlannerMetrics, replan_reason
 from slurm_mig.slurm.projection import project_jobs, running_drift
 from slurm_mig.slurm.public import read_public, summary, write_public
-from slurm_mig.statusview import build_view, largest_free
+from slurm_mig.slurm.statusview import build_view, largest_free
 
 ROOT = Path(__file__).resolve().parents[1]
 A100 = get_model("A100-40GB")

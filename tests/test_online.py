@@ -10,7 +10,7 @@ import pytest
 
 from slurm_mig.geometry import Placement, Slot, get_model
 from slurm_mig.planner.online import (
-    OnlinePolicy,
+    FragAwarePolicy,
     choose_placement,
     fragmentation_cost,
     is_lazy,
@@ -214,9 +214,9 @@ def test_parse_layout_cycles_full_partitions_and_names_the_fix():
 
 def test_policy_options_are_checked():
     with pytest.raises(ValueError, match="threshold 1.5 must be in"):
-        OnlinePolicy(threshold=1.5)
+        FragAwarePolicy(threshold=1.5)
     with pytest.raises(ValueError, match="size 'big' must be one of"):
-        OnlinePolicy(size="big")
+        FragAwarePolicy(size="big")
     assert make_policy("frag-aware", migrate=False).migrate is False
     assert get_policy("ff+lb", threshold=0.6).threshold == 0.6
 

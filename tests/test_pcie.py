@@ -17,6 +17,7 @@ from slurm_mig.devices.base import DeviceUnavailable
 from slurm_mig.devices.nvml import NvmlBackend
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import get_model
+from slurm_mig.hints import parse_hints
 from slurm_mig.pcie import (
     PCIE_MAX_A100,
     PcieError,
@@ -32,8 +33,7 @@ from slurm_mig.pcie import (
     share,
     slowdown,
 )
-from slurm_mig.profiles import SCHEMA_VERSION, RuntimeStore
-from slurm_mig.slurm.hints import parse_hints
+from slurm_mig.runtimes import SCHEMA_VERSION, RuntimeStore
 
 # Table 2 of the paper
 BLOOM560M = (1.25, 5.7)  # (alpha, GB/s)

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from support import attempts_as, open_tmp_dir
 
-from slurm_mig.profiles import RuntimeStore
+from slurm_mig.runtimes import RuntimeStore
 from slurm_mig.slurm import receiver as receiver_module
 from slurm_mig.slurm import reports
 from slurm_mig.slurm.accounting import report as accounting_report

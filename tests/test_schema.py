@@ -12,7 +12,7 @@ import pytest
 
 from slurm_mig import storeschema
 from slurm_mig.cli import main
-from slurm_mig.profiles import SCHEMA, SCHEMA_VERSION, RuntimeStore, StoreError
+from slurm_mig.runtimes import SCHEMA, SCHEMA_VERSION, RuntimeStore, StoreError
 from slurm_mig.slurm import accounting
 from slurm_mig.slurm.receiver import REPORTS_SCHEMA, ReportDB
 

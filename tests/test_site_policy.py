@@ -284,7 +284,7 @@ def test_a_job_that_backfills_ahead_of_higher_priority_is_named_with_why():
     from slurm_mig.slurm.jobrecord import admin_comment_for
     from slurm_mig.slurm.projection import project_jobs
     from slurm_mig.slurm.public import summary
-    from slurm_mig.statusview import build_view
+    from slurm_mig.slurm.statusview import build_view
 
     now = T0 + 10
     ran = Assignment("1", 0, "node1", 0, "A100-40GB", "4g.20gb", Placement(0, 4), 0, 0, 500.0, T0)

@@ -72,7 +72,7 @@ def test_printable_writes_controls_as_their_escapes():
 
 def _status_view():
     """A status view whose queue holds a job named HOSTILE_NAME, deferred for HOSTILE_WHY."""
-    from slurm_mig.statusview import build_view
+    from slurm_mig.slurm.statusview import build_view
 
     hostile = job("41", name=HOSTILE_NAME, user="mallory")
     status = {"cycle": 3, "finished": NOW - 1, "policy": "far", "deferred": {"41": HOSTILE_WHY}}
@@ -210,7 +210,7 @@ def test_a_job_name_with_a_newline_writes_one_planner_log_line(tmp_path, planner
         def nodes(self, partition=None):
             return [node("gpu01", "MIXED")]
 
-    from slurm_mig.profiles import RuntimeStore
+    from slurm_mig.runtimes import RuntimeStore
 
     store = RuntimeStore(tmp_path / "profiles.sqlite")
     daemon = PlannerDaemon(config, Slurm(), store, b"k" * 32, clock=lambda: 2000.0)

@@ -14,7 +14,7 @@ import pytest
 from slurm_mig.cli import main
 from slurm_mig.cli import plan as plan_cli
 from slurm_mig.geometry import get_model
-from slurm_mig.planner import Batch, get_planner
+from slurm_mig.planner import Batch, exact_search, get_planner
 from slurm_mig.planner import exact as exact_mod
 from slurm_mig.planner.far import Forest
 from slurm_mig.workload import Task
@@ -115,7 +115,7 @@ def test_exact_keeps_fars_plan_above_its_option_limit(monkeypatch, caplog):
     model = get_model("A100-40GB")
     tasks = _tasks(40)
     nodes = Forest.build(model, 1).nodes
-    monkeypatch.setattr(exact_mod, "EXACT_MAX_OPTIONS", 40 * nodes - 1)
+    monkeypatch.setattr(exact_search, "EXACT_MAX_OPTIONS", 40 * nodes - 1)
     plan = exact_mod.plan_exact(Batch(tuple(tasks), model, 1), time_budget=5.0)
     assert plan.stats["searched"] is False and plan.stats["explored"] == 0
     assert plan.makespan == pytest.approx(plan.stats["far_makespan"])
@@ -139,9 +139,9 @@ def test_exact_search_is_the_same_as_before_it_was_a_loop():
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["--gpus", "1000000"], "more than 10000 GPUs"),
+        (["--gpus", "1000000"], "more than 10,000 GPUs"),
         (["--gpus", "0"], "must be at least 1"),
-        (["--planner", "exact", "--time-budget", "1e9"], "more than 3600 s"),
+        (["--planner", "exact", "--time-budget", "1e9"], "at most 3600 s"),
     ],
 )
 def test_plan_refuses_counts_without_bound(capsys, argv, words):

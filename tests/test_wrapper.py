@@ -26,7 +26,7 @@ from slurm_mig.memory.wrapper import (
     target_profile,
     with_mem_hint,
 )
-from slurm_mig.profiles import RuntimeStore
+from slurm_mig.runtimes import RuntimeStore
 
 ROOT = Path(__file__).resolve().parents[1]
 MIG_RUN = [sys.executable, str(ROOT / "wrappers" / "mig-run")]

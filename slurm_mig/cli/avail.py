@@ -217,7 +217,7 @@ def answer(profile: str, rows: list[dict[str, Any]]) -> tuple[bool, str]:
 
 def run(args: argparse.Namespace) -> int:
     from ..slurm.liveness import staleness
-    from ..statusview import span
+    from ..slurm.statusview import span
 
     check_json(args)
     fmt = parse_format(args.format or DEFAULT_FORMAT, COLUMNS)

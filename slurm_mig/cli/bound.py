@@ -8,10 +8,11 @@ import json
 import math
 import time
 
-from ..argtypes import count_at_most, positive_int
+from ..argtypes import count_at_most, number_within, positive_float, positive_int, rate_multiplier
 from .common import Formatter, wrap
 
 MAX_BUDGET_S = 3600.0
+_budget = number_within(0.0, MAX_BUDGET_S, f"in (0, {MAX_BUDGET_S:g}] s", above_low=True)
 
 
 def add_parser(sub) -> None:
@@ -37,13 +38,13 @@ def add_parser(sub) -> None:
                     help="the first K jobs (or K jobs of a preset)")  # fmt: skip
     bo.add_argument("--seed", metavar="S", type=int, default=0,
                     help="seed of a preset's draws (default: 0)")  # fmt: skip
-    bo.add_argument("--rate-multiplier", metavar="K", type=float,
+    bo.add_argument("--rate-multiplier", metavar="K", type=rate_multiplier,
                     help="smart-mig presets: arrival rate multiple (default: 20)")  # fmt: skip
-    bo.add_argument("--eps", metavar="SECONDS", type=float,
+    bo.add_argument("--eps", metavar="SECONDS", type=positive_float,
                     help="MIP slot width (default: the horizon over --max-slots, >= 1 s)")  # fmt: skip
     bo.add_argument("--max-slots", metavar="K", type=positive_int, default=200,
                     help="slots of the MIP's horizon when --eps is not given (default: 200)")  # fmt: skip
-    bo.add_argument("--time-budget", metavar="SECONDS", type=float, default=60.0,
+    bo.add_argument("--time-budget", metavar="SECONDS", type=_budget, default=60.0,
                     help="HiGHS time limit; past it the proven dual bound is given (default: 60)")  # fmt: skip
     bo.add_argument("--no-tardiness", action="store_true",
                     help="only the energy bound (the MIP is skipped)")  # fmt: skip
@@ -56,10 +57,6 @@ def run(args: argparse.Namespace) -> int:
     from ..sim.bounds import energy_bound, tardiness_bound
     from ..sim.jobs import build_workload
 
-    if not (0 < args.time_budget <= MAX_BUDGET_S):
-        raise ValueError(f"--time-budget {args.time_budget} must be in (0, {MAX_BUDGET_S:g}] s")
-    if args.eps is not None and not (0 < args.eps < math.inf):
-        raise ValueError(f"--eps {args.eps} must be a positive number of seconds")
     if args.max_slots > 100_000:
         raise ValueError("--max-slots must be at most 100000")
     model = get_model(args.gpu_model)

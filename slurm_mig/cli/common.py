@@ -102,16 +102,6 @@ def version() -> str:
         return "0.1.0 (source tree, not installed)"
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
-    return value
-
-
 def model_for(source: str, name: str | None) -> GpuModel:
     if name is not None:
         return get_model(name)
@@ -144,7 +134,7 @@ def run_planner(
 
 
 def size_option(option: str, text: str, zero: bool = False) -> int:
-    from ..slurm.hints import parse_size
+    from ..hints import parse_size
 
     if zero and text.strip() == "0":
         return 0

@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 
-from ..argtypes import positive_int
+from ..argtypes import count_at_most, number_within, positive_int
 from ..gantt import write_gantt
 from ..planner import UnknownPlanner
 from ..planner.sequencing import OBJECTIVES
@@ -24,7 +24,6 @@ from .common import (
     TASKS_HELP,
     Formatter,
     model_for,
-    positive_float,
     ratio,
     run_planner,
     slices_text,
@@ -42,26 +41,14 @@ MAX_TASKS = 100_000
 MAX_BUDGET_S = 3600.0
 
 
-def gpu_count(text: str) -> int:
-    """``--gpus``: a whole number within 1..MAX_GPUS."""
-    value = positive_int(text)
-    if value > MAX_GPUS:
-        raise argparse.ArgumentTypeError(
-            f"{value} is more than {MAX_GPUS} GPUs, the most one plan takes (plan a "
-            "partition's GPUs of one model, or split the cluster)"
-        )
-    return value
-
-
-def time_budget(text: str) -> float:
-    """``--time-budget``: seconds within (0, MAX_BUDGET_S]."""
-    value = positive_float(text)
-    if value > MAX_BUDGET_S:
-        raise argparse.ArgumentTypeError(
-            f"{text} s is more than {MAX_BUDGET_S:g} s, the longest search plan runs "
-            "(the search keeps its best plan when the budget runs out)"
-        )
-    return value
+gpu_count = count_at_most(MAX_GPUS, "GPUs, the most one plan takes")
+time_budget = number_within(
+    0.0,
+    MAX_BUDGET_S,
+    f"more than 0 and at most {MAX_BUDGET_S:g} s, the longest search plan runs "
+    "(the search keeps its best plan when the budget runs out)",
+    above_low=True,
+)
 
 
 def check_counts(tasks: int, gpus: int, source: str) -> None:

@@ -91,7 +91,7 @@ def _silent(config) -> None:
 
     from ..slurm.accounting import node_logs
     from ..slurm.receiver import ReportDB, silent_nodes
-    from ..statusview import ago
+    from ..slurm.statusview import ago
 
     now = time.time()
     if not config.reports:

@@ -11,7 +11,7 @@ import json
 import sys
 import textwrap
 
-from ..argtypes import count_at_most
+from ..argtypes import count_at_most, number_within, rate_multiplier
 from ..argtypes import positive_int as _positive_int
 
 LOAD_RANGE = (0.05, 20.0)  # --load, as sim.jobs.LOAD_RANGE (kept here: a cheap --help)
@@ -110,7 +110,7 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                     f"{LOAD_RANGE[0]:g}..{LOAD_RANGE[1]:g} (default: 1)")  # fmt: skip
     si.add_argument("--pcie-bound", metavar="F", type=_share,
                     help="pcie-paper: share of PCIe-bound jobs, 0..1 (default: 0.4)")  # fmt: skip
-    si.add_argument("--rate-multiplier", metavar="K", type=_multiplier,
+    si.add_argument("--rate-multiplier", metavar="K", type=rate_multiplier,
                     help="smart-mig presets: arrival rate as a multiple of the base rate (default: 20)")  # fmt: skip
     si.add_argument("--jobs", metavar="K", type=count_at_most(1_000_000, "jobs"),
                     help="number of jobs (presets) or the first K of a file")  # fmt: skip
@@ -146,38 +146,12 @@ def _reorder(text: str) -> int | None:
     return value
 
 
-def _load(text: str) -> float:
-    """``--load``: a number within ``LOAD_RANGE``."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    low, high = LOAD_RANGE
-    if not low <= value <= high:
-        raise argparse.ArgumentTypeError(
-            f"{text} must be within {low:g}..{high:g} (1 = the workload's own arrival rate)"
-        )
-    return value
+_load = number_within(
+    *LOAD_RANGE,
+    f"within {LOAD_RANGE[0]:g}..{LOAD_RANGE[1]:g} (1 = the workload's own arrival rate)",
+)
 
-
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text} must be a share within 0..1 (e.g. 0.6)")
-    return value
-
-
-def _multiplier(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value <= 10_000.0:
-        raise argparse.ArgumentTypeError(f"{text} must be a multiplier in (0, 10000], e.g. 20")
-    return value
+_share = number_within(0.0, 1.0, "a share within 0..1 (e.g. 0.6)")
 
 
 def _value(text: str):

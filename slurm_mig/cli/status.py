@@ -96,7 +96,7 @@ def load_view(config: Any, node: str | None, client: Any = None, now: float | No
     """The `StatusView` from the status file, squeue and the node records."""
     from ..slurm.client import SlurmClient
     from ..slurm.receiver import node_records
-    from ..statusview import build_view
+    from ..slurm.statusview import build_view
 
     now = time.time() if now is None else now
     path = Path(config.state_dir) / STATUS_FILE
@@ -163,9 +163,9 @@ def render(view) -> Any:
     from rich.text import Text
 
     from ..safetext import printable
-    from ..statusview import ago as _ago
-    from ..statusview import left_text
-    from ..statusview import when as _when
+    from ..slurm.statusview import ago as _ago
+    from ..slurm.statusview import left_text
+    from ..slurm.statusview import when as _when
 
     def plain(value: object, style: str = "") -> Text:
         return Text(printable(value), style=style)
@@ -241,7 +241,7 @@ def render(view) -> Any:
 def rows(view) -> list[dict[str, str]]:
     """The view as one row per instance and per waiting job (letter -> cell), for
     -o/--format: the instances by node and GPU, then the queue in its order."""
-    from ..statusview import left_text
+    from ..slurm.statusview import left_text
 
     def clock(t: float | None) -> str:
         return "-" if t is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..argtypes import positive_int
+from ..argtypes import positive_int, rate_multiplier
 from .common import PROG, Formatter, wrap
 
 
@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
                     help="simulated days per iteration (default: 2)")  # fmt: skip
     tc.add_argument("--gpus", metavar="N", type=positive_int, default=8,
                     help="A100s in the simulated node (default: 8)")  # fmt: skip
-    tc.add_argument("--rate-multiplier", metavar="K", type=float, default=20.0,
+    tc.add_argument("--rate-multiplier", metavar="K", type=rate_multiplier, default=20.0,
                     help="arrival rate as a multiple of the base rate (default: 20)")  # fmt: skip
     tc.add_argument("--seed", metavar="S", type=int, default=0,
                     help="seed of the network and the training days (default: 0)")  # fmt: skip
@@ -54,8 +54,6 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     from ..sim.controller_train import TrainSettings, plot_curve, train
 
-    if not 0 < args.rate_multiplier <= 10_000:
-        raise ValueError(f"--rate-multiplier {args.rate_multiplier} must be in (0, 10000]")
     if args.iterations > 100_000 or args.episodes > 1000 or args.gpus > 4096:
         raise ValueError("--iterations <= 100000, --episodes <= 1000 and --gpus <= 4096")
     out = Path(args.out)

@@ -10,7 +10,7 @@ For jobs submitted to the MIG partition:
   * a comment longer than MAX_COMMENT bytes (after that) is rejected: Slurm keeps
     1024, and the planner needs the rest for its token and its notes;
   * a malformed `mig:` hint in --comment is rejected at submission with the same
-    message as slurm_mig.slurm.hints.parse_hints (the user sees it on stderr), and so
+    message as slurm_mig.hints.parse_hints (the user sees it on stderr), and so
     is a `deadline=` date in the past, and the slips the grammar refuses rather than
     misread: `mem=12` (bytes without a unit below 1 MiB), `time=2 hours` (a unit word
     after a bare number), `MIG:mem=12G` (the prefix not in lower case) and a space
@@ -55,7 +55,7 @@ cannot write back an older token of their job, and a malformed hint or an over-l
 comment is rejected (Slurm 22.05 does not pass the message of a modify rejection to
 the user; slurmctld's log has it; 23.02 and later do).
 
-Keep the grammar and the messages identical to slurm_mig/slurm/hints.py; the tests
+Keep the grammar and the messages identical to slurm_mig/hints.py; the tests
 (tests/e2e/test_job_submit.py) feed both the same cases.
 --]]
 
@@ -78,7 +78,7 @@ local NON_MIG_PARTITIONS = {}
 -- bytes of the largest MIG slice of the partition (0: no limit): a job whose mem= hint
 -- asks for more can never run and is refused at submission. `slurm-mig site-files`
 -- fills it with the largest MIG profile memory of the site's GPU models
--- (slurm_mig.slurm.hints.largest_profile_memory); keep it one line of this form.
+-- (slurm_mig.hints.largest_profile_memory); keep it one line of this form.
 local MAX_MIG_MEM = 0
 -- job_desc.shared of --exclusive (Slurm's JOB_SHARED_NONE): a whole-node allocation
 local EXCLUSIVE = 0
@@ -86,7 +86,7 @@ local EXCLUSIVE = 0
 local MAX_QUOTE = 80
 -- bytes of a user's TRES value that are read (a longer one is refused): bounds the work
 local MAX_TRES = 1024
--- = slurm_mig.slurm.hints.MAX_USER_COMMENT
+-- = slurm_mig.hints.MAX_USER_COMMENT
 local MAX_COMMENT = 512
 -- a job_desc priority that an update leaves unset (Slurm's NO_VAL)
 local NO_VAL = 4294967294

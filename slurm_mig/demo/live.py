@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..geometry import Placement
-from ..profiles import RuntimeStore
+from ..runtimes import RuntimeStore
 from ..slurm.assignment import Assignment, generate_key
 from ..slurm.client import SlurmClient
 from ..slurm.jobrecord import parse_admin_comment

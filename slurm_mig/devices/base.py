@@ -23,7 +23,7 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
-class Instance:
+class MigInstance:
     """A GPU instance with its one full-size compute instance."""
 
     gpu: int
@@ -99,13 +99,13 @@ class MigBackend(ABC):
         """The node's GPUs in index order."""
 
     @abstractmethod
-    def instances(self, gpu: int | None = None) -> list[Instance]:
+    def instances(self, gpu: int | None = None) -> list[MigInstance]:
         """Live instances, of one GPU or of all, sorted by (gpu, placement)."""
 
     @abstractmethod
     def create(
         self, gpu: int, profile: str, placement: Placement, job_id: str | None = None
-    ) -> Instance:
+    ) -> MigInstance:
         """Create a GPU instance of ``profile`` at ``placement`` and its full compute
         instance; raises PlacementConflict when a live instance is in the way."""
 

@@ -203,8 +203,16 @@ def driver_wins(offline: GpuModel, driver: Catalogue) -> GpuModel:
             if t.name in seen
         )
 
+    # every earlier name (the tables' own, and their older ones) leads to the driver's
+    now = {t.name: (d.name if d.named else t.name) for t, d in pairs}
+    renamed = {old: now[ours] for old, ours in offline.renamed.items() if ours in now}
+    renamed.update({ours: theirs for ours, theirs in now.items() if ours != theirs})
+    renamed = {old: new for old, new in renamed.items() if old != new}
     return dataclasses.replace(
-        offline, profiles=won(offline.profiles), extra_profiles=won(offline.extra_profiles)
+        offline,
+        profiles=won(offline.profiles),
+        extra_profiles=won(offline.extra_profiles),
+        renamed=renamed,
     )
 
 

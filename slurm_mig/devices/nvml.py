@@ -10,161 +10,36 @@ on. pynvml is imported only when a backend is used: the hooks import this module
 from __future__ import annotations
 
 import ctypes
-import re
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import geometry
-from ..geometry import GeometryError, GpuModel, Placement, Profile
+from ..geometry import GeometryError, GpuModel, Placement
 from .base import (
     DeviceError,
     DeviceUnavailable,
     GpuInfo,
-    Instance,
-    InstanceInUse,
     InstanceNotFound,
     InvalidRequest,
     MigBackend,
     MigDisabled,
-    NoPermission,
+    MigInstance,
     PlacementConflict,
 )
+from .boards import detect_model
+from .nvmlprofiles import NvmlProfile, match_profile, nvml_slices
+from .nvmlsession import DEFAULT_HINT, NvmlSession, nvml_text
 
 if TYPE_CHECKING:
     from .catalogue import Catalogue
+
+__all__ = ["NvmlBackend", "NvmlProfile", "detect_model"]
 
 _MAX_PROFILE_CONSTANT = 64  # a guard: NVML answers INVALID_ARGUMENT long before
 _GIB = 1024**3
 _MIB = 1024**2
 
-# NVML error name -> (our error class, hint); "{gpu}" is filled in.
-_ERRORS: dict[str, tuple[type[DeviceError], str]] = {
-    "INSUFFICIENT_RESOURCES": (
-        PlacementConflict,
-        "destroy the instance in the way first, or pick a free placement",
-    ),
-    "IN_USE": (InstanceInUse, "processes still run on it; the epilog retries after they exit"),
-    "NO_PERMISSION": (
-        NoPermission,
-        "run as root or grant /proc/driver/nvidia/capabilities/mig/config",
-    ),
-    "NOT_SUPPORTED": (MigDisabled, "nvidia-smi -i {gpu} -mig 1 on an idle GPU"),
-    "NOT_FOUND": (InstanceNotFound, "it is gone already; nothing to do"),
-    "INVALID_ARGUMENT": (
-        InvalidRequest,
-        "compare the profile and placement with nvidia-smi mig -lgipp -i {gpu}",
-    ),
-    "LIBRARY_NOT_FOUND": (
-        DeviceUnavailable,
-        "install the NVIDIA driver on this node (libnvidia-ml.so.1 is missing)",
-    ),
-    "DRIVER_NOT_LOADED": (
-        DeviceUnavailable,
-        "load the nvidia kernel module; nvidia-smi must work on this node",
-    ),
-    "GPU_IS_LOST": (
-        DeviceUnavailable,
-        "the GPU fell off the bus; drain the node, check dmesg, reset or reboot",
-    ),
-    "RESET_REQUIRED": (DeviceUnavailable, "reset the GPU (nvidia-smi -r -i {gpu}) or reboot"),
-    "UNINITIALIZED": (DeviceUnavailable, "NVML was not initialised; report this as a bug"),
-}
-_DEFAULT_HINT = "check nvidia-smi and the kernel log (dmesg) on this node"
 
-# NVML names that the driver text would not make clear.
-_TEXT = {
-    "INSUFFICIENT_RESOURCES": "Insufficient Resources",
-    "IN_USE": "In use by another client",
-}
-
-
-@dataclass(frozen=True)
-class NvmlProfile:
-    """One GPU-instance profile as this GPU's driver reports it."""
-
-    constant: int  # the NVML_GPU_INSTANCE_PROFILE_* value asked for
-    nvml_class: str | None  # "3_SLICE" ...; None for a constant this pynvml does not name
-    id: int  # the driver's profile ID (differs between chips)
-    name: str  # our name: the geometry profile's, else NVML's without "MIG "
-    slice_count: int
-    instance_count: int
-    memory_bytes: int
-    geometry: Profile | None  # None: a profile geometry's catalogue does not have
-    nvml_name: str = ""  # the driver's name without "MIG " ("" from a v1 info)
-
-
-# NVML board-name tokens -> the geometry models that board can be, told apart by memory.
-# Names as NVML reports them: "NVIDIA GB200" (sglang issue #11208), "NVIDIA B300 SXM6 AC"
-# (pytorch/ao PR #3640), "NVIDIA GB300" (OLMo-core PR #747), "NVIDIA GH200 480GB" with
-# 97871 MiB (marin PR #5446: the 96 GB H100 of GH200), "NVIDIA RTX PRO 6000 Blackwell
-# Server Edition" (bigstack-oss/cubecos issue #312) and "... Max-Q Workstation Edition"
-# (gpu-operator issue #2249), "NVIDIA H100 NVL" (94 GB, gpu-operator PR #903).
-# GB before B, so that "GB200" is never read as B200.
-_BOARDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (r"RTX\s*PRO\s*6000", ("RTXPRO6000-96GB",)),
-    (r"GB300", ("GB300-278GB",)),
-    (r"GB200", ("GB200-186GB",)),
-    (r"GH200", ("H100-96GB", "GH200-144GB")),
-    (r"B300", ("B300-269GB",)),
-    (r"B200", ("B200-180GB",)),
-    (r"H200", ("H200-141GB",)),
-    (r"H100", ("H100-80GB", "H100-94GB", "H100-96GB")),
-    (r"A100", ("A100-40GB", "A100-80GB")),
-    (r"A30", ("A30-24GB",)),
-)
-# Boards whose name carries no GPU memory size (or another one: GH200's 480 GB counts
-# the Grace CPU's memory), for when MIG denies the parent's memory to a non-root caller.
-_NAMED = ((r"GH200\s+480\s?GB", "H100-96GB"), (r"H100\s+NVL", "H100-94GB"))
-
-
-def detect_model(name: str, total_bytes: int | None) -> str | None:
-    """The geometry model of an NVML device name and memory, e.g. ("NVIDIA A100-SXM4-40GB",
-    40 GiB) -> "A100-40GB", ("NVIDIA GB200", None) -> "GB200-186GB" (memory None: the size
-    in the name); None for a GPU slurm-mig does not know."""
-    upper = name.upper()
-    family: tuple[str, ...] = ()
-    for token, models in _BOARDS:
-        if re.search(rf"(?<![A-Z0-9]){token}(?![0-9])", upper):
-            family = tuple(m for m in models if m in geometry.MODELS)
-            break
-    if not family:
-        return None
-    if len(family) == 1 and total_bytes is None:
-        return family[0]
-    if total_bytes is None:  # MIG denies the parent's memory to non-root: the name's size
-        size = re.search(r"(?<![0-9])([0-9]{2,3})\s?GB?(?![A-Z0-9])", upper)
-        total_bytes = int(size.group(1)) * _GIB if size else None
-        named = next((m for pat, m in _NAMED if re.search(pat, upper)), None)
-        if named in family and (total_bytes is None or _near(family, total_bytes) is None):
-            return named
-    if total_bytes is None:
-        return None
-    return _near(family, total_bytes)
-
-
-def _near(family: tuple[str, ...], total_bytes: int) -> str | None:
-    """The model of ``family`` whose nominal memory is nearest, within 15 %."""
-
-    def nominal(m: str) -> float:
-        return float(m.rsplit("-", 1)[1].removesuffix("GB"))
-
-    gib = total_bytes / _GIB
-    best = min(family, key=lambda m: abs(nominal(m) - gib))
-    return best if abs(nominal(best) - gib) <= 0.15 * nominal(best) else None
-
-
-def _text(value: Any) -> str:
-    """pynvml gives str or bytes (and str(bytes) in some error messages)."""
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    s = str(value)
-    if len(s) >= 3 and s[0] == "b" and s[1] in "'\"" and s[-1] == s[1]:
-        return s[2:-1]
-    return s
-
-
-class NvmlBackend(MigBackend):
+class NvmlBackend(NvmlSession, MigBackend):
     """Create and destroy MIG instances at explicit placements through NVML.
 
     Each call initialises NVML and shuts it down again; ``with NvmlBackend() as b:``
@@ -172,86 +47,8 @@ class NvmlBackend(MigBackend):
     """
 
     def __init__(self, pynvml_module: Any = None) -> None:
-        self._nvml = pynvml_module
-        self._depth = 0
+        super().__init__(pynvml_module)
         self._tables: dict[str, list[NvmlProfile]] = {}  # GPU uuid -> profiles
-        self._codes: dict[int, str] = {}
-        self._open: list = []  # sessions opened by ``with``
-
-    # -- NVML plumbing --------------------------------------------------------------
-
-    @property
-    def nvml(self) -> Any:
-        if self._nvml is None:
-            try:
-                import pynvml
-            except ImportError:
-                raise DeviceUnavailable(
-                    "nvidia-ml-py is not installed (import pynvml failed)",
-                    hint="pip install nvidia-ml-py in the environment the hooks run in",
-                ) from None
-            self._nvml = pynvml
-        return self._nvml
-
-    def _code_name(self, value: int) -> str:
-        if not self._codes:
-            for k, v in vars(self.nvml).items():
-                if k.startswith("NVML_ERROR_") and isinstance(v, int):
-                    self._codes[v] = k.removeprefix("NVML_ERROR_")
-        return self._codes.get(value, f"ERROR_{value}")
-
-    def _error(self, exc: Exception, what: str, gpu: int | None = None) -> DeviceError:
-        """Our error for an NVMLError raised while doing ``what``."""
-        value = getattr(exc, "value", None)
-        name = self._code_name(value) if isinstance(value, int) else "UNKNOWN"
-        cls, hint = _ERRORS.get(name, (DeviceUnavailable, _DEFAULT_HINT))
-        text = _TEXT.get(name) or _text(exc)
-        if not text.startswith("NVML "):  # pynvml's own texts start so for some codes
-            text = f"NVML {text}"
-        where = f"GPU {gpu}: " if gpu is not None else ""
-        hint = hint.replace("{gpu}", "N" if gpu is None else str(gpu))
-        return cls(f"{where}{what}: {text} (NVML_ERROR_{name})", hint=hint)
-
-    def _call(self, what: str, gpu: int | None, fn: str, *args: Any) -> Any:
-        nvml = self.nvml
-        try:
-            return getattr(nvml, fn)(*args)
-        except nvml.NVMLError as exc:
-            raise self._error(exc, what, gpu) from None
-
-    def _try(self, fn: str, *args: Any, ok: tuple[str, ...]) -> Any:
-        """Call ``fn``; None when NVML answers one of the ``ok`` error names."""
-        nvml = self.nvml
-        try:
-            return getattr(nvml, fn)(*args)
-        except nvml.NVMLError as exc:
-            if self._code_name(getattr(exc, "value", -1)) in ok:
-                return None
-            raise
-
-    @contextmanager
-    def _session(self):
-        if self._depth == 0:
-            self._call("initialise NVML", None, "nvmlInit")
-        self._depth += 1
-        try:
-            yield self.nvml
-        finally:
-            self._depth -= 1
-            if self._depth == 0:
-                try:
-                    self.nvml.nvmlShutdown()
-                except self.nvml.NVMLError:
-                    pass
-
-    def __enter__(self) -> NvmlBackend:
-        cm = self._session()
-        cm.__enter__()
-        self._open.append(cm)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._open.pop().__exit__(*exc)
 
     # -- devices and profiles -------------------------------------------------------
 
@@ -267,8 +64,8 @@ class NvmlBackend(MigBackend):
     def _describe(self, gpu: int, handle: Any) -> tuple[str, str, str | None, bool, bool]:
         """(NVML name, uuid, geometry model or None, MIG on, MIG mode change pending)."""
         nvml = self.nvml
-        name = _text(self._call("read the GPU name", gpu, "nvmlDeviceGetName", handle))
-        uuid = _text(self._call("read the GPU uuid", gpu, "nvmlDeviceGetUUID", handle))
+        name = nvml_text(self._call("read the GPU name", gpu, "nvmlDeviceGetName", handle))
+        uuid = nvml_text(self._call("read the GPU uuid", gpu, "nvmlDeviceGetUUID", handle))
         try:
             mem = self._call("read memory", gpu, "nvmlDeviceGetMemoryInfo", handle).total
         except DeviceError:
@@ -303,8 +100,8 @@ class NvmlBackend(MigBackend):
                     continue
                 raise self._error(exc, "read the MIG profiles", gpu) from None
             cls = names.get(const)
-            nvml_name = _text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
-            geo = _match(model, cls, nvml_name, info.sliceCount, info.memorySizeMB * _MIB)
+            nvml_name = nvml_text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
+            geo = match_profile(model, cls, nvml_name, info.sliceCount, info.memorySizeMB * _MIB)
             found.append(
                 NvmlProfile(
                     constant=const,
@@ -349,7 +146,7 @@ class NvmlBackend(MigBackend):
             array,
             ctypes.byref(count),
         )
-        return [_slices(model, gpu, array[i].start, array[i].size) for i in range(count.value)]
+        return [nvml_slices(model, gpu, array[i].start, array[i].size) for i in range(count.value)]
 
     def _gpu_instances(
         self, gpu: int, handle: Any, table: list[NvmlProfile], model: GpuModel
@@ -372,7 +169,7 @@ class NvmlBackend(MigBackend):
             for i in range(count.value):
                 gi = array[i]
                 info = self._call("read a GPU instance", gpu, "nvmlGpuInstanceGetInfo", gi)
-                pl = _slices(model, gpu, int(info.placement.start), int(info.placement.size))
+                pl = nvml_slices(model, gpu, int(info.placement.start), int(info.placement.size))
                 out.append((gi, int(info.id), prof, pl))
         return sorted(out, key=lambda t: t[3])
 
@@ -426,7 +223,7 @@ class NvmlBackend(MigBackend):
                     continue
                 gi_id = nvml.nvmlDeviceGetGpuInstanceId(mig)
                 ci_id = nvml.nvmlDeviceGetComputeInstanceId(mig)
-                out[(int(gi_id), int(ci_id))] = _text(nvml.nvmlDeviceGetUUID(mig))
+                out[(int(gi_id), int(ci_id))] = nvml_text(nvml.nvmlDeviceGetUUID(mig))
             except nvml.NVMLError as exc:
                 raise self._error(exc, "list MIG devices", gpu) from None
         return out
@@ -451,7 +248,7 @@ class NvmlBackend(MigBackend):
     def _live(
         self, gpu: int, handle: Any, table: list[NvmlProfile], model: GpuModel
     ) -> list[tuple]:
-        """(Instance, GI handle, [CI handles]) of every GPU instance of the GPU.
+        """(MigInstance, GI handle, [CI handles]) of every GPU instance of the GPU.
 
         A GPU instance without a compute instance (left by a crash or by hand) has no
         MIG device; it is reported with uuid ``gi<N>-no-ci`` so it can be destroyed."""
@@ -464,7 +261,7 @@ class NvmlBackend(MigBackend):
                 uuid = uuids.get((gi_id, ci_id), f"gi{gi_id}-ci{ci_id}-no-uuid")
             else:
                 ci_id, uuid = -1, f"gi{gi_id}-no-ci"
-            inst = Instance(gpu, prof.name, pl, uuid, gi_id, ci_id)
+            inst = MigInstance(gpu, prof.name, pl, uuid, gi_id, ci_id)
             out.append((inst, gi, [c for c, _ in cis]))
         return out
 
@@ -481,7 +278,7 @@ class NvmlBackend(MigBackend):
                 out.append(GpuInfo(i, model or name, uuid, on))
             return out
 
-    def instances(self, gpu: int | None = None) -> list[Instance]:
+    def instances(self, gpu: int | None = None) -> list[MigInstance]:
         """Live instances (GPU instance + its compute instance), sorted by (gpu, placement);
         none on a GPU whose MIG mode is off."""
         with self._session():
@@ -500,7 +297,7 @@ class NvmlBackend(MigBackend):
 
     def create(
         self, gpu: int, profile: str, placement: Placement, job_id: str | None = None
-    ) -> Instance:
+    ) -> MigInstance:
         """GPU instance of ``profile`` at ``placement``, then its full compute instance."""
         nvml = self.nvml
         with self._session():
@@ -536,12 +333,12 @@ class NvmlBackend(MigBackend):
                     raise DeviceUnavailable(
                         f"GPU {gpu}: {what}: NVML shows no MIG device for GPU instance "
                         f"{gi_id} / compute instance {ci_id}",
-                        hint=_DEFAULT_HINT,
+                        hint=DEFAULT_HINT,
                     )
             except DeviceError:
                 self._rollback(gi)
                 raise
-            return Instance(gpu, prof.name, placement, uuid, gi_id, ci_id)
+            return MigInstance(gpu, prof.name, placement, uuid, gi_id, ci_id)
 
     def destroy(self, gpu: int, uuid: str, job_id: str | None = None) -> None:
         """Destroy the compute instance(s), then the GPU instance; InstanceNotFound if absent."""
@@ -593,7 +390,7 @@ class NvmlBackend(MigBackend):
                     raise self._error(exc, "read the MIG profiles", gpu) from None
                 cls = names.get(const)
                 memory = int(info.memorySizeMB) * _MIB
-                pname = _text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
+                pname = nvml_text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
                 pid = int(info.id)
                 found.append(
                     CatalogueProfile(
@@ -624,7 +421,7 @@ class NvmlBackend(MigBackend):
         raw = [(int(array[i].start), int(array[i].size)) for i in range(count.value)]
         if model is None:
             return tuple(sorted(Placement(a, b) for a, b in raw))
-        return tuple(sorted(_slices(model, gpu, a, b) for a, b in raw))
+        return tuple(sorted(nvml_slices(model, gpu, a, b) for a, b in raw))
 
     def energy_mj(self, gpu: int) -> int | None:
         """``nvmlDeviceGetTotalEnergyConsumption`` of the (parent) GPU: millijoules since
@@ -784,37 +581,3 @@ class NvmlBackend(MigBackend):
             f"{i.profile} at {i.placement.start}:{i.placement.size} ({i.uuid})" for i in in_way
         )
         return PlacementConflict(f"{err.message}; in the way: {desc}", hint=err.hint)
-
-
-def _match(
-    model: GpuModel, nvml_class: str | None, name: str, slices: int, memory: int
-) -> Profile | None:
-    """The geometry profile of an NVML profile, planner's or not (+me, +gfx ...): by the
-    driver's NAME (``model.profile`` follows renames) with the same slice count; only if
-    that fails, by the constant's class, slice count and memory within 25 % (geometry's
-    figures are estimates, NVML's exact; HAMi warns against inferring by memory)."""
-    if name:
-        try:
-            p = model.profile(name)
-        except GeometryError:
-            p = None
-        if p is not None and p.compute_slices == slices:
-            return p
-    if nvml_class is None:
-        return None
-    for p in model.all_profiles:
-        if p.nvml_class == nvml_class and p.compute_slices == slices:
-            if 0.75 <= memory / p.memory_bytes <= 1.25:
-                return p
-    return None
-
-
-def _slices(model: GpuModel, gpu: int, start: int, size: int) -> Placement:
-    """An NVML placement in memory slices; a DeviceError if it is not whole slices."""
-    try:
-        return model.from_nvml(start, size)
-    except GeometryError as exc:
-        raise DeviceUnavailable(
-            f"GPU {gpu}: {exc}",
-            hint=f"compare nvidia-smi mig -lgipp -i {gpu} with the model in [nodes]",
-        ) from None

@@ -43,12 +43,12 @@ from .base import (
     DeviceError,
     DeviceUnavailable,
     GpuInfo,
-    Instance,
     InstanceInUse,
     InstanceNotFound,
     InvalidRequest,
     MigBackend,
     MigDisabled,
+    MigInstance,
     NoPermission,
     PlacementConflict,
 )
@@ -287,9 +287,9 @@ class SimulatedBackend(MigBackend):
         raise cls(f"GPU {gpu}: {message}", hint=fault.get("hint", ""))
 
     @staticmethod
-    def _instance(rec: dict) -> Instance:
+    def _instance(rec: dict) -> MigInstance:
         pl = rec["placement"]
-        return Instance(
+        return MigInstance(
             gpu=rec["gpu"],
             profile=rec["profile"],
             placement=Placement(pl["start"], pl["size"]),
@@ -306,7 +306,7 @@ class SimulatedBackend(MigBackend):
             state = self._read()
         return [GpuInfo(g["index"], g["model"], g["uuid"], g["mig_enabled"]) for g in state["gpus"]]
 
-    def instances(self, gpu: int | None = None) -> list[Instance]:
+    def instances(self, gpu: int | None = None) -> list[MigInstance]:
         """Live instances, of one GPU or all, sorted by (gpu, placement)."""
         with self._locked(exclusive=False):
             state = self._read()
@@ -317,7 +317,7 @@ class SimulatedBackend(MigBackend):
 
     def create(
         self, gpu: int, profile: str, placement: Placement, job_id: str | None = None
-    ) -> Instance:
+    ) -> MigInstance:
         """Create ``profile`` at ``placement`` on ``gpu`` as NVML would, sleeping Table 1's
         create time x ``latency_scale`` with the GPU's reconfiguration lock held."""
         with self._locked(exclusive=False):

@@ -39,9 +39,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from .. import jobcomment as comments
 from ..geometry import MODELS, GeometryError, GpuModel, Profile, can_coexist, get_model
-from ..slurm import comment as comments
-from ..slurm.hints import HintError, comment_problem, parse_size
+from ..hints import HintError, comment_problem, parse_size
 from . import oom, trace
 from .trace import Sample, human
 
@@ -360,7 +360,7 @@ def with_mem_hint(comment: str, need: int) -> str:
 
 def _hint_problem(comment: str) -> str | None:
     """The hint parser's message for ``comment``, None when it parses."""
-    from ..slurm.hints import parse_hints
+    from ..hints import parse_hints
 
     try:
         parse_hints(comment)
@@ -894,7 +894,7 @@ class Runner:
             raise RestartError(f"cannot read job {job}: {exc}") from None
         comment = found[0].comment if found else ""
         try:
-            from ..slurm.hints import parse_hints
+            from ..hints import parse_hints
 
             hints = parse_hints(comment)
         except HintError:
@@ -926,7 +926,7 @@ class Runner:
         `slurm.reports`); else RuntimeStore.record_memory when the store is there."""
         try:
             from ..config import load_config
-            from ..profiles import RuntimeStore
+            from ..runtimes import RuntimeStore
             from ..slurm.reports import need_path, write_need
 
             config = load_config(self.opts.config)
@@ -1158,8 +1158,8 @@ def hinted_iterations(env: Mapping[str, str]) -> int | None:
     if not job:
         return None
     try:
+        from ..hints import parse_hints
         from ..slurm.client import SlurmClient
-        from ..slurm.hints import parse_hints
 
         found = [j for j in SlurmClient(env=env, timeout=10).jobs() if j.job_id == job]
         return parse_hints(found[0].comment).iters if found else None

@@ -51,7 +51,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from ..geometry import GpuModel, Slot, compute_mask, mask_tables, slot_mask
+from ..geometry import (
+    GpuModel,
+    Slot,
+    blocked_compute,
+    compute_mask,
+    mask_tables,
+    slot_mask,
+)
 from .baseline import busy_instance, start_ops
 from .decisions import Decisions, Op
 from .driver import BatchSettings, project, step
@@ -85,35 +92,66 @@ _EPS = 1e-9
 @dataclass(frozen=True, slots=True)
 class _Slots:
     """A model's planner slots by size, as plain numbers for the inner loops:
-    (slot, memory mask, first memory slice, end, seconds to create, compute mask)."""
+    (slot, memory mask, first memory slice, end, seconds to create, compute mask).
+    ``double``: the double-memory 1g slots grouped by the compute slices each keeps
+    from others (``blocked_compute``), for jobs whose memory needs two slices."""
 
     by_size: dict[int, tuple[tuple[Slot, int, int, int, float, int], ...]]
+    double: tuple[tuple[int, tuple[tuple[Slot, int, int, int, float, int], ...]], ...]
+    double_memory: int  # usable bytes of the double-memory 1g (0: the model has none)
 
 
 _SLOTS: dict[str, _Slots] = {}
+
+
+def _entry(model: GpuModel, slot: Slot) -> tuple[Slot, int, int, int, float, int]:
+    return (
+        slot,
+        slot_mask(slot),
+        slot.placement.start,
+        slot.placement.end,
+        model.create_time(slot.size),
+        compute_mask(slot),
+    )
 
 
 def _slots(model: GpuModel) -> _Slots:
     got = _SLOTS.get(model.name)
     if got is None:
         tables = mask_tables(model)
+        groups: dict[int, list] = {}
+        for slot in tables.slots[tables.lattice :]:  # the canonical double-memory slots
+            groups.setdefault(blocked_compute(model, slot), []).append(_entry(model, slot))
+        double = model.double_memory
         got = _SLOTS[model.name] = _Slots(
             {
-                size: tuple(
-                    (
-                        slot,
-                        tables.mask[slot],
-                        slot.placement.start,
-                        slot.placement.end,
-                        model.create_time(size),
-                        compute_mask(slot),
-                    )
-                    for slot in tables.by_size[size]
-                )
+                size: tuple(_entry(model, slot) for slot in tables.by_size[size])
                 for size in model.planner_sizes
-            }
+            },
+            tuple((b, tuple(e)) for b, e in sorted(groups.items())),
+            double.memory_bytes if double is not None else 0,
         )
     return got
+
+
+def _options(job, model: GpuModel, sizes: Sequence[int]) -> list[tuple]:
+    """(key, size, seconds, slice-seconds, slot entries, lattice?) for each way the job
+    can run: its sizes on the lattice, and for a job too big for a plain 1g but within
+    the double-memory 1g, that 1g on two memory slices, costed by the compute slices it
+    keeps from others (one where the second memory slice has no compute slice)."""
+    table = _slots(model)
+    out = [(s, s, job.time(s), s * job.time(s), table.by_size[s], True) for s in sizes]
+    t = job.time(1)
+    if (
+        table.double
+        and 1 not in sizes
+        and (job.size is None or job.size <= 1)
+        and t < INF
+        and mask_tables(model).memory[1] < job.memory <= table.double_memory
+    ):
+        for blocked, entries in table.double:
+            out.append((("double", blocked), 1, t, blocked * t, entries, False))
+    return out
 
 
 @dataclass(slots=True)
@@ -347,7 +385,6 @@ class Adaptive:
         fit = mask_tables(model).fit_sizes
         if not any(fit[g.busy_mask] for g in view):
             return  # nothing can start now; reservations would be dropped anyway
-        slots = _slots(model).by_size
         capacity = model.compute_slices * len(gpus)
         busy = sum(g.busy_slices for g in view)
         now = snap.now
@@ -355,7 +392,7 @@ class Adaptive:
         for k, held in (reserved or {}).items():
             lines[k].reserved.extend(held)
         reserving = self.lookahead or max(16, len(gpus))
-        order: dict[int, list[tuple[float, int]]] = {}  # size -> (bound, GPU), lazily
+        order: dict[object, list[tuple[float, int]]] = {}  # option -> (bound, GPU), lazily
         waiting = len(pending)
         scan = 4 * reserving
         if self.aging is None:  # Slurm's order (the mapping's), as far as we look
@@ -376,22 +413,21 @@ class Adaptive:
         for pos, job in enumerate(jobs):
             if not any(fit[ln.busy_now] for ln in lines):
                 return
-            sizes = sizes_of(job, model)
-            if not sizes:
+            options = _options(job, model, sizes_of(job, model))
+            if not options:
                 continue
-            area = min(s * job.time(s) for s in sizes)
+            area = min(o[3] for o in options)
             util = min(1.0, (busy + demand) / capacity)
             pressure = self.weight * (waiting - pos - 1) * util / capacity
             spread = self.weight * self.future * rate * util / capacity
-            best = None  # (score, -busy slices, frag, GPU, slot entry, start, size, seconds, now?)
-            for s in sizes:
-                t = job.time(s)
-                pen = (pressure + spread * min(t, horizon)) * (s * t - area)
+            best = None  # (score, -busy, frag, GPU, entry, start, size, seconds, now?, slice-s)
+            for okey, s, t, used, entries, lattice in options:
+                pen = (pressure + spread * min(t, horizon)) * (used - area)
                 # now: GPUs with room for s, the busiest first (best fit)
                 for line in lines:
-                    if s not in fit[line.busy_now]:
+                    if lattice and s not in fit[line.busy_now]:
                         continue
-                    for entry in slots[s]:
+                    for entry in entries:
                         if entry[1] & line.busy_now:
                             continue
                         start = _earliest(line, entry, t, now)
@@ -403,29 +439,29 @@ class Adaptive:
                         if best is None or key < best[:4]:
                             # placed now unless a reservation pushed it back
                             soon = start <= _ready(line, entry, now) + _EPS
-                            best = (*key, entry, start, s, t, soon)
+                            best = (*key, entry, start, s, t, soon, used)
                 if pos >= reserving:
                     continue
                 # later: branch and bound over GPUs by the earliest start they allow
-                ranked = order.get(s)
+                ranked = order.get(okey)
                 if ranked is None:
-                    ranked = order[s] = sorted(
-                        (_bound(ln, slots[s], now), ln.index) for ln in lines
+                    ranked = order[okey] = sorted(
+                        (_bound(ln, entries, now), ln.index) for ln in lines
                     )
                 for lb, k in ranked:
                     if best is not None and lb + t + pen >= best[0]:
                         break
                     line = lines[k]
-                    for entry in slots[s]:
+                    for entry in entries:
                         start = _earliest(line, entry, t, now)
                         if start == INF:
                             continue
                         key = (start + t + pen, -line.busy_slices, 1.0, k)
                         if best is None or key < best[:4]:
-                            best = (*key, entry, start, s, t, False)
+                            best = (*key, entry, start, s, t, False, used)
             if best is None:
                 continue
-            _, _, _, k, entry, start, s, t, soon = best
+            _, _, _, k, entry, start, s, t, soon, used = best
             slot, mask, lo, hi, create, cmask = entry
             line = lines[k]
             creating = slot not in line.idle
@@ -433,7 +469,7 @@ class Adaptive:
                 yield from start_ops(line.gpu, job.id, slot, model, now)
                 line.gpu = line.gpu.placed(busy_instance(slot, job))
                 self.placed += 1
-                if s * t > area + _EPS:
+                if used > area + _EPS:
                     self.enlarged += 1
                 for i in range(lo, hi):
                     line.free[i] = start + t
@@ -475,9 +511,11 @@ def _number(what: str, value, allow_off: bool = False) -> float | None:
     return x
 
 
+POLICIES = {"adaptive": Adaptive}
+
+
 def make_policy(name: str, **options) -> Adaptive:
-    """Registry hook: ``adaptive`` (options: objective, weight, future, aging, lookahead,
-    batches)."""
-    if name != "adaptive":
+    """The policy ``name`` of this module (the registry maps each name to its factory)."""
+    if name not in POLICIES:
         raise ValueError(f"{__name__} has no policy {name!r}")
-    return Adaptive(**options)
+    return POLICIES[name](**options)

@@ -296,14 +296,40 @@ def _onto(plan_idle: Callable[[Batch], Plan]) -> Callable[[Batch], Plan]:
     return plan
 
 
-def make_planner(name: str, **options) -> BatchPolicy:
-    """Registry hook: ``miso-opt``, ``fixpart-best`` and ``fixpart-<sizes>``."""
+def _no_options(options: dict) -> None:
     if options:
         raise TypeError(f"unexpected argument {next(iter(options))!r}")
-    if name == "miso-opt":
-        return BatchPolicy(name, _onto(plan_miso_opt))
-    if name == "fixpart-best":
-        return BatchPolicy(name, _onto(plan_fixpart_best))
-    if name.startswith("fixpart-"):
-        return BatchPolicy(name, _onto(fixpart_planner(name[len("fixpart-") :])))
-    raise ValueError(f"{__name__} has no planner {name!r}")
+
+
+def make_miso_opt(**options) -> BatchPolicy:
+    """Registry factory of ``miso-opt`` (no options)."""
+    _no_options(options)
+    return BatchPolicy("miso-opt", _onto(plan_miso_opt))
+
+
+def make_fixpart_best(**options) -> BatchPolicy:
+    """Registry factory of ``fixpart-best`` (no options)."""
+    _no_options(options)
+    return BatchPolicy("fixpart-best", _onto(plan_fixpart_best))
+
+
+def make_fixpart(sizes: str, **options) -> BatchPolicy:
+    """Registry factory of ``fixpart-SIZES``: the registry passes ``SIZES`` (``4-3``)."""
+    _no_options(options)
+    return BatchPolicy(f"fixpart-{sizes}", _onto(fixpart_planner(sizes)))
+
+
+POLICIES = {
+    "miso-opt": make_miso_opt,
+    "fixpart-best": make_fixpart_best,
+    "fixpart-SIZES": make_fixpart,
+}
+
+
+def make_planner(name: str, **options) -> BatchPolicy:
+    """The planner ``name`` of this module (the registry maps each name to its factory)."""
+    if name.startswith("fixpart-") and name != "fixpart-best":
+        return make_fixpart(name[len("fixpart-") :], **options)
+    if name not in POLICIES:
+        raise ValueError(f"{__name__} has no planner {name!r}")
+    return POLICIES[name](**options)

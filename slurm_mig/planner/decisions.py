@@ -12,6 +12,9 @@ that wait.
 
 ``planned`` holds the standing plan of every waiting job that has one after this step
 (batch policies); ``plan`` the whole projected plan, for reports and the Gantt chart.
+``numbered``: the places' ``batch`` and ``order`` number a plan's batches (a batch
+planner through ``planner.driver``); else they are placed now, unnumbered, and the
+executor numbers them after every batch so far.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class Decisions:
     wake_at: float | None = None  # ask again at this time even if nothing happens
     plan: Plan | None = None
     stats: Mapping[str, Any] = field(default_factory=dict)
+    numbered: bool = False  # places numbered by a plan's batches (module doc)
 
     @property
     def places(self) -> tuple[Place, ...]:
@@ -101,7 +105,7 @@ def decisions_to_json(got: Decisions, snap: ClusterSnapshot) -> dict[str, Any]:
             "gpu": gpu,
             "node": g.node,
             "local": g.local,
-            "profile": model.profile_for_size(slot.size).name,
+            "profile": model.profile_for_slot(slot).name,
             "placement": slot.placement.to_json(),
         }
 

@@ -1,8 +1,9 @@
 """One step from the cluster's snapshot to decisions, for every policy: the code the
 simulator and the planner daemon share, so that a simulated policy predicts the daemon.
 
-Online policies decide directly (``policy.decide(snapshot)``), offered the waiting jobs
-in priority order. Batch planners are driven here:
+Every caller decides through `as_online(policies, settings)`: online policies decide
+directly (``policy.decide(snapshot)``), offered the waiting jobs in priority order
+(`Offered`); batch planners are driven here (`Driven`):
 
 1. *Re-plan?* Standing plans stay unless something happened since the oldest of them
    was made (``snapshot.events``, e.g. a job that ended early or late, a node lost); then
@@ -29,21 +30,28 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Protocol
 
-from ..geometry import Slot, mask_tables, slot_mask
+from ..geometry import Slot, mask_tables
 from ..plan import Plan
 from ..workload import Task
 from .batch import Batch
-from .decisions import Decisions, Destroy, Op, Place
+from .decisions import Decisions, Place
 from .gcpause import paused_gc
-from .registry import Policy
-from .snapshot import INF, ClusterSnapshot, Gpu, Instance, Job, Planned, runnable_sizes
+from .projection import _extend, _projected, project, projected_end
+from .registry import BatchPlanner, Policy
+from .release import gate
+from .snapshot import INF, ClusterSnapshot, Gpu, Job, Planned, runnable_sizes
 
 __all__ = [
     "BatchSettings",
+    "Deciding",
+    "Driven",
+    "Offered",
+    "as_online",
     "gate",
     "priority_key",
     "project",
@@ -102,138 +110,6 @@ def task_of(
 
 
 # ---------------------------------------------------------------------------
-# The projection: the GPUs once running jobs and standing plans are through
-
-
-class _Track:
-    """Per memory slice of one GPU: when it is released and by which instance."""
-
-    __slots__ = ("end", "owner", "ready", "job")
-
-    def __init__(self, slices: int) -> None:
-        self.end = [-INF] * slices
-        self.owner: list[Slot | None] = [None] * slices
-        self.ready: dict[Slot, float] = {}
-        self.job: dict[Slot, str] = {}
-
-    def free(self, slot: Slot) -> float:
-        p = slot.placement
-        return max(self.end[p.start : p.end], default=-INF)
-
-    def occupy(self, slot: Slot, job: str, ready: float, end: float) -> None:
-        p = slot.placement
-        for s in range(p.start, p.end):
-            if end >= self.end[s]:
-                self.end[s] = end
-                self.owner[s] = slot
-        self.ready[slot] = ready
-        self.job[slot] = job
-
-    def gpu(self, base: Gpu) -> Gpu:
-        live: dict[Slot, float] = {}
-        for s, owner in enumerate(self.owner):
-            if owner is not None:
-                live[owner] = max(live.get(owner, -INF), self.end[s])
-        insts = [
-            Instance(slot, self.job[slot], self.ready[slot], end)
-            for slot, end in sorted(live.items())
-        ]
-        # idle instances the projection leaves untouched stay (they may be reused)
-        taken = 0
-        for slot in live:
-            taken |= slot_mask(slot)
-        insts += [i for i in base.instances if i.job is None and not slot_mask(i.slot) & taken]
-        insts.sort(key=lambda i: (i.slot.placement.start, i.slot.size))
-        return Gpu(base.index, tuple(insts), base.channel_free, 0, base.node, base.local)
-
-
-def _order_key(p: Planned) -> tuple[int, int, str]:
-    return (p.batch, p.order, p.job)
-
-
-def projected_end(snap: ClusterSnapshot, planned: Iterable[Planned]) -> float:
-    """When the last busy or planned job of `project`'s projection ends (absolute),
-    without building the projected GPUs."""
-    model = snap.model
-    now = snap.now
-    ends = [[-INF] * model.memory_slices for _ in snap.gpus]
-    last = now
-    for gpu, end in zip(snap.gpus, ends):
-        for inst in gpu.instances:
-            if inst.job is not None:
-                e = inst.busy_until if inst.busy_until is not None else INF
-                e = max(e, now)
-                last = max(last, e)
-                p = inst.slot.placement
-                for s in range(p.start, p.end):
-                    if e > end[s]:
-                        end[s] = e
-    for p in sorted(planned, key=_order_key):
-        end = ends[p.gpu]
-        pl = p.slot.placement
-        begin = max(now, max(end[pl.start : pl.end])) + model.create_time(p.slot.size)
-        e = begin + p.seconds
-        last = max(last, e)
-        for s in range(pl.start, pl.end):
-            if e > end[s]:
-                end[s] = e
-    return last
-
-
-def project(snap: ClusterSnapshot, planned: Iterable[Planned]) -> tuple[Gpu, ...]:
-    """The GPUs as a new batch finds them: the busy instances until their jobs end,
-    then the standing plans in order, each after the work on its slices, created, run
-    for its planned seconds (a projection: instances of the future may overlap)."""
-    model = snap.model
-    now = snap.now
-    tracks = [_Track(model.memory_slices) for _ in snap.gpus]
-    for g, gpu in zip(tracks, snap.gpus):
-        for inst in gpu.instances:
-            if inst.job is not None:
-                end = inst.busy_until if inst.busy_until is not None else INF
-                g.occupy(inst.slot, inst.job, inst.ready_at, max(end, now))
-    for p in sorted(planned, key=_order_key):
-        t = tracks[p.gpu]
-        begin = max(now, t.free(p.slot)) + model.create_time(p.slot.size)
-        t.occupy(p.slot, p.job, begin, begin + p.seconds)
-    return tuple(t.gpu(base) for t, base in zip(tracks, snap.gpus))
-
-
-# ---------------------------------------------------------------------------
-# The gate
-
-
-def gate(snap: ClusterSnapshot, planned: Mapping[str, Planned]) -> list[Op]:
-    """Standing plans free to start now (module doc, step 4): their `Place` at ``now``,
-    each after the `Destroy` of the idle instances in its way (not an identical one)."""
-    model = snap.model
-    tables = mask_tables(model)
-    blocked = [g.busy_mask for g in snap.gpus]
-    gone: set[tuple[int, Slot]] = set()  # idle instances already destroyed in this step
-    ops: list[Op] = []
-    for p in sorted(planned.values(), key=lambda p: (p.gpu, *_order_key(p))):
-        mask = tables.mask.get(p.slot) or slot_mask(p.slot)
-        if mask & blocked[p.gpu]:
-            blocked[p.gpu] |= mask
-            continue
-        blocked[p.gpu] |= mask
-        gpu = snap.gpus[p.gpu]
-        if mask & gpu.held_mask:
-            for inst in gpu.instances:
-                key = (p.gpu, inst.slot)
-                if (
-                    inst.job is None
-                    and inst.slot != p.slot
-                    and slot_mask(inst.slot) & mask
-                    and key not in gone
-                ):
-                    gone.add(key)
-                    ops.append(Destroy(p.gpu, inst.slot))
-        ops.append(Place(p.job, p.gpu, p.slot, snap.now, snap.now + p.seconds, p.batch, p.order))
-    return ops
-
-
-# ---------------------------------------------------------------------------
 # The step
 
 
@@ -254,10 +130,63 @@ def step_groups(
     times). Online policies are offered the jobs group by group, in order."""
     if not groups:
         return []
-    with paused_gc():
-        if policies[0].kind == "online":
-            return _online(groups, policies)
-        return _batch(groups, policies, settings)
+    return as_online(policies, settings).decide_groups(groups)
+
+
+class Deciding(Protocol):
+    """What every caller of a policy uses (`as_online` makes one of any policies): the
+    decisions for one snapshot, or for one snapshot per GPU model of a cluster."""
+
+    name: str
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decisions: ...
+
+    def decide_groups(self, groups: Sequence[ClusterSnapshot]) -> list[Decisions]: ...
+
+
+def as_online(policies: Sequence[Policy], settings: BatchSettings = BatchSettings()) -> Deciding:
+    """The policies of a cluster, one per GPU model, behind one `decide`: online ones
+    offered the waiting jobs (`Offered`), batch planners driven here (`Driven`, with
+    ``settings``); the one place that tells the two kinds apart."""
+    if all(callable(getattr(p, "decide", None)) for p in policies):
+        return Offered(policies)
+    return Driven(policies, settings)  # type: ignore[arg-type]
+
+
+class Offered:
+    """Online policies, one per GPU model: each decides on its group's snapshot, its
+    waiting jobs in priority order, less the jobs an earlier group placed or planned."""
+
+    def __init__(self, policies: Sequence[Policy]) -> None:
+        self.policies = list(policies)
+        self.name = self.policies[0].name
+
+    def decide(self, snap: ClusterSnapshot) -> Decisions:
+        return self.decide_groups([snap])[0]
+
+    def decide_groups(self, groups: Sequence[ClusterSnapshot]) -> list[Decisions]:
+        with paused_gc():
+            out = _online(groups, self.policies)
+        # placed now: even a batch the policy had driven here is the executor's to number
+        return [replace(d, numbered=False) if d.numbered else d for d in out]
+
+
+class Driven:
+    """Batch planners, one per GPU model, as an online policy: each call forms and plans
+    batches and gates their releases (module doc); its places number their batches."""
+
+    def __init__(self, policies: Sequence[BatchPlanner], settings: BatchSettings) -> None:
+        self.policies = list(policies)
+        self.name = self.policies[0].name
+        self.settings = settings
+
+    def decide(self, snap: ClusterSnapshot) -> Decisions:
+        return self.decide_groups([snap])[0]
+
+    def decide_groups(self, groups: Sequence[ClusterSnapshot]) -> list[Decisions]:
+        with paused_gc():
+            out = _batch(groups, self.policies, self.settings)
+        return [replace(d, numbered=True) for d in out]
 
 
 def _online(groups: Sequence[ClusterSnapshot], policies: Sequence[Policy]) -> list[Decisions]:
@@ -545,14 +474,6 @@ class _Runs:
             self._unprojected[g].append(planned)
 
 
-def _projected(snap: ClusterSnapshot, planned: Iterable[Planned]) -> Sequence[Gpu]:
-    """`project`, or the snapshot's own GPUs when there is nothing to project."""
-    planned = list(planned)
-    if not planned and not any(g.busy_mask for g in snap.gpus):
-        return snap.gpus
-    return project(snap, planned)
-
-
 def _runs(order: Sequence[Job], k: int) -> list[Sequence[Job]]:
     """``order`` (by `priority_key`) cut into runs planned one after another: a run
     holds the jobs of its first job's priority and at most ``k`` more, so no job is
@@ -587,24 +508,6 @@ def _yield_to(
                 stay[jid] = p
         out.append(stay if len(stay) < len(plans) else plans)
     return out, list(bumped.values())
-
-
-def _extend(snap: ClusterSnapshot, gpus: Sequence[Gpu], fresh: Iterable[Planned]) -> list[Gpu]:
-    """`project` of ``fresh`` plans onto already projected ``gpus``, rebuilding only the
-    GPUs they are on (a run of one job touches one GPU)."""
-    by_gpu: dict[int, list[Planned]] = defaultdict(list)
-    for p in fresh:
-        by_gpu[p.gpu].append(p)
-    out = list(gpus)
-    if len(by_gpu) * 2 > len(gpus):
-        return list(
-            project(replace(snap, gpus=gpus, planned={}), (p for v in by_gpu.values() for p in v))
-        )
-    for k, plans in by_gpu.items():
-        one = replace(snap, gpus=(gpus[k],), planned={})
-        moved = [replace(p, gpu=0) for p in plans]
-        out[k] = project(one, moved)[0]
-    return out
 
 
 def _planned_from(plan: Plan, now: float, number: int) -> dict[str, Planned]:

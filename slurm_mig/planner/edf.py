@@ -25,12 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from ..geometry import GpuModel, MaskTables, Slot, mask_tables, slot_mask
 from ..power import power_curve
 from .baseline import busy_instance, start_ops
 from .decisions import Decisions, Op
-from .mig_configs import Config, Layout, parse_configs, realise
+from .mig_configs import Layout, MigConfig, parse_configs, realise
 from .registry import UnknownPolicy
 from .snapshot import INF, ClusterSnapshot, Gpu, Job, runnable_sizes
 
@@ -272,9 +273,9 @@ class DeadlinePolicy:
         self.spec = configs
         self.a = a
         self.default_slack = default_slack
-        self._configs: dict[str, tuple[Config, ...]] = {}
+        self._configs: dict[str, tuple[MigConfig, ...]] = {}
 
-    def configs(self, model: GpuModel) -> tuple[Config, ...]:
+    def configs(self, model: GpuModel) -> tuple[MigConfig, ...]:
         got = self._configs.get(model.name)
         if got is None:
             try:
@@ -292,6 +293,9 @@ class DeadlinePolicy:
             snap, self.layouts(snap), self.name, a=self.a, default_slack=self.default_slack
         )
         return Decisions(tuple(ops))
+
+
+POLICIES = {rule: partial(DeadlinePolicy, rule) for rule in RULES}  # configs, a, default_slack
 
 
 def make_policy(name: str, **options) -> DeadlinePolicy:

@@ -34,89 +34,34 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..geometry import GpuModel
 from ..workload import Task
-from .allotment import allotments, ladder
+from .far_phases import (  # noqa: F401 - re-exported: tests and callers import them from here
+    _TIE,
+    LADDER_STEPS,
+    _best_size,
+    _groups,
+    _phase2,
+    _phase2_ladder,
+    allocation_family,
+    list_schedule,
+    list_schedule_up,
+)
+from .far_tree import _FORESTS, Availability, Forest, time_assignment  # noqa: F401
 from .snapshot import Gpu
-from .timeline import Timeline, Use, run_uses
+from .timeline import Timeline
 
-_TIE = 1e-9  # relative tolerance for "equal work" in phase 1
 SCALE_TASKS = 256  # from this many tasks phase 2 evaluates the canonical ladder
-LADDER_STEPS = 8
 REFINE_NODES = 2048  # refinement scans the forest's nodes; skip it on larger forests
 PAIR_ROUNDS = 200  # `refine_gpus`: pairs planned again at most (each: PAIR_PEERS FARs)
 PAIR_PEERS = 4  # the GPUs that end first, tried as the last GPU's partner
 PAIR_PATIENCE = 8  # rounds in a row that take < 0.1 % off the makespan: stop
 PAIR_TASKS = 40_000  # tasks planned again in all, at most (a pair's FAR grows with them)
-
-
-@dataclass
-class Forest:
-    """One repartitioning tree per GPU, flattened: node v of GPU g is g*T + local."""
-
-    model: GpuModel
-    gpus: int
-    size: list[int] = field(default_factory=list)
-    gpu: list[int] = field(default_factory=list)
-    local: list[int] = field(default_factory=list)
-    parent: list[int] = field(default_factory=list)
-    children: list[tuple[int, ...]] = field(default_factory=list)
-    covers: list[tuple[int, ...]] = field(default_factory=list)  # slice ids g*S+s
-    leaves: list[int] = field(default_factory=list)
-    by_size: dict[int, list[int]] = field(default_factory=dict)
-    roots: list[int] = field(default_factory=list)
-
-    @classmethod
-    def build(cls, model: GpuModel, gpus: int) -> Forest:
-        """The forest of ``gpus`` trees of ``model`` (shared: read it, never change it)."""
-        key = (model.name, gpus)
-        got = _FORESTS.get(key)
-        if got is None or got.model is not model:
-            if len(_FORESTS) >= 32:
-                _FORESTS.pop(next(iter(_FORESTS)))
-            got = _FORESTS[key] = cls._make(model, gpus)
-        return got
-
-    @classmethod
-    def _make(cls, model: GpuModel, gpus: int) -> Forest:
-        f = cls(model, gpus)
-        T, S = len(model.tree), model.compute_slices
-        for g in range(gpus):
-            for node in model.tree:
-                v = g * T + node.index
-                f.size.append(node.size)
-                f.gpu.append(g)
-                f.local.append(node.index)
-                f.parent.append(-1 if node.parent is None else g * T + node.parent)
-                f.children.append(tuple(g * T + c for c in node.children))
-                p = node.placement
-                # slices whose availability the instance holds (3g at 0 blocks slice 3)
-                f.covers.append(tuple(g * S + s for s in range(p.start, min(p.end, S))))
-                if not node.children:
-                    f.leaves.append(v)
-                f.by_size.setdefault(node.size, []).append(v)
-            f.roots.append(g * T)
-        return f
-
-    @property
-    def nodes(self) -> int:
-        return len(self.size)
-
-    def uses(self, assign: Sequence[Sequence[int]], batch: int = 0) -> list[Use]:
-        tree = self.model.tree
-        return [
-            Use(self.gpu[v], tree[self.local[v]].slot, list(assign[v]), batch)
-            for v in range(self.nodes)
-            if assign[v]
-        ]
-
-
-_FORESTS: dict[tuple[str, int], Forest] = {}
 
 
 @dataclass
@@ -135,306 +80,6 @@ class FarResult:
     iterations: int = 0
     timeline: Timeline | None = None  # ``assign`` timed (batch 0) where refinement did
     pairs: int = 0  # pairs of GPUs planned again by `refine_gpus`
-
-
-# ---------------------------------------------------------------------------
-# Phase 1
-
-
-def _best_size(times: dict[int, float], sizes: Sequence[int], above: int = 0) -> int | None:
-    """Smallest-work size above ``above``; the smallest size wins an exact tie."""
-    best, best_w = None, math.inf
-    for s in sizes:
-        if s <= above:
-            continue
-        w = s * times[s]
-        if w < best_w * (1 - _TIE):
-            best, best_w = s, w
-    return best
-
-
-def allocation_family(tasks: Sequence[Task], model: GpuModel) -> list[list[int]]:
-    """All allocations of Section 3.1 (for tests and reports; FAR walks it lazily)."""
-    sizes = model.planner_sizes
-    a = [_best_size(t.times, sizes) for t in tasks]
-    fam = [list(a)]
-    while True:
-        i = max(range(len(tasks)), key=lambda j: (tasks[j].times[a[j]], -j))
-        nxt = _best_size(tasks[i].times, sizes, a[i])
-        if nxt is None:
-            return fam
-        a[i] = nxt
-        fam.append(list(a))
-
-
-# ---------------------------------------------------------------------------
-# Phase 2: Algorithm 1
-
-
-@dataclass(frozen=True)
-class Availability:
-    """When each forest node's slices are free of running work (``hi``: all of them,
-    ``lo``: the first one) and when each GPU's reconfiguration channel is free, in
-    seconds from the batch's start; from the GPUs as a batch finds them."""
-
-    hi: list[float]
-    lo: list[float]
-    channel: list[float]
-
-    @classmethod
-    def of(cls, forest: Forest, start: Sequence[Gpu], now: float) -> Availability:
-        S = forest.model.compute_slices
-        free = [0.0] * (forest.gpus * S)
-        channel = [0.0] * forest.gpus
-        for g, gpu in enumerate(start):
-            channel[g] = max(0.0, gpu.channel_free - now)
-            for inst in gpu.instances:
-                if inst.job is None:
-                    continue
-                end = math.inf if inst.busy_until is None else max(0.0, inst.busy_until - now)
-                p = inst.slot.placement
-                for sl in range(p.start, min(p.end, S)):
-                    if end > free[g * S + sl]:
-                        free[g * S + sl] = end
-        hi = [max(free[c] for c in forest.covers[v]) for v in range(forest.nodes)]
-        lo = [min(free[c] for c in forest.covers[v]) for v in range(forest.nodes)]
-        return cls(hi, lo, channel)
-
-    def backlog(self, forest: Forest) -> float:
-        """Slice-seconds still committed to running work."""
-        return math.fsum(self.hi[v] for v in forest.leaves)
-
-
-def list_schedule(
-    forest: Forest,
-    groups: dict[int, list[tuple[float, int]]],
-    dur: Sequence[float],
-    n: int,
-    stop_at: float = math.inf,
-    avail: Availability | None = None,
-) -> tuple[float, list[list[int]]] | None:
-    """Algorithm 1 over the forest. ``groups[s]`` holds ``(-time, task)`` in LPT order.
-    ``avail``: the GPUs are busy as it says (module doc); None: idle.
-
-    Returns (makespan, tasks per node), or None as soon as a task would end at or
-    after ``stop_at`` (it can then not beat the schedule that set ``stop_at``).
-    """
-    model = forest.model
-    tc, td = model.create_s, model.destroy_s
-    size, gpu, children = forest.size, forest.gpu, forest.children
-    ptr = dict.fromkeys(groups, 0)
-    lens = {s: len(g) for s, g in groups.items()}
-    reconfig = list(avail.channel) if avail is not None else [0.0] * forest.gpus
-    hi = avail.hi if avail is not None else None
-    started = [False] * forest.nodes
-    assign: list[list[int]] = [[] for _ in range(forest.nodes)]
-    heap = [(0.0, r) for r in forest.roots]
-    remaining = n
-    makespan = 0.0
-    pop, push = heapq.heappop, heapq.heappush
-    while remaining:
-        end, v = pop(heap)
-        s = size[v]
-        p = ptr.get(s)
-        if p is not None and p < lens[s]:
-            if hi is not None and not started[v] and hi[v] > end:
-                push(heap, (hi[v], v))  # wait until its slices are free
-                continue
-            if not started[v]:
-                g = gpu[v]
-                r = reconfig[g]
-                if end > r:
-                    r = end
-                r += tc[s]
-                reconfig[g] = r
-                end = r
-                started[v] = True
-            i = groups[s][p][1]
-            ptr[s] = p + 1
-            remaining -= 1
-            assign[v].append(i)
-            end += dur[i]
-            if end >= stop_at:
-                return None
-            if end > makespan:
-                makespan = end
-            push(heap, (end, v))
-        else:
-            if started[v]:
-                g = gpu[v]
-                r = reconfig[g]
-                reconfig[g] = (end if end > r else r) + td[s]
-            for c in children[v]:
-                push(heap, (end, c))
-    return makespan, assign
-
-
-def _phase2(
-    tasks: Sequence[Task], forest: Forest, prune: bool, avail: Availability | None = None
-) -> tuple[list[int], list[list[int]], float, int, int, int]:
-    """The family walk (Section 3.1 + Algorithm 1); returns (allocation, assignment,
-    makespan, allocations walked, evaluated, index of the chosen one)."""
-    model = forest.model
-    sizes = model.planner_sizes
-    n = len(tasks)
-    times = [t.times for t in tasks]
-    slices_total = model.compute_slices * forest.gpus
-    min_create = min(model.create_s[s] for s in sizes)
-    a = [_best_size(t, sizes) for t in times]
-    cur = [times[i][a[i]] for i in range(n)]
-    area = math.fsum(a[i] * cur[i] for i in range(n))
-    if avail is not None:
-        area += avail.backlog(forest)
-    groups: dict[int, list[tuple[float, int]]] = {s: [] for s in sizes}
-    for i in range(n):
-        groups[a[i]].append((-cur[i], i))
-    for g in groups.values():
-        g.sort()
-    longest = [(-cur[i], i) for i in range(n)]
-    heapq.heapify(longest)
-
-    best = math.inf
-    best_alloc: list[int] = list(a)
-    best_assign: list[list[int]] = []
-    best_k, k, evaluated = 0, 0, 0
-    while True:
-        h = -longest[0][0]
-        bound_area = area / slices_total + min_create
-        if prune and bound_area * (1 - 1e-12) >= best:
-            break  # area never shrinks along the family: no later allocation wins
-        if not prune or (h + min_create) * (1 - 1e-12) < best:
-            evaluated += 1
-            res = list_schedule(forest, groups, cur, n, best if prune else math.inf, avail)
-            if res is not None and res[0] < best:
-                best, best_assign = res
-                best_alloc, best_k = list(a), k
-        _, i = longest[0]
-        nxt = _best_size(times[i], sizes, a[i])
-        if nxt is None:
-            break
-        old = a[i]
-        groups[old].pop(bisect_left(groups[old], (-cur[i], i)))
-        area += nxt * times[i][nxt] - old * cur[i]
-        a[i], cur[i] = nxt, times[i][nxt]
-        insort(groups[nxt], (-cur[i], i))
-        heapq.heapreplace(longest, (-cur[i], i))
-        k += 1
-    return best_alloc, best_assign, best, k + 1, evaluated, best_k
-
-
-def _groups(alloc: Sequence[int], dur: Sequence[float], sizes: Sequence[int]) -> dict:
-    groups: dict[int, list[tuple[float, int]]] = {s: [] for s in sizes}
-    for i, s in enumerate(alloc):
-        groups[s].append((-dur[i], i))
-    for g in groups.values():
-        g.sort()
-    return groups
-
-
-def _phase2_ladder(
-    tasks: Sequence[Task], forest: Forest, avail: Availability | None = None
-) -> tuple[list[int], list[list[int]], float, int, int, int]:
-    """Phase 2 on large batches: the canonical allotment of every target of the ladder
-    from the moldable bound (module doc); same return as `_phase2`."""
-    model = forest.model
-    sizes = model.planner_sizes
-    n = len(tasks)
-    backlog = avail.backlog(forest) if avail is not None else 0.0
-    table = allotments(tasks, sizes)
-    bound = table.bound(model.compute_slices * forest.gpus, backlog)
-    targets = ladder(tasks, sizes, bound, LADDER_STEPS, table.top())
-    best = math.inf
-    best_alloc: list[int] = []
-    best_assign: list[list[int]] = []
-    best_k = evaluated = 0
-    seen: set[tuple[int, ...]] = set()
-    both = avail is None and forest.gpus > 1  # bottom-up too (module doc)
-    for k, target in enumerate(targets):
-        alloc = table.at(target)
-        key = tuple(alloc)
-        if key in seen:
-            continue
-        seen.add(key)
-        dur = [tasks[i].times[alloc[i]] for i in range(n)]
-        evaluated += 1
-        groups = _groups(alloc, dur, sizes)
-        res = list_schedule(forest, groups, dur, n, best, avail)
-        if res is not None and res[0] < best:
-            best, best_assign = res
-            best_alloc, best_k = alloc, k
-        if both:
-            res = list_schedule_up(forest, groups, dur, n, best)
-            if res is not None and res[0] < best:
-                best, best_assign = res
-                best_alloc, best_k = alloc, k
-    return best_alloc, best_assign, best, len(targets), evaluated, best_k
-
-
-def list_schedule_up(
-    forest: Forest,
-    groups: dict[int, list[tuple[float, int]]],
-    dur: Sequence[float],
-    n: int,
-    stop_at: float = math.inf,
-) -> tuple[float, list[list[int]]] | None:
-    """Algorithm 1 with the tree upside down, on idle GPUs: the leaves are available at
-    0 (GPU by GPU), a node once all its children have passed, each node takes tasks of
-    its size in LPT order while any are left. Where the long tasks want the small sizes,
-    this packs them first, GPU by GPU, instead of after every larger size. Its schedule
-    read backwards in time is a top-down one of the same length, so the tasks per node
-    come back in that order (each node's list reversed) for `time_assignment`. Same
-    return as `list_schedule`; the makespan is the bottom-up schedule's own."""
-    model = forest.model
-    tc, td = model.create_s, model.destroy_s
-    size, gpu, parent = forest.size, forest.gpu, forest.parent
-    ptr = dict.fromkeys(groups, 0)
-    lens = {s: len(g) for s, g in groups.items()}
-    reconfig = [0.0] * forest.gpus
-    started = [False] * forest.nodes
-    pending = [len(c) for c in forest.children]
-    ready = [0.0] * forest.nodes
-    assign: list[list[int]] = [[] for _ in range(forest.nodes)]
-    heap = [(0.0, v) for v in forest.leaves]
-    heapq.heapify(heap)
-    remaining = n
-    makespan = 0.0
-    pop, push = heapq.heappop, heapq.heappush
-    while remaining:
-        end, v = pop(heap)
-        s = size[v]
-        p = ptr.get(s)
-        if p is not None and p < lens[s]:
-            if not started[v]:
-                g = gpu[v]
-                r = reconfig[g]
-                reconfig[g] = r = (end if end > r else r) + tc[s]
-                end = r
-                started[v] = True
-            i = groups[s][p][1]
-            ptr[s] = p + 1
-            remaining -= 1
-            assign[v].append(i)
-            end += dur[i]
-            if end >= stop_at:
-                return None
-            if end > makespan:
-                makespan = end
-            push(heap, (end, v))
-        else:
-            if started[v]:
-                g = gpu[v]
-                r = reconfig[g]
-                reconfig[g] = end = (end if end > r else r) + td[s]
-            q = parent[v]
-            if q >= 0:
-                if end > ready[q]:
-                    ready[q] = end
-                pending[q] -= 1
-                if pending[q] == 0:
-                    push(heap, (ready[q], q))
-    for a in assign:
-        a.reverse()
-    return makespan, assign
 
 
 # ---------------------------------------------------------------------------
@@ -675,18 +320,8 @@ def refine_gpus(
 # The planner
 
 
-def time_assignment(
-    forest: Forest,
-    tasks: Sequence[Task],
-    assign: Sequence[Sequence[int]],
-    start: Sequence[Gpu] | None = None,
-    batch: int = 0,
-    now: float = 0.0,
-) -> tuple[Timeline, list[int]]:
-    """Time a tree assignment (top-down uses) from ``start`` as it is at ``now``."""
-    uses = forest.uses(assign, batch)
-    nodes = [v for v in range(forest.nodes) if assign[v]]
-    return run_uses(forest.model, tasks, uses, forest.gpus, start, now=now), nodes
+# ---------------------------------------------------------------------------
+# The planner
 
 
 def far_schedule(

@@ -577,14 +577,22 @@ def plan_far_pcie(
     return to_plan(model, tasks, timeline, gpus, "far-pcie", stats=stats, start=start)
 
 
-def make_planner(name: str = "far-pcie", **options) -> BatchPolicy:
-    """Registry hook: ``far-pcie`` (options: pcie_max, delay_threshold,
+def make_far_pcie(**options) -> BatchPolicy:
+    """Registry factory of ``far-pcie`` (options: pcie_max, delay_threshold,
     wait_time_threshold, iterations, objective). PCIe demand and alpha come from each
     task's meta (the driver fills them from the jobs)."""
-    if name != "far-pcie":
-        raise PcieError(f"{__name__} has no planner {name!r}; it has far-pcie")
     Gate(
         float(options.get("delay_threshold", DELAY_THRESHOLD)),
         float(options.get("wait_time_threshold", WAIT_TIME_THRESHOLD)),
     )  # validate now
-    return BatchPolicy(name, bind_options(plan_far_pcie, name, options))
+    return BatchPolicy("far-pcie", bind_options(plan_far_pcie, "far-pcie", options))
+
+
+POLICIES = {"far-pcie": make_far_pcie}
+
+
+def make_planner(name: str = "far-pcie", **options) -> BatchPolicy:
+    """The planner ``name`` of this module (the registry maps each name to its factory)."""
+    if name not in POLICIES:
+        raise PcieError(f"{__name__} has no planner {name!r}; it has far-pcie")
+    return POLICIES[name](**options)

@@ -62,12 +62,20 @@ def plan_far(
     return replace(plan, stats={**plan.stats, "planning_seconds": time.perf_counter() - t0})
 
 
-def make_planner(name: str = "far", **options) -> BatchPolicy:
-    """Registry hook: ``far`` (options: refine_phase, prune, objective, slack)."""
-    if name != "far":
-        raise ValueError(f"{__name__} has no planner {name!r}")
+def make_far(**options) -> BatchPolicy:
+    """Registry factory of ``far`` (options: refine_phase, prune, objective, slack)."""
     options = _checked(options)
-    return BatchPolicy("far", bind_options(plan_far, name, options))
+    return BatchPolicy("far", bind_options(plan_far, "far", options))
+
+
+POLICIES = {"far": make_far}
+
+
+def make_planner(name: str = "far", **options) -> BatchPolicy:
+    """The planner ``name`` of this module (the registry maps each name to its factory)."""
+    if name not in POLICIES:
+        raise ValueError(f"{__name__} has no planner {name!r}")
+    return POLICIES[name](**options)
 
 
 def _checked(options: dict) -> dict:

@@ -21,7 +21,7 @@ from .snapshot import Gpu
 
 __all__ = [
     "FIG12_STATIC",
-    "Config",
+    "MigConfig",
     "ConfigError",
     "Layout",
     "configs_for",
@@ -39,7 +39,7 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class Config:
+class MigConfig:
     """Configuration ``number`` (1-based, the paper's): its sizes, largest first, and
     the full partitions that realise it (geometry's order)."""
 
@@ -62,7 +62,7 @@ class Layout:
     """A GPU's configuration as placed: the realisation and its slots free of running
     jobs (sorted by placement)."""
 
-    config: Config
+    config: MigConfig
     slots: tuple[Slot, ...]
     free: tuple[Slot, ...]
 
@@ -72,7 +72,7 @@ def _contains(big: Counter, small: Counter) -> bool:
 
 
 @cache
-def _configs(model_name: str) -> tuple[Config, ...]:
+def _configs(model_name: str) -> tuple[MigConfig, ...]:
     by_sizes: dict[tuple[int, ...], list[tuple[Slot, ...]]] = {}
     for part in valid_partitions(model_name):
         key = tuple(sorted((s.size for s in part), reverse=True))
@@ -82,15 +82,15 @@ def _configs(model_name: str) -> tuple[Config, ...]:
         k for k in by_sizes if not any(o != k and _contains(counts[o], counts[k]) for o in by_sizes)
     ]
     maximal.sort(reverse=True)
-    return tuple(Config(i + 1, k, tuple(by_sizes[k])) for i, k in enumerate(maximal))
+    return tuple(MigConfig(i + 1, k, tuple(by_sizes[k])) for i, k in enumerate(maximal))
 
 
-def configs_for(model: GpuModel | str) -> tuple[Config, ...]:
+def configs_for(model: GpuModel | str) -> tuple[MigConfig, ...]:
     """The model's configurations, numbered as in SMART-MIG's Fig. 2 (12 on 7-slice models)."""
     return _configs(get_model(model).name if isinstance(model, str) else model.name)
 
 
-def parse_configs(spec: str | Sequence[int] | None, model: GpuModel) -> tuple[Config, ...]:
+def parse_configs(spec: str | Sequence[int] | None, model: GpuModel) -> tuple[MigConfig, ...]:
     """Configurations to cycle over the GPUs: paper numbers, ``"1,1,2,3"`` or
     ``"1-1-2-3"`` (None: Fig. 12's static list on 12-configuration models, else all)."""
     configs = configs_for(model)
@@ -120,7 +120,7 @@ def parse_configs(spec: str | Sequence[int] | None, model: GpuModel) -> tuple[Co
     return tuple(configs[n - 1] for n in numbers)
 
 
-def realise(config: Config, gpu: Gpu) -> Layout:
+def realise(config: MigConfig, gpu: Gpu) -> Layout:
     """The realisation of ``config`` that suits ``gpu`` best: most of its running
     instances inside, then most of its idle instances, then most free compute; the
     slots of it no running job overlaps are free."""
@@ -141,14 +141,14 @@ def realise(config: Config, gpu: Gpu) -> Layout:
     return Layout(config, best[1], best[2])
 
 
-def fits(config: Config, gpu: Gpu) -> bool:
+def fits(config: MigConfig, gpu: Gpu) -> bool:
     """True when a realisation of ``config`` holds every running instance of ``gpu``
     where it is (the GPU can take it without stopping a job)."""
     busy = [i.slot for i in gpu.instances if i.job is not None]
     return any(all(s in part for s in busy) for part in config.realisations)
 
 
-def infer_config(gpu: Gpu, configs: Iterable[Config], default: Config) -> Config:
+def infer_config(gpu: Gpu, configs: Iterable[MigConfig], default: MigConfig) -> MigConfig:
     """The configuration a GPU is in: the one whose realisation holds the most of its
     live instances (running first, then idle); ``default`` on a tie with it, else the
     lowest number."""

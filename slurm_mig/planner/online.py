@@ -35,33 +35,39 @@ MIG layout, uniform or mixed per GPU, ``match=exact|fit``), ``no-mig`` (whole GP
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from functools import cache
+from collections.abc import Callable, Iterator
+from functools import partial
 
 from ..geometry import (
     GpuModel,
     Slot,
-    compute_mask,
-    get_model,
     partition_name,
-    planner_slots,
-    slot_mask,
     valid_partitions,
 )
 from .decisions import Create, Decisions, Destroy, Move, Op, Place
-from .snapshot import ClusterSnapshot, Gpu, Instance, Job, efficient_time, runnable_sizes
+from .online_migration import Migration, _apply_move, plan_departure
+from .online_placement import (
+    DEFAULT_THRESHOLD,
+    Choice,
+    _mask_cost,
+    _mem_mask,
+    choose_placement,
+    fragmentation_cost,
+    gpu_running,
+    is_lazy,
+    mask_cost,
+    profile_terms,
+)
+from .snapshot import ClusterSnapshot, Instance, Job, efficient_time, runnable_sizes
 
-DEFAULT_THRESHOLD = 0.4  # Sec. V-A3
 ORDERS = ("arrival", "short")  # option ``order``: the order jobs are offered in
-_EPS = 1e-12
 
 __all__ = [
     "DEFAULT_THRESHOLD",
     "LAYOUT_SEPARATORS",
     "Choice",
     "Migration",
-    "OnlinePolicy",
+    "FragAwarePolicy",
     "choose_placement",
     "fragmentation_cost",
     "gpu_running",
@@ -72,303 +78,6 @@ __all__ = [
     "plan_departure",
     "profile_terms",
 ]
-
-
-def gpu_running(
-    index: int, slots: Iterable[Slot], idle: Iterable[Slot] = (), ends: Iterable[float] = ()
-) -> Gpu:
-    """A GPU running one (unnamed) job on each of ``slots``, with ``idle`` instances
-    (for tests and reports)."""
-    ends = list(ends)
-    busy = [
-        Instance(s, f"job{i}", busy_until=ends[i] if i < len(ends) else math.inf)
-        for i, s in enumerate(slots)
-    ]
-    insts = sorted([*busy, *(Instance(s) for s in idle)], key=lambda i: i.slot.placement.start)
-    return Gpu(index, tuple(insts))
-
-
-_mem_mask = slot_mask
-_comp_mask = compute_mask
-
-
-# ---------------------------------------------------------------------------
-# Eq. 3-5
-
-
-@cache
-def _profile_masks(model_name: str) -> tuple[tuple[int, int, tuple[tuple[int, int], ...]], ...]:
-    """Per profile of the model: (compute slices, memory slices, ((memory mask,
-    compute mask) of each legal placement))."""
-    model = get_model(model_name)
-    out = []
-    for p in model.profiles:
-        pl = tuple(
-            (((1 << p.memory_slices) - 1) << s, ((1 << p.compute_slices) - 1) << s)
-            for s in p.starts
-        )
-        out.append((p.compute_slices, p.memory_slices, pl))
-    return tuple(out)
-
-
-def profile_terms(mem: int, comp: int, model: GpuModel) -> list[tuple[str, int, int]]:
-    """(profile, N_ideal Eq. 3, N_valid Eq. 4) with jobs on memory slices ``mem`` and
-    compute slices ``comp`` (bit masks): the pieces of Eq. 5, for reports and tests."""
-    c_rem = model.compute_slices - comp.bit_count()
-    m_rem = model.memory_slices - mem.bit_count()
-    out = []
-    for p, (c, m, pls) in zip(model.profiles, _profile_masks(model.name)):
-        ideal = min(c_rem // c, m_rem // m)
-        valid = sum(1 for pm, pc in pls if not (pm & mem or pc & comp))
-        out.append((p.name, ideal, valid))
-    return out
-
-
-@cache
-def _mask_cost(model_name: str, mem: int, comp: int) -> float:
-    model = get_model(model_name)
-    c_rem = model.compute_slices - comp.bit_count()
-    m_rem = model.memory_slices - mem.bit_count()
-    profiles = _profile_masks(model_name)
-    total = 0.0
-    for c, m, pls in profiles:
-        ideal = min(c_rem // c, m_rem // m)
-        if ideal <= 0:
-            continue
-        valid = sum(1 for pm, pc in pls if not (pm & mem or pc & comp))
-        total += 1.0 - min(valid, ideal) / ideal
-    return total / len(profiles)
-
-
-def mask_cost(mem: int, comp: int, model: GpuModel) -> float:
-    """Eq. 5 for jobs on memory slices ``mem`` and compute slices ``comp``."""
-    return _mask_cost(model.name, mem, comp)
-
-
-def fragmentation_cost(gpu: Gpu | Iterable[Slot], model: GpuModel) -> float:
-    """Eq. 5: the average unavailability of the model's MIG profiles on a GPU whose
-    running jobs hold ``gpu`` (a snapshot GPU, or the jobs' slots); 0 = none."""
-    if not isinstance(gpu, Gpu):
-        gpu = gpu_running(0, gpu)
-    return _mask_cost(model.name, gpu.busy_mask, gpu.compute_mask)
-
-
-# ---------------------------------------------------------------------------
-# Job arrival
-
-
-def is_lazy(gpu: Gpu, model: GpuModel, threshold: float = DEFAULT_THRESHOLD) -> bool:
-    """Lazy: load strictly below the threshold (a GPU exactly at it counts as busy)."""
-    return gpu.compute_mask.bit_count() < threshold * model.compute_slices - _EPS
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """Where a job goes: ``slot`` on ``gpu``; ``destroy``: idle instances in the way;
-    ``reuse``: an idle instance is already there; ``cost``: the GPU's Eq. 5 after."""
-
-    gpu: int
-    slot: Slot
-    cost: float = 0.0
-    reuse: bool = False
-    destroy: tuple[Slot, ...] = ()
-
-
-@cache
-def _slots_of_size(model_name: str) -> dict[int, tuple[Slot, ...]]:
-    out: dict[int, list[Slot]] = {}
-    for s in planner_slots(get_model(model_name)):
-        out.setdefault(s.size, []).append(s)
-    return {k: tuple(sorted(v)) for k, v in out.items()}
-
-
-@cache
-def _candidates(model_name: str, size: int, mem: int, comp: int) -> tuple:
-    """Slots of ``size`` free of the jobs' memory ``mem``, with the resulting Eq. 5
-    cost, cheapest first: ((cost, slot, memory mask), ...)."""
-    out = []
-    for slot in _slots_of_size(model_name).get(size, ()):
-        m = _mem_mask(slot)
-        if not m & mem:
-            cost = round(_mask_cost(model_name, mem | m, comp | _comp_mask(slot)), 12)
-            out.append((cost, slot, m))
-    out.sort(key=lambda c: (c[0], c[1].placement.start))
-    return tuple(out)
-
-
-def _idle_slots(gpu: Gpu) -> tuple[Slot, ...]:
-    return tuple(i.slot for i in gpu.instances if i.job is None)
-
-
-def _dp_candidates(gpu: Gpu, size: int, model: GpuModel) -> Iterator[Choice]:
-    """The GPU's cheapest placements of ``size`` (a dearer one never wins)."""
-    cands = _candidates(model.name, size, gpu.busy_mask, gpu.compute_mask)
-    if not cands:
-        return
-    low = cands[0][0]
-    idle = _idle_slots(gpu)
-    for cost, slot, m in cands:
-        if cost > low:
-            return
-        reuse = slot in idle
-        destroy = () if reuse else tuple(s for s in idle if _mem_mask(s) & m)
-        yield Choice(gpu.index, slot, cost, reuse, destroy)
-
-
-def choose_placement(
-    gpus: Sequence[Gpu],
-    sizes: Sequence[int],
-    model: GpuModel,
-    threshold: float = DEFAULT_THRESHOLD,
-    *,
-    load_balance: bool = True,
-    dynamic: bool = True,
-) -> Choice | None:
-    """Where a job that asks for ``sizes[0]`` compute slices goes (None: it waits).
-
-    Dynamic: the exact size at the lowest resulting cost (Sec. IV-C steps 1-4).
-    Static: an idle instance of ``sizes[0]`` (lazy GPUs first, then the lowest
-    index), else of the next size in ``sizes``.
-    """
-    groups: tuple[list[Gpu], ...] = ([], []) if load_balance else ([],)
-    for g in gpus:
-        groups[1 if load_balance and not is_lazy(g, model, threshold) else 0].append(g)
-    if dynamic:
-        for group in groups:
-            best, best_key = None, None
-            for g in group:
-                for c in _dp_candidates(g, sizes[0], model):
-                    key = (c.cost, not c.reuse, len(c.destroy))
-                    if best_key is None or key < best_key:
-                        best, best_key = c, key
-            if best is not None:
-                return best
-        return None
-    for size in sizes:
-        for group in groups:
-            for g in group:
-                for s in _idle_slots(g):
-                    if s.size == size:
-                        cost = _mask_cost(
-                            model.name, g.busy_mask | _mem_mask(s), g.compute_mask | _comp_mask(s)
-                        )
-                        return Choice(g.index, s, cost, True, ())
-    return None
-
-
-# ---------------------------------------------------------------------------
-# Job departure
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    """Migrate ``job`` from ``src`` to ``slot`` on ``dst`` (destroying ``destroy``)."""
-
-    job: str
-    src: int
-    dst: int
-    slot: Slot
-    destroy: tuple[Slot, ...] = ()
-
-
-def _moved_cost(g: Gpu, occ: Instance, slot: Slot, model: GpuModel) -> float:
-    mem = (g.busy_mask & ~_mem_mask(occ.slot)) | _mem_mask(slot)
-    comp = (g.compute_mask & ~_comp_mask(occ.slot)) | _comp_mask(slot)
-    return _mask_cost(model.name, mem, comp)
-
-
-def _free_slots(size: int, model: GpuModel, blocked: int) -> Iterator[Slot]:
-    for slot in _slots_of_size(model.name).get(size, ()):
-        if not _mem_mask(slot) & blocked:
-            yield slot
-
-
-def _apply_move(states: dict[int, Gpu], mv: Migration, occ: Instance) -> None:
-    states[mv.src] = states[mv.src].vacated(mv.job)
-    moved = Instance(mv.slot, occ.job, busy_until=occ.busy_until, pcie=occ.pcie)
-    states[mv.dst] = states[mv.dst].placed(moved)
-
-
-def _destroys(g: Gpu, slot: Slot) -> tuple[Slot, ...]:
-    m = _mem_mask(slot)
-    return tuple(s for s in _idle_slots(g) if _mem_mask(s) & m and s != slot)
-
-
-def plan_departure(
-    gpus: Sequence[Gpu],
-    departed: int,
-    model: GpuModel,
-    threshold: float = DEFAULT_THRESHOLD,
-    *,
-    can_move: Callable[[Instance], bool] | None = None,
-    max_moves: int = 64,
-) -> list[Migration]:
-    """Migrations after a job left GPU ``departed`` (Sec. IV-D); ``gpus`` is the state
-    after it left. ``can_move`` says which running jobs may move (default: none); a job
-    moves at most once."""
-    states = {g.index: g for g in gpus}
-    ok = can_move or (lambda o: False)
-    moved: set[str] = set()
-
-    def movable(occ: Instance) -> bool:
-        return occ.job not in moved and ok(occ)
-
-    moves: list[Migration] = []
-    if not is_lazy(states[departed], model, threshold):
-        # intra-GPU: the single move that lowers this GPU's cost most, while one does
-        while len(moves) < max_moves:
-            g = states[departed]
-            current = _mask_cost(model.name, g.busy_mask, g.compute_mask)
-            best = None
-            for occ in g.occupants:
-                if not movable(occ):
-                    continue
-                for slot in _free_slots(occ.slot.size, model, g.busy_mask):
-                    cost = _moved_cost(g, occ, slot, model)
-                    key = (cost, slot.placement.start, occ.job)
-                    if cost < current - 1e-9 and (best is None or key < best[0]):
-                        best = (key, occ, slot)
-            if best is None:
-                break
-            _, occ, slot = best
-            assert occ.job is not None
-            mv = Migration(occ.job, departed, departed, slot, _destroys(g, slot))
-            _apply_move(states, mv, occ)
-            moved.add(occ.job)
-            moves.append(mv)
-        return moves
-    # inter-GPU: pull jobs from busy GPUs while that leaves this one less loaded
-    while len(moves) < max_moves:
-        g = states[departed]
-        if not is_lazy(g, model, threshold):
-            break
-        load_g = g.compute_mask.bit_count()
-        best = None
-        for k, src in states.items():
-            if k == departed or is_lazy(src, model, threshold):
-                continue
-            load_src = src.compute_mask.bit_count()
-            for occ in src.occupants:
-                s = occ.slot.size
-                if not movable(occ) or not load_g + s < load_src - s:
-                    continue
-                for slot in _free_slots(s, model, g.busy_mask):
-                    m = _mem_mask(slot)
-                    cost = _mask_cost(
-                        model.name, g.busy_mask | m, g.compute_mask | _comp_mask(slot)
-                    )
-                    key = (cost, k, slot.placement.start, occ.job)
-                    if best is None or key < best[0]:
-                        best = (key, occ, k, slot)
-        if best is None:
-            break
-        _, occ, k, slot = best
-        assert occ.job is not None
-        mv = Migration(occ.job, k, departed, slot, _destroys(g, slot))
-        _apply_move(states, mv, occ)
-        moved.add(occ.job)
-        moves.append(mv)
-    return moves
 
 
 # ---------------------------------------------------------------------------
@@ -444,7 +153,7 @@ def pick_size(job: Job, model: GpuModel, rule: str = "min") -> tuple[int, ...]:
     return (first,) + tuple(s for s in sizes if s > first)
 
 
-class OnlinePolicy:
+class FragAwarePolicy:
     """The fragmentation-aware scheduler and its ablations, as a simulator policy.
 
     Jobs are taken in arrival order (``order="short"``: within a priority shortest
@@ -645,7 +354,40 @@ _VARIANTS = {
 }
 
 
-def make_policy(name: str, **options) -> OnlinePolicy:
+def _variant(name: str, **options) -> FragAwarePolicy:
+    """The technique variant ``name`` (load balancing, dynamic partitioning, migration)."""
+    lb, dp, mig = _VARIANTS[name]
+    return FragAwarePolicy(name, load_balance=lb, dynamic=dp, migrate=mig, **options)
+
+
+def make_frag_aware(**options) -> FragAwarePolicy:
+    """``frag-aware``: every technique, each one switched off by its option
+    (load_balance, dynamic, migrate)."""
+    kw = {"load_balance": True, "dynamic": True, "migrate": True}
+    kw.update({k: options.pop(k) for k in list(options) if k in kw})
+    return FragAwarePolicy("frag-aware", **kw, **options)
+
+
+def make_no_mig(**options) -> FragAwarePolicy:
+    """``no-mig``: whole GPUs, every job on a full GPU; it takes neither layout nor match."""
+    for k in ("layout", "match"):
+        if k in options:
+            raise TypeError(
+                f"got an unexpected keyword argument {k!r} (no-mig runs every job on "
+                "a whole GPU; a layout is static:layout=...)"
+            )
+    kw = {"load_balance": False, "dynamic": False, "migrate": False}
+    return FragAwarePolicy("no-mig", **kw, layout="whole", match="fit", **options)
+
+
+POLICIES: dict[str, Callable[..., FragAwarePolicy]] = {
+    **{name: partial(_variant, name) for name in _VARIANTS},
+    "frag-aware": make_frag_aware,
+    "no-mig": make_no_mig,
+}
+
+
+def make_policy(name: str, **options) -> FragAwarePolicy:
     """Registry hook: a fresh policy for ``name``.
 
     Options: threshold, layout, size, backfill, match, min_remaining_s,
@@ -656,18 +398,6 @@ def make_policy(name: str, **options) -> OnlinePolicy:
     smallest larger one the layout has; ``match=fit``: untyped, any idle instance it
     runs on, the smallest first). ``no-mig``: whole GPUs, every job on a full GPU (one
     7g instance per GPU, made once); it takes neither layout nor match."""
-    if name not in _VARIANTS:
+    if name not in POLICIES:
         raise ValueError(f"{__name__} has no policy {name!r}; it has {', '.join(_VARIANTS)}")
-    lb, dp, mig = _VARIANTS[name]
-    kw = {"load_balance": lb, "dynamic": dp, "migrate": mig}
-    if name == "frag-aware":
-        kw.update({k: options.pop(k) for k in list(options) if k in kw})
-    elif name == "no-mig":
-        for k in ("layout", "match"):
-            if k in options:
-                raise TypeError(
-                    f"got an unexpected keyword argument {k!r} (no-mig runs every job on "
-                    "a whole GPU; a layout is static:layout=...)"
-                )
-        kw.update(layout="whole", match="fit")
-    return OnlinePolicy(name, **kw, **options)
+    return POLICIES[name](**options)

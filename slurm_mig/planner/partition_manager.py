@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from types import MappingProxyType
 
 from ..geometry import GpuModel, Slot, get_model, planner_slots, slot_mask, valid_partitions
@@ -378,10 +378,14 @@ def _place(summaries, sizes: tuple[int, ...], model: GpuModel):
     return best[1], best[2], best[3]
 
 
+POLICIES = {
+    "migm-a": partial(MigmPolicy, "migm-a", by_size=True),
+    "migm-b": partial(MigmPolicy, "migm-b", by_size=False),
+}
+
+
 def make_policy(name: str, **options) -> MigmPolicy:
-    """Registry hook: ``migm-a`` or ``migm-b``."""
-    if name == "migm-a":
-        return MigmPolicy(name, by_size=True, **options)
-    if name == "migm-b":
-        return MigmPolicy(name, by_size=False, **options)
-    raise ValueError(f"{__name__} has no policy {name!r}; it has migm-a, migm-b")
+    """The policy ``name`` of this module (the registry maps each name to its factory)."""
+    if name not in POLICIES:
+        raise ValueError(f"{__name__} has no policy {name!r}; it has migm-a, migm-b")
+    return POLICIES[name](**options)

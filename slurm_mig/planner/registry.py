@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover - the registry stays cheap to import
 
 __all__ = [
     "BatchPlanner",
+    "FACTORIES",
     "BatchPolicy",
     "OnlinePolicy",
     "Policy",
@@ -91,8 +92,8 @@ def bind_options(fn: Callable[..., Plan], name: str, options: dict[str, Any]) ->
 
 @dataclass(frozen=True)
 class PolicyInfo:
-    """A registered name: its kind, a line for --help, and ``module:factory`` (called
-    as ``factory(name, **options)``)."""
+    """A registered name: its kind, a line for --help, and the module whose
+    ``POLICIES`` maps the name to its factory (called as ``factory(**options)``)."""
 
     name: str
     kind: Literal["batch", "online"]
@@ -106,26 +107,26 @@ _ENTRIES = (
         "auto",
         "batch",
         "FAR, plus an exact search where a batch is small enough (default)",
-        _P + "exact:make_planner",
+        _P + "auto",
     ),
     PolicyInfo(
         "far",
         "batch",
         "FAR: allotment family, LPT list scheduling over the repartitioning tree, "
         "moves and swaps; batches appended onto busy GPUs reversed (FAR Section 4)",
-        _P + "far_planner:make_planner",
+        _P + "far_planner",
     ),
     PolicyInfo(
         "far-pcie",
         "batch",
         "FAR candidates ranked under the PCIe slowdown model (Eq. 2), with the co-location gate",
-        _P + "far_pcie:make_planner",
+        _P + "far_pcie",
     ),
     PolicyInfo(
         "exact",
         "batch",
         "branch and bound over FAR's search space (small batches only)",
-        _P + "exact:make_planner",
+        _P + "exact",
     ),
     PolicyInfo(
         "miso-opt",
@@ -133,14 +134,14 @@ _ENTRIES = (
         "FAR Section 6.5's reading of MISO's optimizer, for batches (plan, bench): per "
         "step the partition that maximises summed speedup; not MISO's online scheduler, "
         "so simulate refuses it (README: Baselines)",
-        _P + "baselines:make_planner",
+        _P + "baselines",
     ),
     PolicyInfo(
         "fixpart-best",
         "batch",
         "the best fixed partition for each batch (FAR's FIXPARTBEST); in simulate it "
         "repartitions between batches, so not a static site: see static",
-        _P + "baselines:make_planner",
+        _P + "baselines",
     ),
     PolicyInfo(
         "fixpart-SIZES",
@@ -148,7 +149,7 @@ _ENTRIES = (
         "one fixed partition, sizes left to right: fixpart-7, fixpart-4-3, "
         "fixpart-1-1-1-1-1-1-1; planned per batch (each appended behind the last), so in "
         "simulate not a static site's scheduler: see static",
-        _P + "baselines:make_planner",
+        _P + "baselines",
     ),
     PolicyInfo(
         "adaptive",
@@ -156,20 +157,20 @@ _ENTRIES = (
         "the daemon's default: each job at the size and GPU of its earliest completion on "
         "the MIG timeline, larger slices only while they cost the waiting jobs less than "
         "they gain, backfilling before reserved slices; a batch on idle GPUs goes to FAR",
-        _P + "adaptive:make_policy",
+        _P + "adaptive",
     ),
     PolicyInfo(
         "baseline",
         "online",
         "first GPU with room for the job's size, in arrival order with backfilling; PCIe-unaware",
-        _P + "baseline:make_policy",
+        _P + "baseline",
     ),
     PolicyInfo(
         "pcie-aware",
         "online",
         "the PCIe paper's scheduler: lowest predicted slowdown first, gated by delay "
         "and wait-time thresholds",
-        _P + "gate:make_policy",
+        _P + "gate",
     ),
     PolicyInfo(
         "static",
@@ -178,91 +179,104 @@ _ENTRIES = (
         "mixed 7/4-3 (cycled over the GPUs); match=exact (typed requests: its own size, "
         "else the smallest larger one) or match=fit (untyped: any idle instance it runs "
         "on, smallest first)",
-        _P + "online:make_policy",
+        _P + "online",
     ),
     PolicyInfo(
         "no-mig",
         "online",
         "whole GPUs: every job on a full GPU, no MIG",
-        _P + "online:make_policy",
+        _P + "online",
     ),
     PolicyInfo(
         "first-fit",
         "online",
         "static layout, first fit (the fragmentation paper's ablation baseline)",
-        _P + "online:make_policy",
+        _P + "online",
     ),
-    PolicyInfo(
-        "ff+lb", "online", "static layout + conditional load balancing", _P + "online:make_policy"
-    ),
+    PolicyInfo("ff+lb", "online", "static layout + conditional load balancing", _P + "online"),
     PolicyInfo(
         "ff+lb+dp",
         "online",
         "+ fragmentation-aware exact-size dynamic partitioning",
-        _P + "online:make_policy",
+        _P + "online",
     ),
     PolicyInfo(
         "ff+lb+dp+mig",
         "online",
         "+ migration on departure (restartable jobs)",
-        _P + "online:make_policy",
+        _P + "online",
     ),
     PolicyInfo(
         "frag-aware",
         "online",
         "the fragmentation-aware scheduler: load balancing, dynamic partitioning, "
         "migration on departure",
-        _P + "online:make_policy",
+        _P + "online",
     ),
     PolicyInfo(
         "migm-a",
         "online",
         "MIGM scheme A: by size class, partitions that keep the most configurations reachable",
-        _P + "partition_manager:make_policy",
+        _P + "partition_manager",
     ),
     PolicyInfo(
         "migm-b",
         "online",
         "MIGM scheme B: in order (FIFO), the most reachable partition",
-        _P + "partition_manager:make_policy",
+        _P + "partition_manager",
     ),
     PolicyInfo(
         "edf",
         "online",
         "SMART-MIG EDF most packed: static configurations, earliest deadline first onto the "
         "slowest slot of the most packed GPU that meets it",
-        _P + "edf:make_policy",
+        _P + "edf",
     ),
     PolicyInfo(
         "met",
         "online",
         "SMART-MIG EDF marginal ET: static configurations, each job onto the slot with the "
         "least tardiness + a x marginal energy",
-        _P + "edf:make_policy",
+        _P + "edf",
     ),
     PolicyInfo(
         "cedf",
         "online",
         "SMART-MIG categorical EDF: jobs by throughput class then deadline onto GPUs by "
         "mean slot size",
-        _P + "edf:make_policy",
+        _P + "edf",
     ),
     PolicyInfo(
         "smart-mig",
         "online",
         "SMART-MIG: a mean-field RL controller repartitions GPUs among the 12 configurations "
         "(top-k sampling), CEDF places the jobs",
-        _P + "smartmig:make_policy",
+        _P + "smartmig",
     ),
 )
 _BY_NAME = {e.name: e for e in _ENTRIES}
-_FIXPART = re.compile(r"^fixpart-\d+(-\d+)*$")
-_EXTRA: dict[str, tuple[PolicyInfo, Callable[..., Policy]]] = {}
+_FIXPART = re.compile(r"^fixpart-(\d+(-\d+)*)$")
+_EXTRA: dict[str, PolicyInfo] = {}
+
+
+def _imported(info: PolicyInfo) -> Callable[..., Policy]:
+    """The factory ``info``'s module contributes for its name, imported when first used."""
+
+    def factory(*args: Any, **options: Any) -> Policy:
+        return import_module(info.target).POLICIES[info.name](*args, **options)
+
+    return factory
+
+
+# name -> factory building the policy from its options (Kubernetes' scheduler
+# ``Registry map[string]PluginFactory``); each module's ``POLICIES`` holds its entries
+FACTORIES: dict[str, Callable[..., Policy]] = {e.name: _imported(e) for e in _ENTRIES}
 
 
 def register_policy(info: PolicyInfo, factory: Callable[..., Policy]) -> None:
     """Add (or replace) a name at run time (tests, experiments)."""
-    _EXTRA[info.name] = (info, factory)
+    _EXTRA[info.name] = info
+    FACTORIES[info.name] = factory
 
 
 def _key(name: str) -> str:
@@ -274,7 +288,7 @@ def policy_info(name: str) -> PolicyInfo:
     lists the valid names."""
     key = _key(name)
     if key in _EXTRA:
-        return _EXTRA[key][0]
+        return _EXTRA[key]
     if key in _BY_NAME and key != "fixpart-sizes":
         return _BY_NAME[key]
     if _FIXPART.match(key):
@@ -284,7 +298,7 @@ def policy_info(name: str) -> PolicyInfo:
 
 def policy_names(kind: str | None = None) -> list[str]:
     """Registered names (``fixpart-SIZES`` stands for every fixed partition)."""
-    infos = [*_ENTRIES, *(i for i, _ in _EXTRA.values())]
+    infos = [*_ENTRIES, *_EXTRA.values()]
     seen: dict[str, None] = {}
     for i in infos:
         if kind is None or i.kind == kind:
@@ -296,7 +310,7 @@ def describe(kind: str | None = None, width: int = 14, columns: int = 79) -> str
     """``name  summary`` lines for --help and check-config, wrapped to ``columns``."""
     import textwrap
 
-    infos = {i.name: i for i in (*_ENTRIES, *(i for i, _ in _EXTRA.values()))}
+    infos = {i.name: i for i in (*_ENTRIES, *_EXTRA.values())}
     lines = []
     for name in policy_names(kind):
         head = f"  {name:<{width}}"
@@ -318,12 +332,11 @@ def get_policy(name: str, **options: Any) -> Policy:
     option and lists the valid ones."""
     key = _key(name)
     info = policy_info(key)
-    if key in _EXTRA:
-        factory = _EXTRA[key][1]
-        return _call(info, key, lambda **kw: factory(**kw), options)
-    module_name, func = info.target.split(":")
-    make = getattr(import_module(module_name), func)
-    return _call(info, key, lambda **kw: make(key, **kw), options)
+    factory = FACTORIES[key if key in _EXTRA else info.name]
+    sizes = _FIXPART.match(key)
+    if sizes and key not in _EXTRA:  # fixpart-SIZES: the sizes are the factory's argument
+        factory = partial(factory, sizes.group(1))
+    return _call(info, key, factory, options)
 
 
 def _call(info: PolicyInfo, key: str, factory: Callable[..., Policy], options: dict) -> Policy:

@@ -26,7 +26,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ import numpy as np
 from ..geometry import GpuModel, slot_mask
 from .decisions import Create, Decisions, Destroy, Op
 from .edf import DEFAULT_SLACK, assign_jobs, planning_deadline
-from .mig_configs import Config, Layout, configs_for, fits, infer_config, parse_configs, realise
+from .mig_configs import Layout, MigConfig, configs_for, fits, infer_config, parse_configs, realise
 from .registry import UnknownPolicy
 from .snapshot import ClusterSnapshot, Gpu, Instance, Job
 
@@ -75,7 +75,7 @@ def _hist(values: Sequence[float], edges: Sequence[float]) -> list[float]:
 
 def features(
     snap: ClusterSnapshot,
-    current: Sequence[Config],
+    current: Sequence[MigConfig],
     *,
     penalty_s: float = PENALTY_S,
     default_slack: float = DEFAULT_SLACK,
@@ -222,7 +222,7 @@ class SmartMigPolicy:
         self.record: list[Draw] | None = None  # set to a list to keep every Draw
         self.repartitions = 0
 
-    def _configs(self, model: GpuModel) -> tuple[tuple[Config, ...], tuple[Config, ...]]:
+    def _configs(self, model: GpuModel) -> tuple[tuple[MigConfig, ...], tuple[MigConfig, ...]]:
         cfgs = configs_for(model)
         if len(cfgs) != N_CONFIGS:
             raise UnknownPolicy(
@@ -247,7 +247,7 @@ class SmartMigPolicy:
         )
         return Decisions(tuple(ops), stats={"controller": False, "static": snap.model.name})
 
-    def draw(self, snap: ClusterSnapshot, current: Sequence[Config], rng: random.Random) -> Draw:
+    def draw(self, snap: ClusterSnapshot, current: Sequence[MigConfig], rng: random.Random) -> Draw:
         """Eq. 5 and top-k: each GPU's next configuration."""
         state = features(snap, current, penalty_s=self.penalty_s, default_slack=self.default_slack)
         h = self.controller.matrix(state)
@@ -361,8 +361,11 @@ def _repartition(gpu: Gpu, lay: Layout, snap: ClusterSnapshot) -> tuple[Gpu, lis
     return Gpu(gpu.index, tuple(keep), gpu.channel_free, gpu.pcie_jobs, gpu.node, gpu.local), ops
 
 
+POLICIES = {"smart-mig": partial(SmartMigPolicy, "smart-mig")}  # options in SmartMigPolicy
+
+
 def make_policy(name: str, **options: Any) -> SmartMigPolicy:
-    """Registry hook: ``smart-mig`` (options in `SmartMigPolicy`)."""
-    if name != "smart-mig":
+    """The policy ``name`` of this module (the registry maps each name to its factory)."""
+    if name not in POLICIES:
         raise ValueError(f"{__name__} has no policy {name!r}")
-    return SmartMigPolicy(name, **options)
+    return POLICIES[name](**options)

@@ -16,7 +16,7 @@ import heapq
 import math
 import time
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from ..geometry import GpuModel, Slot, get_model
@@ -32,23 +32,19 @@ from .cluster import (
     InvariantError,
     Run,
     build_view,
-    check_gpu,
     geometry_for,
-    runnable_sizes,
 )
 from .energy import power_curve
+from .inputcheck import SimInputError, validate_jobs
+from .invariants import DONE, HELD, PENDING, check_end, check_instant
 from .metrics import SimResult
+from .policyview import GpuList, RunningMap, running_view
 
 # Migration overhead: MISO's simulator draws it with mean 5 s.
 MIGRATION_S = 5.0
 
 _FINISH, _START, _CREATED, _WAKE = 0, 1, 2, 3
-_FUTURE, _PENDING, _HELD, _DONE = 0, 1, 2, 3
 _PROGRESS_EVERY = 4096
-
-
-class SimInputError(ValueError):
-    """A workload or cluster the simulator cannot run; names the job and the fix."""
 
 
 def default_pcie_max(model: GpuModel) -> float:
@@ -122,7 +118,7 @@ class Engine:
         self.curve = power_curve(model)
         order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, i))
         self.jobs: list[SimJob] = [jobs[i] for i in order]
-        _validate_jobs(self.jobs, model)
+        validate_jobs(self.jobs, model)
         self.index = {j.id: i for i, j in enumerate(self.jobs)}
         n = len(self.jobs)
         t0 = self.jobs[0].arrival if n else 0.0
@@ -153,8 +149,8 @@ class Engine:
         self._arrived: list[SimJob] = []
         self._finished: list[tuple[str, int]] = []
         self._first = True  # the first snapshot says "everything is new"
-        self.gpus = _GpuList(self._view_of, g_total)
-        self.running_jobs = _RunningMap(self)
+        self.gpus = GpuList(self._view_of, g_total)
+        self.running_jobs = RunningMap(self)
         self._check_dirty: set[int] = set(range(g_total))
 
     # -- the policy's snapshot ---------------------------------------------
@@ -190,20 +186,7 @@ class Engine:
         return snap
 
     def running(self, job: str) -> RunningView | None:
-        idx = self.index.get(job)
-        inst = self.held.get(idx) if idx is not None else None
-        if inst is None:
-            return None
-        j = self.jobs[idx]
-        run = inst.run
-        if run is not None:
-            rem = run.remaining_at(self.now)
-            return RunningView(j, inst.gpu, inst.slot, run.started, rem, run.sd, run.finish)
-        start = max(inst.ready_at, inst.start_at)
-        n = self.gpu_state[inst.gpu].pcie_n + (1 if j.pcie_demand > 0 else 0)
-        sd = slowdown(j.alpha, j.pcie_demand, n, self.pcie_max)
-        end = start + inst.rem * j.time(inst.slot.size) * sd
-        return RunningView(j, inst.gpu, inst.slot, None, inst.rem, sd, end)
+        return running_view(self, job)
 
     # -- the loop ----------------------------------------------------------
 
@@ -231,7 +214,7 @@ class Engine:
             trigger = False
             while ai < n and arr[ai] <= t:
                 j = jobs[ai]
-                state[ai] = _PENDING
+                state[ai] = PENDING
                 pending[j.id] = j
                 arrived.append(j)
                 ai += 1
@@ -388,10 +371,10 @@ class Engine:
 
     def _finish(self, run: Run) -> None:
         idx = run.idx
-        if self.state[idx] != _HELD:
+        if self.state[idx] != HELD:
             raise InvariantError(f"job {run.job.id!r} finished twice")
         self._release(run)
-        self.state[idx] = _DONE
+        self.state[idx] = DONE
         self.finish_t[idx] = self.now
         self.done += 1
         self._finished.append((run.job.id, run.inst.gpu))
@@ -406,7 +389,7 @@ class Engine:
         if job.pcie_demand > 0.0:
             g.pcie_held += 1
         self.held[idx] = inst
-        self.state[idx] = _HELD
+        self.state[idx] = HELD
         t = inst.ready_at if inst.ready_at > not_before else not_before
         if t <= self.now:
             self._begin(inst)
@@ -464,7 +447,7 @@ class Engine:
         size = cmd.slot.size
         if math.isinf(job.time(size)):
             self._bad(cmd, f"job {job.id!r} cannot run on size {size}")
-        if job.memory > self.geom.memory[size]:
+        if job.memory > self.geom.slot_memory[order]:
             self._bad(cmd, f"job {job.id!r} needs more memory than size {size} has")
         inst = g.insts.get(order)
         if inst is not None and inst.job >= 0:
@@ -475,7 +458,7 @@ class Engine:
         idx = self.index.get(c.job)
         if idx is None:
             self._bad(c, f"no job {c.job!r}")
-        if self.state[idx] != _PENDING:
+        if self.state[idx] != PENDING:
             what = {0: "not arrived yet", 2: "already started", 3: "finished"}[self.state[idx]]
             self._bad(c, f"job {c.job!r} is not pending ({what})")
         g, inst, order = self._target(c, idx)
@@ -543,34 +526,11 @@ class Engine:
         )
 
     def _check_now(self) -> None:
-        for k in self._check_dirty:
-            check_gpu(self.gpu_state[k], self.geom, self.curve, self.now, self.jobs)
+        check_instant(self, self._check_dirty)
         self._check_dirty.clear()
-        if len(self._pending) + len(self.held) + self.done != self.arrived_count:
-            raise InvariantError(
-                f"t={self.now}: {len(self._pending)} pending + {len(self.held)} on "
-                f"instances + {self.done} done != {self.arrived_count} arrived"
-            )
-        for idx, inst in self.held.items():
-            if inst.job != idx or self.state[idx] != _HELD:
-                raise InvariantError(f"t={self.now}: job {self.jobs[idx].id!r} lost its instance")
-        if self.total_busy != sum(g.busy_slices for g in self.gpu_state):
-            raise InvariantError(f"t={self.now}: cluster busy slices out of step")
 
     def _check_end(self) -> None:
-        for g in self.gpu_state:
-            check_gpu(g, self.geom, self.curve, self.now, self.jobs)
-            if g.runs or g.busy:
-                raise InvariantError(f"gpu {g.index} still busy at the end")
-        if any(s != _DONE for s in self.state) or self.done != len(self.jobs):
-            raise InvariantError("a job did not finish exactly once")
-        for i, j in enumerate(self.jobs):
-            s, f = self.first_start[i], self.finish_t[i]
-            if not (j.arrival - EPS <= s <= f + EPS):
-                raise InvariantError(f"job {j.id!r}: arrival {j.arrival}, start {s}, end {f}")
-            fastest = min(j.time(s) for s in runnable_sizes(j, self.model))
-            if self.exec_s[i] < fastest * (1 - 1e-9) - 1e-9:
-                raise InvariantError(f"job {j.id!r} ran shorter than its fastest time")
+        check_end(self)
 
     def _result(self, wall: float) -> SimResult:
         t_end = max(self.finish_t, default=self.t0)
@@ -608,92 +568,3 @@ class Engine:
             util_busy=self.util_busy,
             deadline=[j.deadline for j in self.jobs],
         )
-
-
-def _validate_jobs(jobs: list[SimJob], model: GpuModel) -> None:
-    seen: set[str] = set()
-    sizes = set(model.planner_sizes)
-    for j in jobs:
-        if not j.id:
-            raise SimInputError("a job has an empty id; give every job an id")
-        if j.id in seen:
-            raise SimInputError(f"duplicate job id {j.id!r}; ids must be unique")
-        seen.add(j.id)
-        if not (isinstance(j.arrival, (int, float)) and math.isfinite(j.arrival)):
-            raise SimInputError(f"job {j.id!r}: arrival {j.arrival!r} must be a finite number")
-        if j.arrival < 0:
-            raise SimInputError(f"job {j.id!r}: arrival {j.arrival} must be >= 0 seconds")
-        for s, t in j.times.items():
-            if s not in sizes:
-                raise SimInputError(
-                    f"job {j.id!r}: time for size {s}, which {model.name} does not have; sizes "
-                    f"are {', '.join(map(str, model.planner_sizes))}"
-                )
-            if not isinstance(t, (int, float)) or math.isnan(t) or t <= 0:
-                raise SimInputError(f"job {j.id!r}: time {t!r} on size {s} must be > 0 seconds")
-        ok = runnable_sizes(j, model)
-        if not ok:
-            raise SimInputError(
-                f"job {j.id!r}: no size of {model.name} can run it (no finite time, or "
-                "more memory than every profile has)"
-            )
-        if j.size is not None and j.size not in ok:
-            raise SimInputError(
-                f"job {j.id!r}: requested size {j.size} cannot run it on {model.name}; "
-                f"runnable sizes: {', '.join(map(str, ok))}"
-            )
-        if not (j.pcie_demand >= 0 and math.isfinite(j.pcie_demand)):
-            raise SimInputError(f"job {j.id!r}: pcie_demand {j.pcie_demand} must be >= 0 GB/s")
-        if not (j.alpha > 0 and math.isfinite(j.alpha)):
-            raise SimInputError(f"job {j.id!r}: alpha {j.alpha} must be > 0")
-        if j.memory < 0:
-            raise SimInputError(f"job {j.id!r}: memory {j.memory} must be >= 0 bytes")
-
-
-class _GpuList(Sequence[GpuView]):
-    """The engine's GPUs as snapshot GPUs, built lazily for GPUs that changed."""
-
-    __slots__ = ("_build", "_n")
-
-    def __init__(self, build, n: int) -> None:
-        self._build, self._n = build, n
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self._build(k) for k in range(*i.indices(self._n))]
-        if i < 0:
-            i += self._n
-        if not 0 <= i < self._n:
-            raise IndexError(i)
-        return self._build(i)
-
-    def __iter__(self) -> Iterator[GpuView]:
-        build = self._build
-        for k in range(self._n):
-            yield build(k)
-
-
-class _RunningMap(Mapping[str, RunningView]):
-    """The jobs on instances, read-only, built on access."""
-
-    __slots__ = ("_engine",)
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-
-    def __getitem__(self, job: str) -> RunningView:
-        got = self._engine.running(job)
-        if got is None:
-            raise KeyError(job)
-        return got
-
-    def __iter__(self) -> Iterator[str]:
-        jobs = self._engine.jobs
-        for idx in list(self._engine.held):
-            yield jobs[idx].id
-
-    def __len__(self) -> int:
-        return len(self._engine.held)

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..planner.decisions import Decisions
-from ..planner.driver import BatchSettings, by_priority, step
+from ..planner.driver import BatchSettings, as_online
 from ..planner.registry import Policy, UnknownPolicy, policy_info, policy_names
 from ..planner.registry import get_policy as _registry_policy
 from ..planner.snapshot import ClusterSnapshot, Planned
@@ -53,15 +53,14 @@ class SimPolicy:
         self.chosen: dict[str, int] = {}
         self.record = record
         self.plans: list = []  # the last ``KEEP_PLANS`` batches' plans, when ``record``
+        self.decider = as_online([policy], self.settings)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["policy"], name)
 
     def decide(self, snap: ClusterSnapshot) -> Decisions:
-        if self.kind == "online":
-            got = self.policy.decide(by_priority(snap))  # type: ignore[union-attr]
-        else:
-            got = step(snap, self.policy, self.settings)
+        got = self.decider.decide(snap)
+        if got.numbered:  # a plan's batches: count them
             formed = int(got.stats.get("batches", 0))
             self.batches = snap.next_batch + formed
             if got.plan is not None and formed:

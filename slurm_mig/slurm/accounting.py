@@ -80,7 +80,7 @@ def append(private_dir: Path, entry: Mapping[str, Any], env: Mapping[str, str]) 
 def energy_joules(model_name: str, slices: int, seconds: float) -> float | None:
     """Modelled energy of a run on ``slices`` compute slices for ``seconds``."""
     from ..geometry import GeometryError, get_model
-    from ..sim.energy import power_curve
+    from ..power import power_curve
 
     try:
         model = get_model(model_name)

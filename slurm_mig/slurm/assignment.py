@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..geometry import Placement
-from .comment import MAX_TOKEN_CHARS  # longest token signed; longer words are refused undecoded
+from ..jobcomment import MAX_TOKEN_CHARS  # longest token signed; longer words are refused undecoded
 
 TOKEN_VERSION = "2"  # the first character of a token
 KEY_BYTES = 32

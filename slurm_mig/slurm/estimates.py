@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..geometry import get_model
-from ..profiles import MAX_KEY, MAX_OWNER, PRIOR
+from ..runtimes import MAX_KEY, MAX_OWNER, PRIOR
 from .cycle import Estimate
 
 __all__ = ["Estimator", "job_kind", "job_owner"]
@@ -79,7 +79,7 @@ class _CycleStore:
 def _hints_of(comment: str) -> Any:
     """``parse_hints(comment)``, or the HintError; memoised: a steady cycle reads the
     same comments again (the hints are immutable)."""
-    from .hints import HintError, parse_hints
+    from ..hints import HintError, parse_hints
 
     try:
         return parse_hints(comment)
@@ -137,7 +137,7 @@ class Estimator:
     def _estimate(
         self, job: Any, key: str, owner: str, hints: Any, names: tuple[str, ...]
     ) -> Estimate:
-        from ..profiles import estimate_for_job, memory_for_job
+        from ..runtimes import estimate_for_job, memory_for_job
 
         times = {
             name: estimate_for_job(

@@ -38,7 +38,7 @@ def project_jobs(
             return {
                 "node": g.node,
                 "gpu": g.local,
-                "profile": snap.model.profile_for_size(slot.size).name,
+                "profile": snap.model.profile_for_slot(slot).name,
                 "placement": [slot.placement.start, slot.placement.size],
             }
 

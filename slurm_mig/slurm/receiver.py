@@ -88,7 +88,7 @@ class ReportDB:
         self.runtime_store = runtime_store  # RuntimeStore for memory needs (None: off)
 
     def _connect(self) -> sqlite3.Connection:
-        from ..profiles import prepare_state_dir
+        from ..runtimes import prepare_state_dir
 
         prepare_state_dir(self.state_dir)  # 0750, root's
         acct = self.state_dir / STORE
@@ -459,7 +459,7 @@ def start_receiver(config: Any, key: bytes | None) -> Receiver | None:
     """The receiver on ``[planner] reports``, started, or None (off, no key, or the
     address cannot be bound: then the nodes keep their reports spooled)."""
     from ..config import parse_address
-    from ..profiles import RuntimeStore
+    from ..runtimes import RuntimeStore
 
     address = parse_address(getattr(config, "reports", ""))
     if address is None or key is None:

@@ -8,7 +8,7 @@ submission (priority 0, Slurm's reason JobHeldUser), and the planner holds again
 the partition is the planner's when it is held by that user hold or carries that record;
 another held job (an admin's own hold, no record) is left alone and named.
 
-Pure functions over the client's ``Job`` records and the backends' ``Instance``es; the
+Pure functions over the client's ``Job`` records and the backends' ``MigInstance``es; the
 command (``cli/uninstall.py``) does the I/O.
 """
 
@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..devices.base import Instance
+from ..devices.base import MigInstance
 from .client import LIST_CHUNK, Job
 from .jobrecord import ADMIN_TAG, job_phase
 
@@ -51,8 +51,8 @@ def release_calls(n: int) -> int:
 
 
 def in_use(
-    instances: Sequence[Instance], holders_of: Callable[[Instance], list]
-) -> list[tuple[Instance, list]]:
+    instances: Sequence[MigInstance], holders_of: Callable[[MigInstance], list]
+) -> list[tuple[MigInstance, list]]:
     """The instances some process uses, with those processes (``holders_of``)."""
     out = []
     for inst in instances:
@@ -62,7 +62,7 @@ def in_use(
     return out
 
 
-def describe(inst: Instance) -> str:
+def describe(inst: MigInstance) -> str:
     """``GPU 0 3g.20gb at 4:4 (MIG-...)``."""
     return f"GPU {inst.gpu} {inst.profile} at {inst.placement.start}:{inst.placement.size} ({inst.uuid})"
 

@@ -74,7 +74,7 @@ def gantt_views(
     from ..geometry import Placement, Slot, get_model
     from ..plan import Plan, PlannedTask
     from ..safetext import printable
-    from ..statusview import SHORT
+    from .statusview import SHORT
 
     groups = []
     where: dict[tuple[Any, Any], tuple[int, int]] = {}
@@ -160,9 +160,9 @@ def _cell(x: object) -> str:
 
 def page_html(view, svg: bytes) -> bytes:
     """The page: header, Gantt chart (inline SVG), GPU tables and the queue."""
-    from ..statusview import ago as _ago
-    from ..statusview import left_text
-    from ..statusview import when as _when
+    from .statusview import ago as _ago
+    from .statusview import left_text
+    from .statusview import when as _when
 
     now = view.now
     parts = [
@@ -251,7 +251,7 @@ def pages(daemon: Any, monotonic: Callable[[], float] = time.monotonic) -> dict[
     drawn: dict[str, Any] = {"cycle": None, "svg": b""}  # Cached's one thread at a time
 
     def render() -> tuple[bytes, bytes]:
-        from ..statusview import build_view
+        from .statusview import build_view
 
         report = daemon.last_report
         status = report.to_json() if report is not None else {}

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from slurm_mig import jobcomment as comments
 from slurm_mig.demo.live import LiveCluster
 from slurm_mig.devices.migcaps import gi_id_for, minor
 from slurm_mig.geometry import get_model
-from slurm_mig.slurm import comment as comments
 from slurm_mig.slurm import gres
 
 from .conftest import LIVE_DEFAULTS, require_local_slurm

@@ -25,6 +25,9 @@ RODINIA = load_task_source("rodinia-a100", A100)
 SCALE = 0.5
 TASKS = 3
 ENDED = DONE_STATES | {"DEADLINE"}  # COMPLETING is not: the Epilog still runs
+# seconds to a --begin beyond the planner's BEGIN_SLACK by more than the submissions and
+# a planner cycle take: one planned at once is caught (the test waits this long)
+LATER = BEGIN_SLACK + 10
 
 
 def _ids(lc, job_id: str) -> dict[str, str]:
@@ -123,7 +126,7 @@ def test_begin_dependency_and_deadline_keep_slurms_meaning(lc) -> None:
     lc.wait_done(lc.tasks, 90)  # the array's slices free: the planner's choices are simple
     submitted = time.time()
     soon = lc.submit("CFD", SCALE, args=["--begin=now+15"])
-    later = lc.submit("CFD", SCALE, args=["--begin=now+45"])
+    later = lc.submit("CFD", SCALE, args=[f"--begin=now+{LATER:.0f}"])
     first = lc.submit("Gaussian", 3.0)  # 20 s or more on any slice
     then = lc.submit("CFD", SCALE, args=[f"--dependency=afterok:{first}"])
     ahead = lc.submit("CFD", SCALE, args=["--deadline=now+5minutes", "--time=1"])
@@ -139,9 +142,9 @@ def test_begin_dependency_and_deadline_keep_slurms_meaning(lc) -> None:
     )
     assert (jobs[missed].state, jobs[missed].reason) == ("DEADLINE", "DeadLine")
     assert jobs[soon].start_time >= int(submitted) + 15
-    assert jobs[later].start_time >= int(submitted) + 45
+    assert jobs[later].start_time >= int(submitted) + LATER
     # a begin time beyond the slack is not planned early: no slices kept idle for it
-    assert lc.assignments([later])[later].issued >= submitted + 45 - BEGIN_SLACK - 1
+    assert lc.assignments([later])[later].issued >= submitted + LATER - BEGIN_SLACK - 1
     assert jobs[then].start_time >= jobs[first].end_time
     st = wait_until(lambda: lc.status().get("busy") == 0 and lc.status(), 30, "an idle planner")
     assert (st["waiting"], st["planned"]) == (0, 0)

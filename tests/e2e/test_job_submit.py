@@ -13,20 +13,20 @@ from pathlib import Path
 import pytest
 from test_hints import BAD, GOOD, fuzz_comments
 
+from slurm_mig import jobcomment as comments
 from slurm_mig.geometry import Placement
-from slurm_mig.memory.wrapper import with_mem_hint
-from slurm_mig.sitefiles import site_file
-from slurm_mig.slurm import comment as comments
-from slurm_mig.slurm import gres
-from slurm_mig.slurm.assignment import Assignment, sign
-from slurm_mig.slurm.comment import without_tokens
-from slurm_mig.slurm.hints import (
+from slurm_mig.hints import (
     MAX_USER_COMMENT,
     HintError,
     comment_problem,
     largest_profile_memory,
     parse_hints,
 )
+from slurm_mig.jobcomment import without_tokens
+from slurm_mig.memory.wrapper import with_mem_hint
+from slurm_mig.sitefiles import site_file
+from slurm_mig.slurm import gres
+from slurm_mig.slurm.assignment import Assignment, sign
 
 from .cluster import LocalSlurm
 

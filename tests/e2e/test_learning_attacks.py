@@ -13,7 +13,7 @@ import pytest
 from slurm_mig.config import load_config
 from slurm_mig.demo.live import LiveCluster
 from slurm_mig.geometry import get_model
-from slurm_mig.profiles import PRIOR, RuntimeStore, estimate_times
+from slurm_mig.runtimes import PRIOR, RuntimeStore, estimate_times
 
 from .conftest import live_cluster
 from .conftest import wait_until as _wait

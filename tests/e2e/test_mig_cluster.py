@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_mig import jobcomment as comments
 from slurm_mig.demo.live import (
     LiveCluster,
     chain_length,
@@ -26,7 +27,6 @@ from slurm_mig.demo.live import (
     slice_handoffs,
 )
 from slurm_mig.geometry import get_model
-from slurm_mig.slurm import comment as comments
 from slurm_mig.workload import load_task_source
 
 from .conftest import LIVE_DEFAULTS, require_local_slurm
@@ -34,6 +34,9 @@ from .conftest import LIVE_DEFAULTS, require_local_slurm
 A100 = get_model("A100-40GB")
 RODINIA = load_task_source("rodinia-a100", A100)
 SCALE = 2.0  # seconds of sleep per profiled second: above Slurm's 1 s time resolution
+# an online policy plans no makespan to hold Slurm to: its tests need every job to run
+# on its slice, not long (at SCALE, the longest kernel on a 1g slice sleeps 53 s)
+ONLINE_SCALE = 0.5
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -62,15 +65,16 @@ def test_batch_runs_as_planned_on_two_simulated_a100s(live, policy):
     """The Rodinia batch under a batch planner (its plan is then held to), adaptive (the
     daemon's default: a batch on idle GPUs goes to FAR, whose plan is held to) or an
     online policy (every job then runs on the slice it was released onto)."""
+    batch = policy != "frag-aware"
+    scale = SCALE if batch else ONLINE_SCALE
     lc = live(nodes=("node1",), gpus=2, planner={"algorithm": policy})
-    lc.learn(RODINIA, SCALE)
+    lc.learn(RODINIA, scale)
     kernels = [t.id for t in RODINIA] + [t.id for t in RODINIA[:8]]
-    ids = [lc.submit(k, SCALE) for k in kernels]
+    ids = [lc.submit(k, scale) for k in kernels]
     assert len(ids) >= 20
     # job_submit.lua holds every MIG job until the planner releases it
     assert all(j.held for j in lc.jobs().values())
     lc.start_planner()
-    batch = policy != "frag-aware"
     plan = (
         lc.wait_plan(len(ids), 60) if batch else lc.wait_status(lambda st: st.get("released"), 60)
     )
@@ -161,7 +165,7 @@ def test_deadline_policies_run_jobs_with_deadlines(live, policy):
     completes on the slice it was released onto, no instances overlap or remain, and
     the daemon logs the controller's repartition decisions."""
     lc = live(nodes=("node1",), gpus=2, planner={"algorithm": policy})
-    lc.learn(RODINIA, SCALE)
+    lc.learn(RODINIA, ONLINE_SCALE)
     later = time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() + 3 * 3600))
     kinds = [
         ((), ""),
@@ -173,7 +177,7 @@ def test_deadline_policies_run_jobs_with_deadlines(live, policy):
     ids, how = [], {}
     for i, k in enumerate(kernels):
         args, hint = kinds[i % len(kinds)]
-        jid = lc.submit(k, SCALE, hints=hint, args=args)
+        jid = lc.submit(k, ONLINE_SCALE, hints=hint, args=args)
         ids.append(jid)
         how[jid] = i % len(kinds)
     before = lc.jobs()
@@ -299,7 +303,7 @@ def test_mig_run_requeues_a_job_whose_forecast_outgrows_its_slice(live):
     (emulated) memory, so it records the need, writes it into the job's hint and
     requeues the job; the Epilog reports the need to the planner, which plans the
     requeued run again."""
-    from slurm_mig.profiles import RuntimeStore
+    from slurm_mig.runtimes import RuntimeStore
 
     # root's job: mig-run needs this venv's numpy, whose interpreter may live under
     # root's home (0700) here, out of a user's reach

@@ -10,7 +10,6 @@ from dataclasses import replace
 
 from ...geometry import Slot
 from ...planner.decisions import Decisions, Move, Place
-from ...planner.registry import policy_info
 from ...planner.snapshot import ClusterSnapshot
 from ..assignment import Assignment, plan_id
 from ..jobrecord import job_sort_key
@@ -34,7 +33,6 @@ def assignments(
     released: list[str] = []
     requeues: list[Requeue] = []
     next_batch = view.max_batch + 1
-    online = policy_info(snap.algorithm).kind == "online"
     for snap_g, got in zip(groups, decisions):
         for jid, p in got.planned.items():
             final[jid] = _assignment(
@@ -46,7 +44,7 @@ def assignments(
                 seconds = op.end - op.start
                 if not math.isfinite(seconds):
                     seconds = snap_g.pending[op.job].time(op.slot.size)
-                if online:  # placed now: numbered after every batch so far
+                if not got.numbered:  # placed now: numbered after every batch so far
                     batch, order = next_batch, orders[op.gpu]
                     orders[op.gpu] += 1
                 else:
@@ -81,7 +79,7 @@ def _assignment(
         node=gpu.node,
         gpu=gpu.local,
         model=model.name,
-        profile=model.profile_for_size(slot.size).name,
+        profile=model.profile_for_slot(slot).name,
         placement=slot.placement,
         batch=batch,
         order=order,

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from ... import jobcomment as comments
 from ...geometry import Slot, get_model
-from .. import comment as comments
 from .. import sitepolicy
 from ..assignment import Assignment
 from ..jobrecord import (

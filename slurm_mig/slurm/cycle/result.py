@@ -7,10 +7,10 @@ import math
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
+from ... import jobcomment as comments
 from ...planner.decisions import Decisions, Place
 from ...planner.driver import projected_end
 from ...planner.snapshot import ClusterSnapshot, Planned
-from .. import comment as comments
 from ..assignment import Assignment
 from ..jobrecord import JobLike, job_sort_key, parse_admin_comment, record_fields
 from .actions import Action, CycleResult, Release, Requeue

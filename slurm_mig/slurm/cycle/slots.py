@@ -19,7 +19,7 @@ def legal_slot(model_name: str, profile: str, placement: Placement) -> Slot | No
     try:
         prof = model.profile(profile)
         slot = Slot(placement, prof.compute_slices)
-        if placement not in prof.placements or model.profile_for_size(slot.size) != prof:
+        if placement not in prof.placements or model.profile_for_slot(slot) != prof:
             return None
     except GeometryError:
         return None

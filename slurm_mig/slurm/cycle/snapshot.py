@@ -47,7 +47,7 @@ def job_deadline(job: JobLike, memo: dict | None = None) -> float | None:
     own = getattr(job, "deadline", None)
     if own:
         return float(own)
-    from ..hints import HintError, parse_hints
+    from ...hints import HintError, parse_hints
 
     text = job.comment or ""
     if "deadline=" not in text:

@@ -1,4 +1,4 @@
-"""Learned runtimes (slurm_mig.profiles): the real SQLite store, written by several
+"""Learned runtimes (slurm_mig.runtimes): the real SQLite store, written by several
 processes at once, and the runtime estimates checked against hand-computed values."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurm_mig.geometry import GIB, get_model
-from slurm_mig.profiles import (
+from slurm_mig.runtimes import (
     HINT_FLOOR,
     MAX_KEY,
     MAX_OWNER,
@@ -129,7 +129,7 @@ def test_a_store_that_cannot_be_created_names_the_file(tmp_path):
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from slurm_mig.profiles import RuntimeStore
+    from slurm_mig.runtimes import RuntimeStore
     path, name, start_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
     store = RuntimeStore(path)
     while time.time() < start_at:
@@ -242,12 +242,16 @@ def test_no_observation_takes_the_fallback_on_the_smallest_size_that_fits():
 
 
 def test_memory_need_makes_small_sizes_impossible_even_when_measured():
-    obs = {1: [100.0], 2: [55.0], 7: [20.0]}
-    times = estimate_times(obs, A100, serial_fraction=0.3, fallback=None, min_memory=9 * GIB)
-    assert times[1] == math.inf  # 1g.5gb < 9 GiB although a run was measured there
-    assert times[2] == 55.0 and times[7] == 20.0
-    # the fit used 2 and 7 only: a + b/2 = 55, a + b/7 = 20 -> b = 98, a = 6
-    assert times[3] == approx(6 + 98 / 3) and times[4] == approx(6 + 98 / 4)
+    a30 = get_model("A30")
+    obs = {1: [100.0], 2: [55.0], 4: [30.0]}
+    times = estimate_times(obs, a30, serial_fraction=0.3, fallback=None, min_memory=9 * GIB)
+    assert times[1] == math.inf  # 1g.6gb < 9 GiB although a run was measured there
+    assert times[2] == 55.0 and times[4] == 30.0
+    # on the A100 the double-memory 1g.10gb (9.62 GiB) holds 9 GiB: size 1 stays
+    times = estimate_times(
+        obs | {7: [20.0]}, A100, serial_fraction=0.3, fallback=None, min_memory=9 * GIB
+    )
+    assert times[1] == 100.0 and times[2] == 55.0
 
 
 def test_a_job_larger_than_the_whole_gpu_gets_inf_everywhere():

@@ -42,7 +42,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .comment import MAX_COMMENT, MAX_USER_COMMENT
+from .jobcomment import MAX_COMMENT, MAX_USER_COMMENT
 
 PREFIX = "mig:"
 KEYS = ("key", "mem", "iters", "time", "pcie", "alpha", "restartable", "deadline")
@@ -154,7 +154,7 @@ def largest_profile_memory(models: Iterable[str]) -> int:
     """Bytes of the largest MIG profile the planner uses on any of the GPU ``models``
     (names ``geometry.get_model`` knows); 0 without models. A ``mem=`` need above it can
     never run there: job_submit.lua's MAX_MIG_MEM (``slurm-mig site-files`` fills it)."""
-    from ..geometry import get_model  # lazily: the hooks import this module
+    from .geometry import get_model  # lazily: the hooks import this module
 
     sizes = [
         m.profile_for_size(s).memory_bytes

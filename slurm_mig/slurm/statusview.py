@@ -5,9 +5,11 @@ and projected start.
 
 Pure: built from the planner's status file (its last cycle's snapshots and
 projections), squeue's jobs and the nodes' records as they reported them
-(`slurm.receiver.node_records`: MIG UUIDs, when each instance became ready, kept
+(`receiver.node_records`: MIG UUIDs, when each instance became ready, kept
 instances). The CLI draws it. Every string in it is printable (`safetext.printable`: a job name's
-escape sequences shown as ``\x1b``), whichever way it is drawn.
+escape sequences shown as ``\x1b``), whichever way it is drawn. It lives in the slurm
+package beside the web page (`web`) that draws it too, so that no top-level module and
+the slurm package import each other.
 """
 
 from __future__ import annotations
@@ -17,8 +19,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .geometry import GeometryError, GpuModel, Placement, get_model
-from .safetext import printable
+from ..geometry import GeometryError, GpuModel, Placement, get_model
+from ..safetext import printable
+
+__all__ = [
+    "LONG",
+    "SHORT",
+    "GpuRow",
+    "InstanceRow",
+    "QueueRow",
+    "StatusView",
+    "ago",
+    "build_view",
+    "largest_free",
+    "left_text",
+    "span",
+    "when",
+]
 
 # characters a view keeps of a Slurm-sourced string (job names, users, reasons)
 SHORT, LONG = 128, 1000
@@ -123,7 +140,7 @@ def build_view(
     """The view from the status file's JSON, squeue's jobs (with user, name, state,
     AdminComment) and ``records``: node -> {"jobs": [JobRecord], "kept": [KeptInstance]}
     (empty where unreadable). ``node`` keeps one node only."""
-    from .slurm.jobrecord import ADMIN_TAG, job_phase, job_sort_key
+    from .jobrecord import ADMIN_TAG, job_phase, job_sort_key
 
     by_id = {j.job_id: j for j in jobs}
     projected = status.get("projected") or {}

@@ -1,192 +1,21 @@
-"""MIG hardware geometry: the one source of truth for slices, profiles, placements,
-valid partitions, FAR's repartitioning tree and reconfiguration times.
-
-Placements are NVIDIA's ``(start, size)`` in *memory* slices, as NVML reports them.
-Compute slice ``i`` sits on memory slice ``i``; a 3g instance at start 0 spans memory
-slices 0-3 but computes on slices 0-2 (NVIDIA's rule), so it blocks slice 3.
+"""The offline catalogue: every MIG GPU model's profiles, placements, FAR tree and
+reconfiguration times, with where each table comes from; ``get_model`` by name or alias.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from functools import cache
-from itertools import combinations
 
-GIB = 1024**3
+from .model import (
+    GIB,
+    GeometryError,
+    GpuModel,
+    Placement,
+    Profile,
+    TreeNode,
+)
 
-
-class GeometryError(ValueError):
-    """A model, profile, size or placement that the hardware does not have."""
-
-
-@dataclass(frozen=True, order=True)
-class Placement:
-    """NVIDIA placement: first memory slice and number of memory slices."""
-
-    start: int
-    size: int
-
-    def __hash__(self) -> int:  # planners key dicts by slots: keep hashing cheap
-        return self.start * 16 + self.size
-
-    @property
-    def end(self) -> int:
-        return self.start + self.size
-
-    def overlaps(self, other: Placement) -> bool:
-        return self.start < other.end and other.start < self.end
-
-    def to_json(self) -> dict:
-        return {"start": self.start, "size": self.size}
-
-
-@dataclass(frozen=True, order=True)
-class Slot:
-    """Where an instance can sit: its size in compute slices and its placement."""
-
-    placement: Placement
-    size: int
-
-    def __hash__(self) -> int:
-        p = self.placement
-        return (p.start * 16 + p.size) * 16 + self.size
-
-    @property
-    def slices(self) -> tuple[int, ...]:
-        """Compute slices; compute slice i sits on memory slice i."""
-        return tuple(range(self.placement.start, self.placement.start + self.size))
-
-
-@dataclass(frozen=True)
-class Profile:
-    """A GPU-instance profile of one model (e.g. ``3g.20gb`` of the A100-40GB)."""
-
-    name: str
-    compute_slices: int
-    memory_slices: int
-    memory_bytes: int  # usable memory, below the number in the name
-    starts: tuple[int, ...]  # legal placement starts, in memory slices
-    nvml_class: str  # NVML profile constant suffix, e.g. "3_SLICE", "1_SLICE_REV2"
-    limit: int = 0  # NVML's instanceCount where below what the placements allow (+me: 1)
-
-    @property
-    def placements(self) -> tuple[Placement, ...]:
-        return tuple(Placement(s, self.memory_slices) for s in self.starts)
-
-    @property
-    def instance_count(self) -> int:
-        """How many instances of this profile one GPU holds at most (NVML's
-        instanceCount): ``limit`` if set, else the disjoint placements (they are aligned)."""
-        if self.limit:
-            return self.limit
-        n, end = 0, -1
-        for pl in self.placements:
-            if pl.start >= end:
-                n, end = n + 1, pl.end
-        return n
-
-
-@dataclass(frozen=True)
-class TreeNode:
-    """A node of FAR's repartitioning tree (Fig. 4): one instance placement."""
-
-    index: int
-    size: int  # compute slices (the planner's instance size)
-    placement: Placement
-    slices: tuple[int, ...]  # compute slices used
-    parent: int | None
-    children: tuple[int, ...]
-
-    @property
-    def slot(self) -> Slot:
-        return Slot(self.placement, self.size)
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    """One MIG-capable GPU model."""
-
-    name: str
-    timing_family: str  # row of Table 1 used for create/destroy times
-    compute_slices: int
-    memory_slices: int
-    profiles: tuple[Profile, ...]
-    planner_sizes: tuple[int, ...]
-    tree: tuple[TreeNode, ...]
-    create_s: dict[int, float]
-    destroy_s: dict[int, float]
-    # Profiles the driver offers that the planner never uses: media extensions (+me),
-    # and on RTX PRO 6000 +gfx, +me.all and -me. Found by ``profile``, never by
-    # ``profile_for_size``; ``profiles`` (what the planners and their cost terms read)
-    # stays the planner's lattice.
-    extra_profiles: tuple[Profile, ...] = ()
-    renamed: dict[str, str] = field(default_factory=dict)  # earlier driver name -> ours
-    nvml_placement_unit: int = 1  # NVML placement units per memory slice (RTX PRO 6000: 3)
-    source: str = ""  # where the profile table comes from
-
-    @property
-    def all_profiles(self) -> tuple[Profile, ...]:
-        """The offline catalogue: planner profiles, then the others the driver offers."""
-        return self.profiles + self.extra_profiles
-
-    def to_nvml(self, placement: Placement) -> Placement:
-        """The placement as NVML reports it (RTX PRO 6000 counts 12 units, not 4)."""
-        u = self.nvml_placement_unit
-        return Placement(placement.start * u, placement.size * u)
-
-    def from_nvml(self, start: int, size: int) -> Placement:
-        """Our placement (memory slices) of an NVML ``start:size``."""
-        u = self.nvml_placement_unit
-        if start % u or size % u or size <= 0:
-            raise GeometryError(
-                f"{self.name}: NVML placement {start}:{size} is not whole memory slices "
-                f"of {u} units"
-            )
-        return Placement(start // u, size // u)
-
-    def profile_for_size(self, size: int) -> Profile:
-        """The planner's profile for an instance of ``size`` compute slices."""
-        for p in self.profiles:
-            if p.compute_slices == size and p.nvml_class in _PLANNER_CLASSES:
-                return p
-        raise GeometryError(
-            f"{self.name} has no instance of {size} compute slices; "
-            f"sizes are {', '.join(map(str, self.planner_sizes))}"
-        )
-
-    def profile(self, name: str) -> Profile:
-        """A profile by the driver's name (an earlier driver's name too, e.g. GB200's
-        ``7g.189gb``), planner or not."""
-        name = self.renamed.get(name, name)
-        for p in self.all_profiles:
-            if p.name == name:
-                return p
-        names = ", ".join(p.name for p in self.all_profiles)
-        raise GeometryError(f"{self.name} has no profile {name!r}; profiles: {names}")
-
-    def compute_slices_of(self, placement: Placement, size: int) -> tuple[int, ...]:
-        """Compute slices of an instance of ``size`` compute slices at ``placement``.
-
-        Compute slice ``i`` sits on memory slice ``i``; a 3g instance at start 0
-        therefore computes on 0-2 while holding memory slices 0-3.
-        """
-        return tuple(range(placement.start, placement.start + size))
-
-    def create_time(self, size: int) -> float:
-        return self.create_s[size]
-
-    def destroy_time(self, size: int) -> float:
-        return self.destroy_s[size]
-
-    def nodes_of_size(self, size: int) -> tuple[TreeNode, ...]:
-        return tuple(n for n in self.tree if n.size == size)
-
-    @property
-    def memory_bytes(self) -> int:
-        return max(p.memory_bytes for p in self.profiles)
-
+__all__ = ["ALIASES", "MODELS", "get_model"]
 
 # ---------------------------------------------------------------------------
 # Table 1 of the FAR paper (shared/data/far-reference/reconfig_times.csv).
@@ -203,8 +32,6 @@ _RECONFIG = {
         {1: 0.21, 2: 0.23, 3: 0.25, 4: 0.26, 7: 0.26},
     ),
 }
-
-_PLANNER_CLASSES = {"1_SLICE", "2_SLICE", "3_SLICE", "4_SLICE", "7_SLICE"}
 
 # (class, compute slices, memory slices, starts) for the 7-slice lattice.
 _LATTICE7 = (
@@ -424,14 +251,44 @@ MODELS: dict[str, GpuModel] = {
         _model7("H100-80GB", "H100", _names7(10, 20, 40, 80), 80, source=_GUIDE + ", H100"),
         # H100 94GB (SXM5, PCIe) and H100 NVL: the same names (guide; mig-parted's
         # "H100 NVL, H800 NVL" configs; gpu-operator PR #903's -lgip of an H100 NVL).
-        _model7("H100-94GB", "H100", _names7(12, 24, 47, 94), 94, source=_PARTED),
+        # Usable memory: the -lgip of an H100 NVL in gpu-operator PR #900/#903 (1g 10.75,
+        # 1g.24gb and 2g 21.62 GiB) and mig-parted PR #101 (3g/4g 46.38 GiB).
+        _model7(
+            "H100-94GB",
+            "H100",
+            _names7(12, 24, 47, 94),
+            94,
+            measured={
+                "1_SLICE": 10.75,
+                "1_SLICE_REV2": 21.62,
+                "2_SLICE": 21.62,
+                "3_SLICE": 46.38,
+                "4_SLICE": 46.38,
+            },
+            source=_PARTED + "; -lgip in gpu-operator #903 and mig-parted #101",
+        ),
         # H100 96GB: the H100 on GH200 (guide "H100 96GB product (H100 on GH200)";
         # mig-parted "H100-96GB, PG506-96GB, GH200" configs: 1g.12gb, 1g.12gb+me,
         # 1g.24gb, 2g.24gb, 3g.48gb, 4g.48gb, 7g.96gb). No -lgip output found: usable
         # memory is the reserve estimate.
         _model7("H100-96GB", "H100", _names7(12, 24, 48, 96), 96, source=_PARTED),
         # Table 1 has no H200 or B200 row: they take the H100 figures.
-        _model7("H200-141GB", "H100", _names7(18, 35, 71, 141), 141, source=_GUIDE + ", H200"),
+        # Usable memory: the -lgip of an H200 in mig-parted issue #120.
+        _model7(
+            "H200-141GB",
+            "H100",
+            _names7(18, 35, 71, 141),
+            141,
+            measured={
+                "1_SLICE": 16.0,
+                "1_SLICE_REV2": 32.25,
+                "2_SLICE": 32.25,
+                "3_SLICE": 69.5,
+                "4_SLICE": 69.5,
+                "7_SLICE": 139.75,
+            },
+            source=_GUIDE + ", H200; -lgip in mig-parted #120",
+        ),
         # GH200 144G HBM3e (device 0x2348): mig-parted PR #139 (2024-10-23) with its
         # -lgip (1g.18gb 17.50 GiB, 1g.36gb and 2g.36gb 35.25 GiB; IDs 19/20/15/14);
         # 3g.72gb, 4g.72gb and 7g.144gb from the same config, their memory estimated.
@@ -443,7 +300,18 @@ MODELS: dict[str, GpuModel] = {
             measured={"1_SLICE": 17.5, "1_SLICE_REV2": 35.25, "2_SLICE": 35.25},
             source="mig-parted PR #139 (-lgip)",
         ),
-        _model7("B200-180GB", "H100", _names7(23, 45, 90, 180), 180, source=_GUIDE + ", B200"),
+        # Usable memory: B200 -lgip outputs. The first driver gave 1g.23gb 22.00 GiB
+        # (mig-parted PR #166, gpu-operator PR #1242), a later one 20.50 GiB (mig-parted
+        # PR #187); both 44.25 GiB for 1g.45gb and 2g.45gb. The tables keep the later
+        # (smaller) figure; 3g/4g/7g estimated.
+        _model7(
+            "B200-180GB",
+            "H100",
+            _names7(23, 45, 90, 180),
+            180,
+            measured={"1_SLICE": 20.5, "1_SLICE_REV2": 44.25, "2_SLICE": 44.25},
+            source=_GUIDE + ", B200; -lgip in mig-parted #166 and #187",
+        ),
         # GB200 (HGX, device 0x2941): 186 GB in the guide's Supported GPUs table. The
         # first drivers named 1g.24gb, 3g.95gb, 4g.95gb, 7g.189gb (mig-parted 89dd81a3,
         # gpu-operator PR #1303, 1g at 20.00 GiB); production boards report 1g.23gb,
@@ -497,7 +365,6 @@ ALIASES = {
     "RTX-PRO-6000-96GB": "RTXPRO6000-96GB",
     "RTX-PRO-6000-BLACKWELL": "RTXPRO6000-96GB",
 }
-_ALIASES = ALIASES  # the name other modules used before
 
 
 def get_model(name: str) -> GpuModel:
@@ -509,136 +376,3 @@ def get_model(name: str) -> GpuModel:
         if model_name.upper() == key:
             return model
     raise GeometryError(f"unknown GPU model {name!r}; known models: {', '.join(MODELS)}")
-
-
-def can_coexist(model: GpuModel, placements: Iterable[Placement]) -> bool:
-    """True when every placement is legal on ``model`` and no two share a memory slice."""
-    items = list(placements)
-    legal = {pl for p in model.profiles for pl in p.placements}
-    if any(pl not in legal for pl in items):
-        return False
-    return not any(a.overlaps(b) for a, b in combinations(items, 2))
-
-
-def legal_placements(model: GpuModel) -> tuple[Placement, ...]:
-    return tuple(sorted({pl for p in model.profiles for pl in p.placements}))
-
-
-def planner_slots(model: GpuModel) -> tuple[Slot, ...]:
-    """Every (placement, size) an instance of a planner size can take."""
-    return tuple(
-        sorted(
-            Slot(pl, s) for s in model.planner_sizes for pl in model.profile_for_size(s).placements
-        )
-    )
-
-
-@cache
-def valid_partitions(model_name: str) -> tuple[tuple[Slot, ...], ...]:
-    """Maximal sets of disjoint planner slots (19 on A100/H100, 5 on A30), Fig. 1."""
-    model = get_model(model_name)
-    options = planner_slots(model)
-    found: list[tuple[Slot, ...]] = []
-
-    def fits(o: Slot, chosen: list[Slot]) -> bool:
-        return not any(o.placement.overlaps(c.placement) for c in chosen)
-
-    def extend(chosen: list[Slot], i: int) -> None:
-        if i == len(options):
-            if not any(fits(o, chosen) for o in options):
-                found.append(tuple(sorted(chosen)))
-            return
-        if fits(options[i], chosen):
-            extend(chosen + [options[i]], i + 1)
-        extend(chosen, i + 1)
-
-    extend([], 0)
-    return tuple(sorted(set(found), key=lambda p: [(-x.size, x.placement.start) for x in p]))
-
-
-# ---------------------------------------------------------------------------
-# Bit masks: bit i is memory (or compute) slice i. A 3g instance at 0 holds memory 0b1111
-# and computes on 0b0111.
-
-
-def slot_mask(slot: Slot) -> int:
-    """Memory-slice bitmask of an instance at ``slot``."""
-    p = slot.placement
-    return ((1 << p.size) - 1) << p.start
-
-
-def compute_mask(slot: Slot) -> int:
-    """Compute-slice bitmask of an instance at ``slot``."""
-    return ((1 << slot.size) - 1) << slot.placement.start
-
-
-@dataclass(frozen=True)
-class MaskTables:
-    """Lookup tables of one model's planner slots, built once per model. Slots are
-    numbered by placement order; these Slot objects are canonical (fast ``index_of``)."""
-
-    model: GpuModel
-    slots: tuple[Slot, ...]  # by placement
-    masks: tuple[int, ...]  # memory-slice mask of slots[i]
-    mask: dict[Slot, int]
-    by_size: dict[int, tuple[Slot, ...]]  # legal slots of each size, by placement
-    fit_sizes: tuple[frozenset[int], ...]  # sizes with a slot avoiding memory mask m
-    first_fit: tuple[dict[int, Slot], ...]  # first slot of each size avoiding memory mask m
-    memory: dict[int, int]  # usable bytes of each size's profile
-    _by_id: dict[int, int]
-    _by_eq: dict[Slot, int]
-
-    def index_of(self, slot: Slot) -> int | None:
-        """Number of a planner slot (None if it is not one); fast for canonical ones."""
-        i = self._by_id.get(id(slot))
-        return i if i is not None else self._by_eq.get(slot)
-
-    def first_free(self, size: int, blocked: int) -> Slot | None:
-        """The first legal slot of ``size`` sharing no memory slice with ``blocked``."""
-        return self.first_fit[blocked].get(size)
-
-
-_TABLES: dict[str, MaskTables] = {}
-
-
-def mask_tables(model: GpuModel) -> MaskTables:
-    """The tables of ``model`` (built on first use, then cached by model name)."""
-    tables = _TABLES.get(model.name)
-    if tables is None or tables.model is not model:
-        tables = _TABLES[model.name] = _build_tables(model)
-    return tables
-
-
-def _build_tables(model: GpuModel) -> MaskTables:
-    slots = tuple(sorted(planner_slots(model), key=lambda s: (s.placement.start, s.size)))
-    masks = tuple(slot_mask(s) for s in slots)
-    mask = dict(zip(slots, masks))
-    by_size = {size: tuple(s for s in slots if s.size == size) for size in model.planner_sizes}
-    fit, first = [], []
-    for m in range(1 << model.memory_slices):
-        found = {}
-        for size, cands in by_size.items():
-            for s in cands:
-                if not mask[s] & m:
-                    found[size] = s
-                    break
-        first.append(found)
-        fit.append(frozenset(found))
-    memory = {s: model.profile_for_size(s).memory_bytes for s in model.planner_sizes}
-    return MaskTables(
-        model,
-        slots,
-        masks,
-        mask,
-        by_size,
-        tuple(fit),
-        tuple(first),
-        memory,
-        {id(s): i for i, s in enumerate(slots)},
-        {s: i for i, s in enumerate(slots)},
-    )
-
-
-def partition_name(partition: Iterable[Slot]) -> str:
-    """Sizes left to right, as the paper writes partitions: ``4-2-1``."""
-    return "-".join(str(s.size) for s in sorted(partition))

@@ -451,9 +451,7 @@ def estimate_times(
     if not 0.0 <= serial_fraction <= 1.0:
         raise ValueError(f"serial_fraction must be between 0 and 1, got {serial_fraction!r}")
     sizes = model.planner_sizes
-    fits = {
-        s: min_memory is None or model.profile_for_size(s).memory_bytes >= min_memory for s in sizes
-    }
+    fits = {s: min_memory is None or model.most_memory(s) >= min_memory for s in sizes}
     medians = {s: statistics.median(v) for s, v in obs.items() if v and fits.get(s, False)}
     if len(medians) >= 2:
         a, b = _fit_amdahl(medians)

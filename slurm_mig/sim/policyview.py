@@ -1,0 +1,83 @@
+"""What the simulator's policy sees of the engine's state, built on access: the GPUs
+as snapshot GPUs (only those that changed are built anew) and the jobs on instances."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ..pcie import slowdown
+from ..planner.snapshot import Gpu as GpuView
+from .api import RunningView
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ["GpuList", "RunningMap", "running_view"]
+
+
+def running_view(engine: Engine, job: str) -> RunningView | None:
+    """Job ``job`` on its instance now (running, or waiting for it), or None."""
+    idx = engine.index.get(job)
+    inst = engine.held.get(idx) if idx is not None else None
+    if inst is None:
+        return None
+    j = engine.jobs[idx]
+    run = inst.run
+    if run is not None:
+        rem = run.remaining_at(engine.now)
+        return RunningView(j, inst.gpu, inst.slot, run.started, rem, run.sd, run.finish)
+    start = max(inst.ready_at, inst.start_at)
+    n = engine.gpu_state[inst.gpu].pcie_n + (1 if j.pcie_demand > 0 else 0)
+    sd = slowdown(j.alpha, j.pcie_demand, n, engine.pcie_max)
+    end = start + inst.rem * j.time(inst.slot.size) * sd
+    return RunningView(j, inst.gpu, inst.slot, None, inst.rem, sd, end)
+
+
+class GpuList(Sequence[GpuView]):
+    """The engine's GPUs as snapshot GPUs, built lazily for GPUs that changed."""
+
+    __slots__ = ("_build", "_n")
+
+    def __init__(self, build, n: int) -> None:
+        self._build, self._n = build, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self._build(k) for k in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._build(i)
+
+    def __iter__(self) -> Iterator[GpuView]:
+        build = self._build
+        for k in range(self._n):
+            yield build(k)
+
+
+class RunningMap(Mapping[str, RunningView]):
+    """The jobs on instances, read-only, built on access."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __getitem__(self, job: str) -> RunningView:
+        got = self._engine.running(job)
+        if got is None:
+            raise KeyError(job)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        jobs = self._engine.jobs
+        for idx in list(self._engine.held):
+            yield jobs[idx].id
+
+    def __len__(self) -> int:
+        return len(self._engine.held)

@@ -1,0 +1,79 @@
+"""The cycle's input from Slurm's and the store's records: the configured nodes sinfo
+shows usable, and a `cycle.Snapshot` with each job's runtime estimates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from ..config import Config
+from ..geometry import get_model
+from .cycle import Snapshot
+from .estimates import Estimator
+from .jobrecord import in_partition, job_phase
+
+__all__ = ["build_snapshot", "usable_nodes"]
+
+
+def usable_nodes(
+    configured: Mapping[str, Sequence[str]], nodes: Iterable[Any]
+) -> dict[str, tuple[str, ...]]:
+    """Configured nodes that sinfo shows and that take jobs, with their GPU models."""
+    seen = {n.name: n for n in nodes}
+    out = {}
+    for name, models in configured.items():
+        node = seen.get(name)
+        if node is None:
+            continue
+        if not node.usable:
+            continue
+        out[name] = tuple(models)
+    return out
+
+
+def build_snapshot(
+    config: Config,
+    jobs: Sequence[Any],
+    nodes: Sequence[Any],
+    store: Any,
+    now: float,
+    previous_nodes: frozenset[str] | None = None,
+    plans: Mapping[str, Any] | None = None,
+    learned: AbstractSet[tuple[str, int]] = frozenset(),
+    policy: Any = None,
+    limited: Mapping[str, str] | None = None,
+) -> Snapshot:
+    """The cycle's input from what squeue and sinfo said and the learned runtimes;
+    ``learned``: the finished runs the store already holds (no learn action again)."""
+    configured = {name: tuple(models) for name, models in config.nodes.items()}
+    all_models = sorted({get_model(m).name for ms in configured.values() for m in ms})
+    estimator = Estimator(config, store)
+    estimates = {}
+    for job in jobs:
+        if job.partition and not in_partition(job, config.partition):
+            continue
+        if job_phase(job.state) == "pending":
+            estimates[job.job_id] = estimator(job, all_models)
+        else:  # running or finished: only its kind and owner, to learn its runtime
+            estimates[job.job_id] = estimator.identity(job)
+    return Snapshot(
+        now=now,
+        jobs=tuple(jobs),
+        nodes=usable_nodes(configured, nodes),
+        estimates=estimates,
+        partition=config.partition,
+        algorithm=config.algorithm,
+        batch_window=config.batch_window,
+        batch_size=config.batch_size,
+        max_planned=config.max_planned,
+        previous_nodes=previous_nodes,
+        release_ahead=config.release_ahead,
+        start_timeout=config.start_timeout,
+        plans=plans,
+        learned=frozenset(learned),
+        policy=policy,
+        reorder=config.reorder,
+        objective=config.objective,
+        limited=dict(limited or {}),
+    )

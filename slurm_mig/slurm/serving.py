@@ -1,0 +1,90 @@
+"""What the planner daemon listens on besides its cycle timer: the Epilog notifications
+(``[planner] notify``, UDP) and the HTTP endpoint (``[planner] metrics``: /metrics, and
+the web page with ``[planner] web``). Either that cannot be bound is logged and left off."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..config import parse_address
+
+if TYPE_CHECKING:
+    from .daemon import PlannerDaemon
+    from .notify import Listener
+    from .serve import Server
+
+__all__ = ["METRICS_TYPE", "listen", "serve"]
+
+log = logging.getLogger("slurm_mig.planner")
+
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def listen(daemon: PlannerDaemon) -> Listener | None:
+    """The notification listener on ``[planner] notify``, or None (off, or the
+    address cannot be bound: then the cycle timer alone drives the daemon)."""
+    from .notify import Listener
+
+    address = parse_address(daemon.config.notify)
+    if address is None:
+        return None
+    if daemon.key is None:
+        log.warning("no signing key: Epilog notifications are not heard (dry run)")
+        return None
+    refused = daemon.notify_refused
+    if refused is None:  # once per registry, however often `run` is called
+        from prometheus_client import Counter
+
+        refused = daemon.notify_refused = Counter(
+            "slurm_mig_planner_notify_refused",
+            "Notification datagrams refused, by reason (forged, stale, replayed, limited...)",
+            ["reason"],
+            registry=daemon.metrics.registry,
+        )
+    try:
+        listener = Listener(
+            address, daemon.wake.set, daemon.key, refused=lambda why: refused.labels(why).inc()
+        ).start()
+    except OSError as exc:
+        log.warning(
+            "cannot listen for Epilog notifications on %s:%d (%s); planning every %.1f s instead",
+            *address,
+            exc.strerror or exc,
+            daemon.config.cycle,
+        )
+        return None
+    log.info("listening for Epilog notifications on %s:%d (UDP)", *listener.address)
+    return listener
+
+
+def serve(daemon: PlannerDaemon) -> Server | None:
+    """The HTTP endpoint on ``[planner] metrics`` (/metrics; the web page too with
+    ``[planner] web``), or None (off, or the address cannot be bound)."""
+    from .serve import Cached, Server
+
+    address = parse_address(daemon.config.metrics)
+    if address is None:
+        return None
+    # at most once a cycle (and a second): many scrapers cost one
+    metrics = Cached(
+        lambda: (METRICS_TYPE, daemon.metrics.text()), lambda: daemon.last_report, max_age=1.0
+    )
+    pages = {"/metrics": metrics}
+    if daemon.config.web:
+        from .web import pages as web_pages
+
+        pages.update(web_pages(daemon))
+    try:
+        server = Server(address, pages).start()
+    except OSError as exc:
+        log.warning(
+            "cannot serve metrics on %s:%d (%s); change [planner] metrics",
+            *address,
+            exc.strerror or exc,
+        )
+        return None
+    host, port = server.address
+    what = "metrics and the web page" if len(pages) > 1 else "metrics"
+    log.info("serving %s on http://%s:%d/", what, host, port)
+    return server

@@ -1,0 +1,50 @@
+"""The Slurm TaskProlog's decision (run as the job's user): ``export
+CUDA_VISIBLE_DEVICES=<MIG uuid>`` from the job's task record, or why it has no GPU.
+"""
+
+from __future__ import annotations
+
+from ..config import Config
+from .admission import in_partition
+from .hookoutcome import Outcome, describe
+from .jobenv import JobEnv
+from .nodestate import JobRecord, NodeState, Refusal
+
+__all__ = ["NO_GPU", "task_prolog"]
+
+NO_GPU = "export CUDA_VISIBLE_DEVICES="
+
+
+def task_prolog(job: JobEnv, config: Config) -> Outcome:
+    """``export CUDA_VISIBLE_DEVICES=<uuid>`` from the job's record; for a refused job
+    print the reason, ask for a requeue (action requeue) and exit 1."""
+    if not in_partition(job, config):
+        return Outcome()
+    out = Outcome()
+    state = NodeState(config.run_dir_for(job.node), warn=out.warn)
+    item = state.task(job.own_id)  # the job's own record: root's are not readable here
+    rec = item if isinstance(item, JobRecord) else None
+    if rec is not None and rec.restart == job.restart:
+        out.stdout.append(f"export CUDA_VISIBLE_DEVICES={rec.uuid}")
+        out.say(f"CUDA_VISIBLE_DEVICES={rec.uuid}: {describe(rec.profile, rec.placement, rec.gpu)}")
+        return out
+    refusal = item if isinstance(item, Refusal) else None
+    if refusal is not None:
+        out.stdout += [NO_GPU, f"print slurm-mig: {refusal.reason}"]
+        if refusal.action == "requeue":
+            out.stdout.append(
+                f"print slurm-mig: job {job.job_id} is requeued and held for the planner"
+            )
+            out.requeue = True
+        else:
+            out.stdout.append(f"print slurm-mig: job {job.job_id} cannot run as submitted")
+        out.exit_code = 1
+        out.warn(f"refused (action {refusal.action}): {refusal.reason}")
+        return out
+    text = (
+        f"no MIG instance was prepared for job {job.job_id} on {job.node}; "
+        "the job runs without a GPU"
+    )
+    out.stdout += [NO_GPU, f"print slurm-mig: {text}"]
+    out.warn(text)
+    return out
