@@ -12,7 +12,7 @@ SLURM_PKGS := slurmctld slurmd slurm-client munge slurmdbd mariadb-server
 # headless Chromium (the web page); each is installed where its command is missing.
 VIEW_PKGS := tmux chromium
 # promtool checks and unit-tests the Prometheus alert rules (contrib/slurm-mig-alerts.yml,
-# tests/test_alerts.py); Debian ships it in the prometheus package.
+# tests/slurm/test_alerts.py); Debian ships it in the prometheus package.
 ALERT_PKGS := prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Other Slurm releases for the e2e suite: debootstrapped Debian roots, cached in
@@ -104,16 +104,25 @@ slurm-roots: $(VENV)/.installed
 		$(BIN)/python -m slurm_mig.demo.slurmroot build $(SLURM_ROOTS) || [ -z "$$CI" ]; \
 	fi
 
-# The whole suite on the host's Slurm (22.05 on Debian 12), then the e2e suite once per
-# root's release, each in a random order (pyproject.toml): `make test SEED=N` repeats one.
-# --durations names the slowest tests of each run (CI's whole run should stay under 50 min).
+# The unit tests and the e2e suite on the host's Slurm (22.05 on Debian 12) side by side
+# (the unit tests start no Slurm; their report follows the e2e one, from
+# test-artifacts/unit.log), then the e2e suite once per root's release (one Slurm at a
+# time: the clusters' nodes share names), each in a random order (pyproject.toml):
+# `make test SEED=N` repeats one. --durations names the slowest tests of each run (CI's
+# whole run should stay under 50 min).
 test: SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 test: slurm-packages view-packages alert-packages venv slurm-roots
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@echo "== test order: --randomly-seed=$(SEED) (make test SEED=$(SEED) repeats it)"
-	$(BIN)/pytest -q --durations=10 --randomly-seed=$(SEED)
-	@status=0; for release in $(SLURM_ROOTS); do \
+	@mkdir -p test-artifacts; status=0; \
+	$(BIN)/pytest -q --durations=10 --randomly-seed=$(SEED) --ignore=tests/e2e \
+		>test-artifacts/unit.log 2>&1 & unit=$$!; \
+	echo "== tests/e2e on the host's Slurm (the unit tests run beside it)"; \
+	$(BIN)/pytest -q --durations=10 --randomly-seed=$(SEED) tests/e2e || status=1; \
+	wait $$unit || status=1; \
+	echo "== the unit tests (test-artifacts/unit.log)"; cat test-artifacts/unit.log; \
+	for release in $(SLURM_ROOTS); do \
 		echo "== tests/e2e on the Slurm of Debian $$release"; \
 		SLURM_MIG_SLURM=$$release $(BIN)/pytest -q --durations=10 --randomly-seed=$(SEED) tests/e2e || status=1; \
 	done; exit $$status

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 __all__ = [
     "count_at_most",
+    "int_at_least",
     "number_within",
     "positive_float",
     "positive_int",
@@ -15,15 +16,29 @@ __all__ = [
 ]
 
 
+def int_at_least(low: int, why: str, *, otherwise: str = "") -> Callable[[str], int]:
+    """A whole number >= ``low``; below it the message is ``<value> must be <why>``, and
+    ``otherwise`` ends the message for text that is no whole number."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number{otherwise}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} must be {why}")
+        return value
+
+    parse.__name__ = "count"  # argparse names the type in its messages
+    return parse
+
+
+_at_least_one = int_at_least(1, "at least 1")
+
+
 def positive_int(text: str) -> int:
     """A whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+    return _at_least_one(text)
 
 
 def count_at_most(most: int, what: str) -> Callable[[str], int]:

@@ -113,6 +113,251 @@ def _priority_lines(entry: Mapping[str, Any], public: Mapping[str, Any] | None) 
     return out
 
 
+def _stale_line(public: Mapping[str, Any] | None, cycle: float | None, now: float) -> str | None:
+    """What to say first when the public summary is older than a few cycles, or None."""
+    from .slurm.liveness import staleness
+
+    updated = public.get("updated") if public else None
+    if cycle is not None and isinstance(updated, int | float) and not isinstance(updated, bool):
+        return staleness(float(updated), cycle, now)
+    return None
+
+
+def _public_entry(job: Any, public: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The job's entry in the public summary, or None when absent or malformed."""
+    entry = (public or {}).get("jobs", {}).get(job.job_id) if public else None
+    return entry if isinstance(entry, dict) else None
+
+
+def _where(current: Any) -> dict[str, Any] | None:
+    """Where the plan puts the job, as the JSON ``where`` field (None: no plan)."""
+    if current is None:
+        return None
+    return {
+        "node": current.node,
+        "gpu": current.gpu,
+        "profile": current.profile,
+        "placement": [current.placement.start, current.placement.size],
+        "planned_seconds": current.planned_seconds,
+    }
+
+
+def _read_hints(comment: str) -> tuple[Any, str | None]:
+    """The job's parsed ``mig:`` hints and None, or None and why they are invalid."""
+    from .hints import HintError, parse_hints
+
+    try:
+        return parse_hints(comment), None
+    except HintError as exc:
+        return None, " ".join(str(exc).split())
+
+
+def _active_lines(job: Any, current: Any, now: float) -> list[str]:
+    """A running job: where it runs and how much of its planned runtime is left."""
+    if current is None:
+        return [f"{job.state.lower()} on {job.nodes or '?'} (no slurm-mig record)"]
+    lines = [
+        f"running on {current.node} gpu {current.gpu} as {current.profile} at "
+        f"{current.placement.start}:{current.placement.size} (batch {current.batch}, "
+        f"order {current.order})"
+    ]
+    if job.start_time:
+        ran = now - job.start_time
+        left = current.planned_seconds - ran
+        lines.append(
+            f"started {_clock(job.start_time)}, planned to run "
+            f"{_span(current.planned_seconds)}: "
+            + (
+                f"{_span(left)} left by the plan"
+                if left >= 0
+                else f"{_span(-left)} past its planned runtime"
+            )
+        )
+    return lines
+
+
+def _done_lines(job: Any, current: Any) -> list[str]:
+    """A finished job: its end state, and how long it ran against its plan."""
+    lines = [f"finished ({job.state})"]
+    if current is not None and job.start_time and job.end_time:
+        lines.append(
+            f"ran {_span(job.end_time - job.start_time)} on {current.node} gpu "
+            f"{current.gpu} as {current.profile}; planned {_span(current.planned_seconds)}"
+        )
+    return lines
+
+
+def _release_line(job: Any, entry: Mapping[str, Any] | None) -> str:
+    """Whether a planned pending job is released to Slurm or held by the planner."""
+    state = entry.get("state") if entry else None
+    if not job.held or state == "released":
+        if job.dependency:
+            return "released: Slurm starts it as soon as the jobs before it on its slices have left"
+        return "released: waiting for Slurm to start it"
+    return "held by the planner until its slices are free"
+
+
+def _projection_lines(
+    entry: Mapping[str, Any], public: Mapping[str, Any] | None, now: float
+) -> tuple[list[str], float | None]:
+    """A planned job's priority, what it waits for and its projected start (or None)."""
+    lines = _priority_lines(entry, public)
+    start = entry.get("start") if isinstance(entry.get("start"), int | float) else None
+    free = entry.get("free_at")
+    if isinstance(free, int | float) and free > now:
+        lines.append(
+            f"why it waits: its slices are busy until {_clock(free)} (in {_span(free - now)})"
+        )
+    if start is not None:
+        lines.append(
+            f"projected start: {_clock(start)}"
+            + (f" (in {_span(start - now)})" if start > now else " (now)")
+        )
+    return lines, start
+
+
+def _planned_lines(
+    job: Any,
+    current: Any,
+    entry: Mapping[str, Any] | None,
+    public: Mapping[str, Any] | None,
+    now: float,
+    no_summary: str,
+) -> tuple[list[str], float | None]:
+    """A pending job with a plan: where, whether released, and when it should start."""
+    lines = [
+        f"planned on {current.node} gpu {current.gpu} as {current.profile} at "
+        f"{current.placement.start}:{current.placement.size} (batch {current.batch}, "
+        f"order {current.order} on that GPU), to run {_span(current.planned_seconds)}",
+        _release_line(job, entry),
+    ]
+    if entry is not None:
+        more, start = _projection_lines(entry, public, now)
+        return lines + more, start
+    if public is None:
+        lines.append(f"projected start: unknown ({no_summary})")
+    else:
+        lines.append(
+            "projected start: unknown (the planner's summary has no projection "
+            "for it yet; it plans again within a cycle)"
+        )
+    return lines, None
+
+
+def _unplanned_lines(
+    job: Any, entry: Mapping[str, Any] | None, public: Mapping[str, Any] | None
+) -> list[str]:
+    """A pending job without a plan: why not (a note, deferred, not seen, beyond)."""
+    from .slurm.jobrecord import ADMIN_TAG
+
+    note = (job.admin_comment or "").strip()
+    if note.startswith(ADMIN_TAG):
+        text = note[len(ADMIN_TAG) :].strip()
+        return [f"not planned: {text.removeprefix('not planned:').strip()}"]
+    if entry is not None and entry.get("state") == "deferred":
+        return [f"not planned yet: {entry.get('why', '')}", *_priority_lines(entry, public)]
+    if job.held and job.reason == "JobHeldUser":
+        return [
+            "held, waiting for the planner to take it (the planner's cycle has not "
+            "seen it yet, or the planner is not running)"
+        ]
+    if public is not None and _count(public.get("beyond")):
+        return [
+            f"waiting: the planner keeps plans for the first "
+            f"{_count(public.get('max_planned'))} held jobs of the partition by "
+            f"priority, then submission time ([planner] max_planned); {_count(public.get('beyond'))} "
+            "more wait unplanned until those start"
+        ]
+    return ["waiting for the planner's next batch"]
+
+
+def _batch_window_lines(public: Mapping[str, Any], now: float) -> list[str]:
+    """Why an unplanned job waits when the batch window is still collecting jobs."""
+    nb = public.get("next_batch_at")
+    if isinstance(nb, int | float) and nb > now:
+        return [
+            f"why it waits: the batch window ({public.get('batch_window', 0):g} s) "
+            f"collects jobs until {_clock(nb)} (in {_span(nb - now)})"
+        ]
+    return []
+
+
+def _pending_lines(
+    job: Any,
+    current: Any,
+    entry: Mapping[str, Any] | None,
+    public: Mapping[str, Any] | None,
+    now: float,
+    no_summary: str,
+    note: str,
+) -> tuple[list[str], float | None]:
+    """A pending job: its plan or why it has none, and the planner's note; with the
+    projected start (None: unknown)."""
+    start = None
+    if current is not None:
+        lines, start = _planned_lines(job, current, entry, public, now, no_summary)
+    else:
+        lines = _unplanned_lines(job, entry, public)
+    if current is None and public is not None:
+        lines.extend(_batch_window_lines(public, now))
+    if note:
+        lines.append(f"the planner's note in its comment: {note}")
+    return lines, start
+
+
+def _memory_line(job: Any, mem: int, current: Any) -> str:
+    """How much GPU memory the hint asks for, where from, and what the profile has."""
+    source = (
+        "set by mig-run after a restart (a forecast or an out-of-memory error)"
+        if job.restart_count > 0
+        else "from its hint"
+    )
+    need = f"needs {_gib(mem)} of GPU memory ({source})"
+    if current is not None:
+        try:
+            prof = get_model(current.model).profile(current.profile)
+            need += f"; {current.profile} has {_gib(prof.memory_bytes)}"
+        except GeometryError:
+            pass
+    return need
+
+
+def _hint_lines(
+    job: Any, hints: Any, problem: str | None, hint_text: str | None, current: Any
+) -> list[str]:
+    """What the job's ``mig:`` hint said (memory, PCIe, runtime), or that it is invalid
+    or missing."""
+    if problem is not None:
+        return [f"its hint is invalid: {problem}"]
+    if hints is None or not hint_text:
+        return [
+            "no mig: hint in its comment (runtime from earlier runs of its name, else its time limit)"
+        ]
+    lines = [f"its hint: {hint_text}"]
+    if hints.mem:
+        lines.append(_memory_line(job, hints.mem, current))
+    if hints.pcie:
+        lines.append(
+            f"PCIe-bound ({hints.pcie:g} GB/s): the planner keeps the PCIe demand on a "
+            "GPU within its link, which can delay it"
+        )
+    if hints.time:
+        lines.append(f"its hint says it runs {_span(hints.time)}")
+    return lines
+
+
+def _deadline_lines(
+    job: Any, phase: str, start: float | None, current: Any, now: float
+) -> list[str]:
+    """The job's deadline, and whether a pending job's projected end misses it."""
+    if not job.deadline:
+        return []
+    end = (start or now) + (current.planned_seconds if current else 0.0)
+    if phase == "pending" and end > job.deadline:
+        return [f"deadline {_clock(job.deadline)}: the projected end {_clock(end)} is after it"]
+    return [f"deadline {_clock(job.deadline)}"]
+
+
 def explain(
     job: Any,
     public: Mapping[str, Any] | None,
@@ -126,186 +371,37 @@ def explain(
     cycle``: with both, a summary older than a few cycles comes first (``stale``: the
     planner seems to have stopped)."""
     from . import jobcomment as comments
-    from .hints import HintError, parse_hints
-    from .slurm.jobrecord import ADMIN_TAG, job_phase, parse_admin_comment
-    from .slurm.liveness import staleness
+    from .slurm.jobrecord import job_phase, parse_admin_comment
 
-    lines: list[str] = []
-    stale = None
-    updated = public.get("updated") if public else None
-    if cycle is not None and isinstance(updated, int | float) and not isinstance(updated, bool):
-        stale = staleness(float(updated), cycle, now)
-        if stale is not None:
-            lines.append(stale)
+    stale = _stale_line(public, cycle, now)
+    lines: list[str] = [stale] if stale is not None else []
     a = parse_admin_comment(job.admin_comment)
     current = a if a is not None and a.restart == job.restart_count else None
     phase = job_phase(job.state)
-    entry = (public or {}).get("jobs", {}).get(job.job_id) if public else None
-    entry = entry if isinstance(entry, dict) else None
+    entry = _public_entry(job, public)
     start: float | None = None
-    where = None
     if phase == "pending" and job.held:
         # a held job's plan is the planner's alone (an AdminComment record is that of
         # an earlier release, dropped when the job was held again)
         current = _from_public(job, entry)
-    if current is not None:
-        where = {
-            "node": current.node,
-            "gpu": current.gpu,
-            "profile": current.profile,
-            "placement": [current.placement.start, current.placement.size],
-            "planned_seconds": current.planned_seconds,
-        }
+    where = _where(current)
 
     # what the job said about itself
     parsed = comments.parse(job.comment)
-    hint_text = parsed.hint
-    try:
-        hints = parse_hints(job.comment)
-        problem = None
-    except HintError as exc:
-        hints, problem = None, " ".join(str(exc).split())
+    hints, problem = _read_hints(job.comment)
 
     if phase == "active":
-        if current is not None:
-            lines.append(
-                f"running on {current.node} gpu {current.gpu} as {current.profile} at "
-                f"{current.placement.start}:{current.placement.size} (batch {current.batch}, "
-                f"order {current.order})"
-            )
-            if job.start_time:
-                ran = now - job.start_time
-                left = current.planned_seconds - ran
-                lines.append(
-                    f"started {_clock(job.start_time)}, planned to run "
-                    f"{_span(current.planned_seconds)}: "
-                    + (
-                        f"{_span(left)} left by the plan"
-                        if left >= 0
-                        else f"{_span(-left)} past its planned runtime"
-                    )
-                )
-        else:
-            lines.append(f"{job.state.lower()} on {job.nodes or '?'} (no slurm-mig record)")
+        lines.extend(_active_lines(job, current, now))
     elif phase == "done":
-        lines.append(f"finished ({job.state})")
-        if current is not None and job.start_time and job.end_time:
-            lines.append(
-                f"ran {_span(job.end_time - job.start_time)} on {current.node} gpu "
-                f"{current.gpu} as {current.profile}; planned {_span(current.planned_seconds)}"
-            )
+        lines.extend(_done_lines(job, current))
     else:
-        note = (job.admin_comment or "").strip()
-        if current is not None:
-            state = entry.get("state") if entry else None
-            released = not job.held
-            lines.append(
-                f"planned on {current.node} gpu {current.gpu} as {current.profile} at "
-                f"{current.placement.start}:{current.placement.size} (batch {current.batch}, "
-                f"order {current.order} on that GPU), to run {_span(current.planned_seconds)}"
-            )
-            if released or state == "released":
-                if job.dependency:
-                    lines.append(
-                        "released: Slurm starts it as soon as the jobs before it on its "
-                        "slices have left"
-                    )
-                else:
-                    lines.append("released: waiting for Slurm to start it")
-            else:
-                lines.append("held by the planner until its slices are free")
-            if entry is not None:
-                lines.extend(_priority_lines(entry, public))
-                start = entry.get("start") if isinstance(entry.get("start"), int | float) else None
-                free = entry.get("free_at")
-                if isinstance(free, int | float) and free > now:
-                    lines.append(
-                        f"why it waits: its slices are busy until {_clock(free)} "
-                        f"(in {_span(free - now)})"
-                    )
-                if start is not None:
-                    lines.append(
-                        f"projected start: {_clock(start)}"
-                        + (f" (in {_span(start - now)})" if start > now else " (now)")
-                    )
-            elif public is None:
-                lines.append(f"projected start: unknown ({no_summary})")
-            else:
-                lines.append(
-                    "projected start: unknown (the planner's summary has no projection "
-                    "for it yet; it plans again within a cycle)"
-                )
-        elif note.startswith(ADMIN_TAG):
-            text = note[len(ADMIN_TAG) :].strip()
-            lines.append(f"not planned: {text.removeprefix('not planned:').strip()}")
-        elif entry is not None and entry.get("state") == "deferred":
-            lines.append(f"not planned yet: {entry.get('why', '')}")
-            lines.extend(_priority_lines(entry, public))
-        elif job.held and job.reason == "JobHeldUser":
-            lines.append(
-                "held, waiting for the planner to take it (the planner's cycle has not "
-                "seen it yet, or the planner is not running)"
-            )
-        elif public is not None and _count(public.get("beyond")):
-            lines.append(
-                f"waiting: the planner keeps plans for the first "
-                f"{_count(public.get('max_planned'))} held jobs of the partition by "
-                f"priority, then submission time ([planner] max_planned); {_count(public.get('beyond'))} "
-                "more wait unplanned until those start"
-            )
-        else:
-            lines.append("waiting for the planner's next batch")
-        if current is None and public is not None:
-            nb = public.get("next_batch_at")
-            if isinstance(nb, int | float) and nb > now:
-                lines.append(
-                    f"why it waits: the batch window ({public.get('batch_window', 0):g} s) "
-                    f"collects jobs until {_clock(nb)} (in {_span(nb - now)})"
-                )
-        if parsed.note:
-            lines.append(f"the planner's note in its comment: {parsed.note}")
+        more, start = _pending_lines(job, current, entry, public, now, no_summary, parsed.note)
+        lines.extend(more)
 
-    # the hint
-    if problem is not None:
-        lines.append(f"its hint is invalid: {problem}")
-    elif hints is not None and hint_text:
-        said = [f"its hint: {hint_text}"]
-        lines.append(" ".join(said))
-        if hints.mem:
-            source = (
-                "set by mig-run after a restart (a forecast or an out-of-memory error)"
-                if job.restart_count > 0
-                else "from its hint"
-            )
-            need = f"needs {_gib(hints.mem)} of GPU memory ({source})"
-            if current is not None:
-                try:
-                    prof = get_model(current.model).profile(current.profile)
-                    need += f"; {current.profile} has {_gib(prof.memory_bytes)}"
-                except GeometryError:
-                    pass
-            lines.append(need)
-        if hints.pcie:
-            lines.append(
-                f"PCIe-bound ({hints.pcie:g} GB/s): the planner keeps the PCIe demand on a "
-                "GPU within its link, which can delay it"
-            )
-        if hints.time:
-            lines.append(f"its hint says it runs {_span(hints.time)}")
-    else:
-        lines.append(
-            "no mig: hint in its comment (runtime from earlier runs of its name, else its time limit)"
-        )
+    lines.extend(_hint_lines(job, hints, problem, parsed.hint, current))
     if job.restart_count:
         lines.append(f"restarted {job.restart_count} time(s)")
-    if job.deadline:
-        end = (start or now) + (current.planned_seconds if current else 0.0)
-        if phase == "pending" and end > job.deadline:
-            lines.append(
-                f"deadline {_clock(job.deadline)}: the projected end {_clock(end)} is after it"
-            )
-        else:
-            lines.append(f"deadline {_clock(job.deadline)}")
+    lines.extend(_deadline_lines(job, phase, start, current, now))
     if where is not None:
         where = {k: printable(v, 128) if isinstance(v, str) else v for k, v in where.items()}
     return {

@@ -23,11 +23,12 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from .geometry import Slot
-from .plan import Plan, PlanError
+from .plan import Plan, PlanError, PlannedTask
 
 CREATE = "#00bcd4"  # cyan
 DESTROY = "#e53935"  # red
@@ -48,6 +49,8 @@ KEY_LINE_IN = 0.1
 MAX_HEIGHT_IN = HEAD_IN + MAX_BODY_IN + MAX_PANELS * AXIS_IN + 0.3 + KEY_LINES * KEY_LINE_IN + 0.5
 FONT_SIZES = (8, 7, 6, 5, 4.5)  # a label's sizes, largest first, in points
 PLANNED_ALPHA = 0.45
+LEFT_IN, RIGHT_IN = 1.05, 0.2  # beside the panels: GPU names; a margin
+AXIS_W_IN = WIDTH_IN - LEFT_IN - RIGHT_IN
 
 
 def _palette(n: int) -> list[tuple[float, float, float]]:
@@ -131,48 +134,39 @@ def _layout(plan: Plan) -> tuple[list[list[int]], float, bool]:
     return groups, min(ROW_IN, MAX_BODY_IN / (gpus * pitch)), False
 
 
-def gantt_figure(
-    plan: Plan,
-    title: str | None = None,
-    gpu_names: Sequence[str] | None = None,
-    now: float | None = None,
-    clock: float | None = None,
-    bounds: bool = True,
-):
-    """The Gantt chart of ``plan`` as a matplotlib Figure (Agg-free; no pyplot).
-
-    ``gpu_names``: a name per GPU for the panels. ``now`` (plan time): a "now" line, and
-    every box's part after it drawn as planned. ``clock``: the epoch of time 0, for
-    wall-clock tick labels. ``bounds``: draw the makespan and lower bound lines.
-    """
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import FuncFormatter
-
-    model = plan.model
-    slices = model.compute_slices
-    makespan = plan.makespan
+def _horizon(plan: Plan, bounds: bool, now: float | None) -> float:
+    """The last time the chart shows: the makespan, the bound, the last operation or now."""
     end_of_ops = max((r.end for r in plan.reconfigurations), default=0.0)
-    horizon = max(makespan, plan.lower_bound if bounds else 0.0, end_of_ops, now or 0.0, 1e-9)
-    xmax = horizon * 1.02
+    return max(plan.makespan, plan.lower_bound if bounds else 0.0, end_of_ops, now or 0.0, 1e-9)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """The panels' layout: the GPUs of each, their heights and the axes' scales."""
+
+    groups: list[list[int]]
+    heights: list[float]
+    unit_in: float  # inches per y-unit (a compute slice)
+    detail: bool  # each panel one GPU in detail
+    pitch: float  # y-units from one GPU to the next in the overview
+    xmax: float
+
+
+def _frame(plan: Plan, xmax: float) -> _Frame:
+    """Lay out the panels of ``plan`` for a time axis up to ``xmax``."""
+    slices = plan.model.compute_slices
     groups, unit_in, detail = _layout(plan)
     pitch = slices + 1 + GAP
-
-    order = sorted(plan.tasks, key=lambda t: (t.start, t.gpu, t.slot.placement.start))
-    colours = dict(zip((t.id for t in order), _palette(len(order))))
-    lifetimes = instance_lifetimes(plan, horizon)
-    per_gpu_tasks = defaultdict(list)
-    for t in order:
-        per_gpu_tasks[t.gpu].append(t)
-
     heights = [
         len(g) * pitch * unit_in if not detail else (slices + 1.05) * unit_in for g in groups
     ]
-    left_in, right_in = 1.05, 0.2
-    axis_w_in = WIDTH_IN - left_in - right_in
-    x_per_in = xmax / axis_w_in
-    # the labels first: what does not fit goes to the key, whose height the figure needs
+    return _Frame(groups, heights, unit_in, detail, pitch, xmax)
+
+
+def _fit_labels(
+    order: Sequence[PlannedTask], x_per_in: float, unit_in: float
+) -> tuple[dict[str, tuple[float, int]], list[PlannedTask]]:
+    """Each task's label size where its id fits its box, and the tasks (for the key) where not."""
     labels, unlabelled = {}, []
     for t in order:
         fit = label_fits(t.id, (t.end - t.start) / x_per_in, len(t.slot.slices) * unit_in)
@@ -180,52 +174,34 @@ def gantt_figure(
             unlabelled.append(t)
         else:
             labels[t.id] = fit
-    key_lines = min(KEY_LINES, math.ceil(len(unlabelled) / KEY_COLS))
-    key_in = 0.3 + key_lines * KEY_LINE_IN if unlabelled else 0.0
-    fig_h = HEAD_IN + sum(heights) + len(groups) * AXIS_IN + key_in + 0.2
-    fig = Figure(figsize=(WIDTH_IN, fig_h), dpi=DPI)
+    return labels, unlabelled
 
-    fmt = None
-    if clock is not None:
-        fmt = FuncFormatter(lambda x, _: time.strftime("%H:%M:%S", time.localtime(clock + x)))
-    top_in = HEAD_IN
-    for k, (group, h_in) in enumerate(zip(groups, heights)):
-        ax = fig.add_axes(
-            (left_in / WIDTH_IN, 1 - (top_in + h_in) / fig_h, axis_w_in / WIDTH_IN, h_in / fig_h)
-        )
-        top_in += h_in + AXIS_IN
-        _panel(ax, plan, group, detail, pitch, xmax, lifetimes, gpu_names, unit_in)
-        for j, gpu in enumerate(group):
-            base = 0.0 if detail else j * pitch
-            for t in per_gpu_tasks.get(gpu, []):
-                _task(ax, t, base, colours[t.id], now, labels.get(t.id))
-        if bounds:
-            ax.axvline(makespan, color="black", lw=1.4, zorder=6)
-            if plan.lower_bound > 0 and math.isfinite(plan.lower_bound):
-                ax.axvline(plan.lower_bound, color="black", lw=1.1, ls=(0, (4, 3)), zorder=6)
-        if now is not None:
-            ax.axvline(now, color="#212121", lw=1.8, zorder=7, gid=f"now-{k}")
-            ax.text(now, 1.0, "now", transform=ax.get_xaxis_transform(), fontsize=7,
-                    va="bottom", ha="center", zorder=8, clip_on=False)  # fmt: skip
-        ax.tick_params(axis="x", labelsize=8, labelbottom=True)
-        if fmt is not None:
-            ax.xaxis.set_major_formatter(fmt)
-        if k == len(groups) - 1:
-            ax.set_xlabel("time" if clock is not None else "time (s)", fontsize=9)
 
-    if unlabelled:
-        _key(fig, unlabelled, gpu_names, 1 - (top_in + 0.02) / fig_h, fig_h)
+def _key_height(unlabelled: int) -> float:
+    """Inches the key of ``unlabelled`` tasks takes under the panels (0 for none)."""
+    key_lines = min(KEY_LINES, math.ceil(unlabelled / KEY_COLS))
+    return 0.3 + key_lines * KEY_LINE_IN if unlabelled else 0.0
 
+
+def _title(plan: Plan, title: str | None, bounds: bool) -> str:
+    """The figure's title: ``title`` or the planner, GPUs and model; the bounds under it."""
     if title is None:
         gpus = "one" if plan.gpus == 1 else str(plan.gpus)
-        title = f"{plan.planner} plan on {gpus} {model.name}"
+        title = f"{plan.planner} plan on {gpus} {plan.model.name}"
     if bounds:
         rho = f"{plan.rho:.3f}" if math.isfinite(plan.rho) else "inf"
         title += (
-            f"\nmakespan {makespan:.3f} s, lower bound {plan.lower_bound:.3f} s, "
+            f"\nmakespan {plan.makespan:.3f} s, lower bound {plan.lower_bound:.3f} s, "
             f"\u03c1 = {rho}, {len(plan.reconfigurations)} reconfigurations"
         )
-    fig.suptitle(title, fontsize=10, y=1 - 0.08 / fig_h, va="top")
+    return title
+
+
+def _legend_handles(now: float | None, bounds: bool) -> list:
+    """The legend's entries: operations and memory-only slices, then what is drawn."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     handles = [
         Patch(facecolor=CREATE, label="create instance"),
         Patch(facecolor=DESTROY, label="destroy instance"),
@@ -248,6 +224,41 @@ def gantt_figure(
             Line2D([], [], color="black", lw=1.4, label="makespan"),
             Line2D([], [], color="black", lw=1.1, ls=(0, (4, 3)), label="lower bound"),
         ]
+    return handles
+
+
+def gantt_figure(
+    plan: Plan,
+    title: str | None = None,
+    gpu_names: Sequence[str] | None = None,
+    now: float | None = None,
+    clock: float | None = None,
+    bounds: bool = True,
+):
+    """The Gantt chart of ``plan`` as a matplotlib Figure (Agg-free; no pyplot).
+
+    ``gpu_names``: a name per GPU for the panels. ``now`` (plan time): a "now" line, and
+    every box's part after it drawn as planned. ``clock``: the epoch of time 0, for
+    wall-clock tick labels. ``bounds``: draw the makespan and lower bound lines.
+    """
+    from matplotlib.figure import Figure
+
+    horizon = _horizon(plan, bounds, now)
+    frame = _frame(plan, horizon * 1.02)
+    order = sorted(plan.tasks, key=lambda t: (t.start, t.gpu, t.slot.placement.start))
+    lifetimes = instance_lifetimes(plan, horizon)
+    # the labels first: what does not fit goes to the key, whose height the figure needs
+    labels, unlabelled = _fit_labels(order, frame.xmax / AXIS_W_IN, frame.unit_in)
+    key_in = _key_height(len(unlabelled))
+    fig_h = HEAD_IN + sum(frame.heights) + len(frame.groups) * AXIS_IN + key_in + 0.2
+    fig = Figure(figsize=(WIDTH_IN, fig_h), dpi=DPI)
+    top_in = _draw_panels(
+        fig, plan, frame, fig_h, order, labels, lifetimes, gpu_names, now, clock, bounds
+    )
+    if unlabelled:
+        _key(fig, unlabelled, gpu_names, 1 - (top_in + 0.02) / fig_h, fig_h)
+    fig.suptitle(_title(plan, title, bounds), fontsize=10, y=1 - 0.08 / fig_h, va="top")
+    handles = _legend_handles(now, bounds)
     fig.legend(
         handles=handles,
         loc="upper center",
@@ -257,6 +268,76 @@ def gantt_figure(
         bbox_to_anchor=(0.5, 1 - 0.62 / fig_h),
     )
     return fig
+
+
+def _draw_panels(
+    fig,
+    plan: Plan,
+    frame: _Frame,
+    fig_h: float,
+    order: Sequence[PlannedTask],
+    labels: dict[str, tuple[float, int]],
+    lifetimes: list[tuple[int, Slot, float, float]],
+    gpu_names: Sequence[str] | None,
+    now: float | None,
+    clock: float | None,
+    bounds: bool,
+) -> float:
+    """Every panel, top to bottom, with its tasks; return the inches down to the last axis."""
+    colours = dict(zip((t.id for t in order), _palette(len(order))))
+    per_gpu_tasks = defaultdict(list)
+    for t in order:
+        per_gpu_tasks[t.gpu].append(t)
+    fmt = _clock_formatter(clock)
+    top_in = HEAD_IN
+    for k, (group, h_in) in enumerate(zip(frame.groups, frame.heights)):
+        ax = fig.add_axes(
+            (LEFT_IN / WIDTH_IN, 1 - (top_in + h_in) / fig_h, AXIS_W_IN / WIDTH_IN, h_in / fig_h)
+        )
+        top_in += h_in + AXIS_IN
+        _panel(
+            ax,
+            plan,
+            group,
+            frame.detail,
+            frame.pitch,
+            frame.xmax,
+            lifetimes,
+            gpu_names,
+            frame.unit_in,
+        )
+        for j, gpu in enumerate(group):
+            base = 0.0 if frame.detail else j * frame.pitch
+            for t in per_gpu_tasks.get(gpu, []):
+                _task(ax, t, base, colours[t.id], now, labels.get(t.id))
+        _marks(ax, plan, k, now, bounds)
+        ax.tick_params(axis="x", labelsize=8, labelbottom=True)
+        if fmt is not None:
+            ax.xaxis.set_major_formatter(fmt)
+        if k == len(frame.groups) - 1:
+            ax.set_xlabel("time" if clock is not None else "time (s)", fontsize=9)
+    return top_in
+
+
+def _clock_formatter(clock: float | None):
+    """Wall-clock tick labels (H:M:S) for time 0 at epoch ``clock``; None for seconds."""
+    from matplotlib.ticker import FuncFormatter
+
+    if clock is None:
+        return None
+    return FuncFormatter(lambda x, _: time.strftime("%H:%M:%S", time.localtime(clock + x)))
+
+
+def _marks(ax, plan: Plan, k: int, now: float | None, bounds: bool) -> None:
+    """Panel ``k``'s vertical lines: the makespan and lower bound, and "now"."""
+    if bounds:
+        ax.axvline(plan.makespan, color="black", lw=1.4, zorder=6)
+        if plan.lower_bound > 0 and math.isfinite(plan.lower_bound):
+            ax.axvline(plan.lower_bound, color="black", lw=1.1, ls=(0, (4, 3)), zorder=6)
+    if now is not None:
+        ax.axvline(now, color="#212121", lw=1.8, zorder=7, gid=f"now-{k}")
+        ax.text(now, 1.0, "now", transform=ax.get_xaxis_transform(), fontsize=7,
+                va="bottom", ha="center", zorder=8, clip_on=False)  # fmt: skip
 
 
 def draw_gantt(
@@ -278,8 +359,6 @@ def draw_gantt(
 
 def _panel(ax, plan, group, detail, pitch, xmax, lifetimes, gpu_names, unit_in) -> None:
     """One panel's frame: lanes, GPU names, reconfigurations, memory-only slices."""
-    from matplotlib.patches import Rectangle
-
     slices = plan.model.compute_slices
     last = 0.0 if detail else (len(group) - 1) * pitch
     ax.set_xlim(0, xmax)
@@ -290,25 +369,49 @@ def _panel(ax, plan, group, detail, pitch, xmax, lifetimes, gpu_names, unit_in) 
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     if detail:
-        gpu = group[0]
-        ax.set_yticks([sum(STRIP) / 2] + [s + 0.5 for s in range(slices)])
-        ax.set_yticklabels(["reconf."] + [f"S{s}" for s in range(slices)], fontsize=8)
-        ax.set_ylabel(gpu_label(gpu_names, gpu), fontsize=9)
-        for s in range(slices + 1):
-            ax.axhline(s, color="#e0e0e0", lw=0.6, zorder=0)
-        ax.axhline(STRIP[1] + 0.12, color="#bdbdbd", lw=0.8, zorder=0)
+        _detail_lanes(ax, slices, gpu_label(gpu_names, group[0]))
     else:
-        size = max(4.0, min(8.0, pitch * unit_in * 72 * 0.7))
-        ax.set_yticks([j * pitch + slices / 2 for j in range(len(group))])
-        ax.set_yticklabels([gpu_label(gpu_names, g) for g in group], fontsize=size)
-        for j in range(len(group)):
-            base = j * pitch
-            ax.axhspan(base, base + slices, color="#fafafa", lw=0, zorder=0)
-            for s in (0, slices):
-                ax.axhline(base + s, color="#d5d5d5", lw=0.5, zorder=0)
+        _overview_lanes(ax, group, slices, pitch, unit_in, gpu_names)
     row = {g: (0.0 if detail else j * pitch) for j, g in enumerate(group)}
+    _blocked(ax, plan, lifetimes, row)
+    _reconfigurations(ax, plan, row, xmax, detail)
 
-    # memory-only slices, hatched while their instance exists
+
+def _detail_lanes(ax, slices: int, name: str) -> None:
+    """One GPU's panel: the strip and each slice named on the y axis, lines between."""
+    ax.set_yticks([sum(STRIP) / 2] + [s + 0.5 for s in range(slices)])
+    ax.set_yticklabels(["reconf."] + [f"S{s}" for s in range(slices)], fontsize=8)
+    ax.set_ylabel(name, fontsize=9)
+    for s in range(slices + 1):
+        ax.axhline(s, color="#e0e0e0", lw=0.6, zorder=0)
+    ax.axhline(STRIP[1] + 0.12, color="#bdbdbd", lw=0.8, zorder=0)
+
+
+def _overview_lanes(
+    ax,
+    group: Sequence[int],
+    slices: int,
+    pitch: float,
+    unit_in: float,
+    gpu_names: Sequence[str] | None,
+) -> None:
+    """An overview panel: a shaded band per GPU, named on the y axis."""
+    size = max(4.0, min(8.0, pitch * unit_in * 72 * 0.7))
+    ax.set_yticks([j * pitch + slices / 2 for j in range(len(group))])
+    ax.set_yticklabels([gpu_label(gpu_names, g) for g in group], fontsize=size)
+    for j in range(len(group)):
+        base = j * pitch
+        ax.axhspan(base, base + slices, color="#fafafa", lw=0, zorder=0)
+        for s in (0, slices):
+            ax.axhline(base + s, color="#d5d5d5", lw=0.5, zorder=0)
+
+
+def _blocked(
+    ax, plan: Plan, lifetimes: list[tuple[int, Slot, float, float]], row: dict[int, float]
+) -> None:
+    """Memory-only slices of the panel's GPUs, hatched while their instance exists."""
+    from matplotlib.patches import Rectangle
+
     for g, slot, t0, t1 in lifetimes:
         if g not in row:
             continue
@@ -326,7 +429,12 @@ def _panel(ax, plan, group, detail, pitch, xmax, lifetimes, gpu_names, unit_in) 
                 )
             )
 
-    # reconfigurations: the sequential channel strip, and a tint on the slices
+
+def _reconfigurations(ax, plan: Plan, row: dict[int, float], xmax: float, detail: bool) -> None:
+    """Reconfigurations of the panel's GPUs: the sequential channel strip, a tint on the slices."""
+    from matplotlib.patches import Rectangle
+
+    slices = plan.model.compute_slices
     min_w = xmax * 0.002  # keep sub-pixel operations visible in the strip
     for r in plan.reconfigurations:
         if r.gpu not in row:

@@ -276,6 +276,244 @@ def _slot_of(model: GpuModel, item: Mapping[str, Any], where: str) -> Slot:
     return Slot(placement, profile.compute_slices)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One task entry of a plan's JSON as the validator reads it (no planner types)."""
+
+    id: str
+    gpu: int
+    slot: Slot
+    start: float
+    end: float
+    profile: Profile  # the profile it runs on, for the memory check
+    running: bool  # already on the GPU when the plan was made: not the batch's to cover
+
+
+_Operation = tuple[float, float, str, Slot]  # (start, end, "create" | "destroy", slot)
+_Lifetime = tuple[Slot, float, float]  # (slot, usable from, usable until)
+
+
+def _header(data: Mapping[str, Any]) -> tuple[GpuModel, int]:
+    """The plan's GPU model and GPU count; PlanError naming the header else."""
+    try:
+        model = get_model(str(data.get("gpu_model")))
+        gpus = _whole(data, "gpus", "plan header")
+    except GeometryError as exc:
+        raise PlanError(f"plan header: {exc}") from None
+    return model, gpus
+
+
+def _gpu_problem(gpu: int, gpus: int, where: str) -> str | None:
+    """The message for a GPU index outside the plan's GPUs, None when inside."""
+    return None if 0 <= gpu < gpus else f"{where}: gpu {gpu} outside 0..{gpus - 1}"
+
+
+def _read_run(model: GpuModel, gpus: int, where: str, t: Mapping) -> tuple[_Run, list[str]]:
+    """A task entry and what is wrong with its GPU, slices or interval (PlanError if unreadable)."""
+    slot = _slot_of(model, t, where)
+    gpu = _whole(t, "gpu", where)
+    start, end = _seconds(t, "start", where), _seconds(t, "end", where)
+    problems = [p for p in (_gpu_problem(gpu, gpus, where),) if p]
+    slices = t.get("slices", list(slot.slices))
+    if not isinstance(slices, list) or slices != list(slot.slices):
+        problems.append(
+            f"{where}: slices {_shown(slices)} but its placement gives {list(slot.slices)}"
+        )
+    if not (start >= -EPS and end >= start):
+        problems.append(f"{where}: bad interval [{start}, {end}]")
+    profile = model.profile(str(t["profile"]))
+    run = _Run(str(t.get("id")), gpu, slot, start, end, profile, t.get("running") is True)
+    return run, problems
+
+
+def _read_runs(
+    data: Mapping[str, Any], model: GpuModel, gpus: int, errors: list[str]
+) -> list[_Run]:
+    """Every readable task entry; its placement, size and interval problems go to ``errors``."""
+    runs = []
+    for where, t in _items(data, "tasks", errors):
+        try:
+            run, problems = _read_run(model, gpus, where, t)
+        except PlanError as exc:
+            errors.append(str(exc))
+            continue
+        errors.extend(problems)
+        runs.append(run)
+    return runs
+
+
+def _memory_problem(run: _Run, task: Task) -> str | None:
+    """The message when the task needs more memory than its instance's profile has."""
+    prof = run.profile
+    if task.memory_bytes and task.memory_bytes > prof.memory_bytes:
+        return (
+            f"task {run.id!r}: needs {task.memory_bytes / GIB:.2f} GiB of memory, "
+            f"{prof.name} has {prof.memory_bytes / GIB:.2f} GiB"
+        )
+    return None
+
+
+def _time_problem(run: _Run, task: Task) -> str | None:
+    """The message when the run's length is not the task's time on its size."""
+    size = run.slot.size
+    want = task.times.get(size)
+    if want is None or math.isinf(want):
+        return f"task {run.id!r}: cannot run on size {size}"
+    if abs((run.end - run.start) - want) > EPS * max(1.0, want):
+        return f"task {run.id!r}: runs {run.end - run.start:.6f}s, needs {want:.6f}s on size {size}"
+    return None
+
+
+def _coverage_problems(runs: Sequence[_Run], tasks: Sequence[Task]) -> list[str]:
+    """Each batch task planned exactly once, for its time on its size, within memory."""
+    problems: list[str] = []
+    by_id = {t.id: t for t in tasks}
+    counts: dict[str, int] = defaultdict(int)
+    for run in runs:
+        if run.running:
+            continue
+        counts[run.id] += 1
+        task = by_id.get(run.id)
+        if task is None:
+            problems.append(f"task {run.id!r}: not in the batch")
+            continue
+        found = (_memory_problem(run, task), _time_problem(run, task))
+        problems.extend(p for p in found if p)
+    for tid in by_id:
+        if counts.get(tid, 0) != 1:
+            problems.append(f"task {tid!r}: scheduled {counts.get(tid, 0)} times, must be once")
+    return problems
+
+
+def _overlap_problems(runs: Sequence[_Run]) -> list[str]:
+    """Constraint (1): a GPU's compute slice is used by one task at a time."""
+    per_slice: dict[tuple[int, int], list[tuple[float, float, str]]] = defaultdict(list)
+    for run in runs:
+        for s in run.slot.slices:
+            per_slice[(run.gpu, s)].append((run.start, run.end, run.id))
+    problems = []
+    for (gpu, s), spans in per_slice.items():
+        spans.sort()
+        for (_a0, a1, ta), (b0, _b1, tb) in zip(spans, spans[1:]):
+            if b0 < a1 - EPS:
+                problems.append(f"gpu {gpu} slice {s}: tasks {ta!r} and {tb!r} overlap in time")
+    return problems
+
+
+def _read_operation(
+    model: GpuModel, gpus: int, where: str, r: Mapping
+) -> tuple[int, _Operation | None, list[str]]:
+    """(gpu, operation or None when unusable, problems) of a reconfiguration entry."""
+    slot = _slot_of(model, r, where)
+    gpu = _whole(r, "gpu", where)
+    start, end, op = _seconds(r, "start", where), _seconds(r, "end", where), r.get("op")
+    if op not in ("create", "destroy"):
+        return gpu, None, [f"{where}: op {_shown(op)} must be create or destroy"]
+    outside = _gpu_problem(gpu, gpus, where)
+    if outside:
+        return gpu, None, [outside]
+    need = model.create_time(slot.size) if op == "create" else model.destroy_time(slot.size)
+    problems = []
+    if end - start < need - EPS:
+        problems.append(
+            f"{where}: {op} of size {slot.size} takes {end - start:.3f}s, hardware needs {need:.3f}s"
+        )
+    return gpu, (start, end, op, slot), problems
+
+
+def _read_operations(
+    data: Mapping[str, Any], model: GpuModel, gpus: int, errors: list[str]
+) -> dict[int, list[_Operation]]:
+    """Each GPU's usable create/destroy operations; their problems go to ``errors``."""
+    ops_by_gpu: dict[int, list[_Operation]] = defaultdict(list)
+    for where, r in _items(data, "reconfigurations", errors):
+        try:
+            gpu, op, problems = _read_operation(model, gpus, where, r)
+        except PlanError as exc:
+            errors.append(str(exc))
+            continue
+        errors.extend(problems)
+        if op is not None:
+            ops_by_gpu[gpu].append(op)
+    return ops_by_gpu
+
+
+def _read_initial(
+    data: Mapping[str, Any], model: GpuModel, gpus: int, errors: list[str]
+) -> dict[int, list[Slot]]:
+    """Each GPU's instances at the plan's start; unreadable entries go to ``errors``."""
+    initial: dict[int, list[Slot]] = defaultdict(list)
+    for where, inst in _items(data, "initial_instances", errors):
+        try:
+            gpu, slot = _whole(inst, "gpu", where), _slot_of(model, inst, where)
+        except PlanError as exc:
+            errors.append(str(exc))
+            continue
+        outside = _gpu_problem(gpu, gpus, where)
+        if outside:
+            errors.append(outside)
+            continue
+        initial[gpu].append(slot)
+    return initial
+
+
+def _sequence_problems(gpu: int, ops: Sequence[_Operation]) -> list[str]:
+    """Constraint (3): a GPU's operations (sorted by start) run one after another."""
+    return [
+        f"gpu {gpu}: {prev[2]} {prev[3]} and {cur[2]} {cur[3]} run at the same time; reconfigurations are sequential"
+        for prev, cur in zip(ops, ops[1:])
+        if cur[0] < prev[1] - EPS
+    ]
+
+
+def _replay_gpu(
+    gpu: int, initial: Sequence[Slot], ops: Sequence[_Operation]
+) -> tuple[list[_Lifetime], list[str]]:
+    """Constraints (2) and (3) on one GPU: its instances' lifetimes and the problems met."""
+    problems: list[str] = []
+    live: dict[Slot, float] = {}
+    for slot in initial:
+        clash = [o for o in live if o.placement.overlaps(slot.placement)]
+        if clash:
+            problems.append(f"gpu {gpu}: initial instances {clash[0]} and {slot} overlap")
+        live[slot] = -math.inf
+    ops = sorted(ops, key=lambda o: (o[0], o[1]))
+    problems += _sequence_problems(gpu, ops)
+    lifetimes: list[_Lifetime] = []
+    for start, end, op, slot in ops:
+        if op == "create":
+            clash = [o for o in live if o.placement.overlaps(slot.placement)]
+            if clash:
+                problems.append(
+                    f"gpu {gpu}: create {slot} at {start:.3f}s overlaps live instance {clash[0]}"
+                )
+            live[slot] = end
+        elif slot not in live:
+            problems.append(f"gpu {gpu}: destroy of {slot} at {start:.3f}s, which does not exist")
+        else:
+            lifetimes.append((slot, live.pop(slot), start))
+    lifetimes += [(slot, usable, math.inf) for slot, usable in live.items()]
+    return lifetimes, problems
+
+
+def _instance_problems(
+    model: GpuModel, runs: Sequence[_Run], lifetimes: Mapping[int, list[_Lifetime]]
+) -> list[str]:
+    """Constraint (3): every task runs on an instance that exists for its whole run."""
+    problems = []
+    for run in runs:
+        slot, start, end = run.slot, run.start, run.end
+        if not any(
+            s == slot and lo <= start + EPS and end <= hi + EPS
+            for s, lo, hi in lifetimes.get(run.gpu, [])
+        ):
+            problems.append(
+                f"task {run.id!r}: no instance {model.profile_for_slot(slot).name} at "
+                f"{slot.placement.start}:{slot.placement.size} on gpu {run.gpu} exists for all of [{start:.3f}, {end:.3f}]"
+            )
+    return problems
+
+
 def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) -> list[str]:
     """Return every violation of the plan's constraints (empty list = valid).
 
@@ -284,158 +522,24 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
     operations run one after another, each at least as long as the hardware needs,
     and a task runs only on an instance that exists for its whole run.
     """
-    errors: list[str] = []
     if not isinstance(data, Mapping):
         return [f"plan: expected an object, got {_shown(data)}"]
     try:
-        model = get_model(str(data.get("gpu_model")))
-        gpus = _whole(data, "gpus", "plan header")
+        model, gpus = _header(data)
     except PlanError as exc:
         return [str(exc)]
-    except GeometryError as exc:
-        return [f"plan header: {exc}"]
-
-    planned = []
-    holds: dict[int, Profile] = {}  # index into planned -> the profile it runs on
-    fixed: set[int] = set()  # indexes into planned of tasks already running at the start
-    for where, t in _items(data, "tasks", errors):
-        try:
-            slot = _slot_of(model, t, where)
-            gpu = _whole(t, "gpu", where)
-            start, end = _seconds(t, "start", where), _seconds(t, "end", where)
-        except PlanError as exc:
-            errors.append(str(exc))
-            continue
-        if not 0 <= gpu < gpus:
-            errors.append(f"{where}: gpu {gpu} outside 0..{gpus - 1}")
-        slices = t.get("slices", list(slot.slices))
-        if not isinstance(slices, list) or slices != list(slot.slices):
-            errors.append(
-                f"{where}: slices {_shown(slices)} but its placement gives {list(slot.slices)}"
-            )
-        if not (start >= -EPS and end >= start):
-            errors.append(f"{where}: bad interval [{start}, {end}]")
-        if t.get("running") is True:
-            fixed.add(len(planned))
-        holds[len(planned)] = model.profile(str(t["profile"]))
-        planned.append((str(t.get("id")), gpu, slot, start, end))
-
+    errors: list[str] = []
+    runs = _read_runs(data, model, gpus, errors)
     if tasks is not None:
-        by_id = {t.id: t for t in tasks}
-        counts: dict[str, int] = defaultdict(int)
-        for k, (tid, _, slot, start, end) in enumerate(planned):
-            if k in fixed:
-                continue
-            counts[tid] += 1
-            task = by_id.get(tid)
-            if task is None:
-                errors.append(f"task {tid!r}: not in the batch")
-                continue
-            want = task.times.get(slot.size)
-            prof = holds[k]
-            if task.memory_bytes and task.memory_bytes > prof.memory_bytes:
-                errors.append(
-                    f"task {tid!r}: needs {task.memory_bytes / GIB:.2f} GiB of memory, "
-                    f"{prof.name} has {prof.memory_bytes / GIB:.2f} GiB"
-                )
-            if want is None or math.isinf(want):
-                errors.append(f"task {tid!r}: cannot run on size {slot.size}")
-            elif abs((end - start) - want) > EPS * max(1.0, want):
-                errors.append(
-                    f"task {tid!r}: runs {end - start:.6f}s, needs {want:.6f}s on size {slot.size}"
-                )
-        for tid in by_id:
-            if counts.get(tid, 0) != 1:
-                errors.append(f"task {tid!r}: scheduled {counts.get(tid, 0)} times, must be once")
-
-    # (1) compute slices are used by one task at a time
-    per_slice: dict[tuple[int, int], list[tuple[float, float, str]]] = defaultdict(list)
-    for tid, gpu, slot, start, end in planned:
-        for s in slot.slices:
-            per_slice[(gpu, s)].append((start, end, tid))
-    for (gpu, s), spans in per_slice.items():
-        spans.sort()
-        for (_a0, a1, ta), (b0, _b1, tb) in zip(spans, spans[1:]):
-            if b0 < a1 - EPS:
-                errors.append(f"gpu {gpu} slice {s}: tasks {ta!r} and {tb!r} overlap in time")
-
-    # (2) + (3): replay each GPU's operations
-    ops_by_gpu: dict[int, list[tuple[float, float, str, Slot]]] = defaultdict(list)
-    for where, r in _items(data, "reconfigurations", errors):
-        try:
-            slot = _slot_of(model, r, where)
-            gpu = _whole(r, "gpu", where)
-            start, end, op = _seconds(r, "start", where), _seconds(r, "end", where), r.get("op")
-        except PlanError as exc:
-            errors.append(str(exc))
-            continue
-        if op not in ("create", "destroy"):
-            errors.append(f"{where}: op {_shown(op)} must be create or destroy")
-            continue
-        if not 0 <= gpu < gpus:
-            errors.append(f"{where}: gpu {gpu} outside 0..{gpus - 1}")
-            continue
-        need = model.create_time(slot.size) if op == "create" else model.destroy_time(slot.size)
-        if end - start < need - EPS:
-            errors.append(
-                f"{where}: {op} of size {slot.size} takes {end - start:.3f}s, hardware needs {need:.3f}s"
-            )
-        ops_by_gpu[gpu].append((start, end, op, slot))
-
-    initial: dict[int, list[Slot]] = defaultdict(list)
-    for where, inst in _items(data, "initial_instances", errors):
-        try:
-            gpu, slot = _whole(inst, "gpu", where), _slot_of(model, inst, where)
-        except PlanError as exc:
-            errors.append(str(exc))
-            continue
-        if not 0 <= gpu < gpus:
-            errors.append(f"{where}: gpu {gpu} outside 0..{gpus - 1}")
-            continue
-        initial[gpu].append(slot)
-
-    # lifetimes per gpu: (slot, usable_from, usable_until)
-    lifetimes: dict[int, list[tuple[Slot, float, float]]] = defaultdict(list)
+        errors += _coverage_problems(runs, tasks)
+    errors += _overlap_problems(runs)
+    ops_by_gpu = _read_operations(data, model, gpus, errors)
+    initial = _read_initial(data, model, gpus, errors)
+    lifetimes: dict[int, list[_Lifetime]] = {}
     for gpu in set(ops_by_gpu) | set(initial):
-        live: dict[Slot, float] = {}
-        for slot in initial[gpu]:
-            clash = [o for o in live if o.placement.overlaps(slot.placement)]
-            if clash:
-                errors.append(f"gpu {gpu}: initial instances {clash[0]} and {slot} overlap")
-            live[slot] = -math.inf
-        ops = sorted(ops_by_gpu[gpu], key=lambda o: (o[0], o[1]))
-        for prev, cur in zip(ops, ops[1:]):
-            if cur[0] < prev[1] - EPS:
-                errors.append(
-                    f"gpu {gpu}: {prev[2]} {prev[3]} and {cur[2]} {cur[3]} run at the same time; reconfigurations are sequential"
-                )
-        for start, end, op, slot in ops:
-            if op == "create":
-                clash = [o for o in live if o.placement.overlaps(slot.placement)]
-                if clash:
-                    errors.append(
-                        f"gpu {gpu}: create {slot} at {start:.3f}s overlaps live instance {clash[0]}"
-                    )
-                live[slot] = end
-            else:
-                if slot not in live:
-                    errors.append(
-                        f"gpu {gpu}: destroy of {slot} at {start:.3f}s, which does not exist"
-                    )
-                    continue
-                lifetimes[gpu].append((slot, live.pop(slot), start))
-        for slot, usable in live.items():
-            lifetimes[gpu].append((slot, usable, math.inf))
-
-    for tid, gpu, slot, start, end in planned:
-        if not any(
-            s == slot and lo <= start + EPS and end <= hi + EPS
-            for s, lo, hi in lifetimes.get(gpu, [])
-        ):
-            errors.append(
-                f"task {tid!r}: no instance {model.profile_for_slot(slot).name} at "
-                f"{slot.placement.start}:{slot.placement.size} on gpu {gpu} exists for all of [{start:.3f}, {end:.3f}]"
-            )
+        lifetimes[gpu], problems = _replay_gpu(gpu, initial[gpu], ops_by_gpu[gpu])
+        errors += problems
+    errors += _instance_problems(model, runs, lifetimes)
     return errors
 
 

@@ -26,12 +26,17 @@ class WorkloadError(ValueError):
 
 @dataclass(frozen=True)
 class Task:
-    """One job: seconds per instance size (compute slices). ``inf`` = cannot run there."""
+    """One job: seconds per instance size (compute slices). ``inf`` = cannot run there.
+
+    ``alpha`` and ``pcie_demand`` (GB/s) are its PCIe profile (Eq. 2 of Tang et al.; 0 =
+    not PCIe-bound), ``weight`` its weight in completion-time objectives."""
 
     id: str
     times: Mapping[int, float]
     memory_bytes: int | None = None
-    meta: Mapping[str, object] = field(default_factory=dict, compare=False)
+    alpha: float = field(default=1.0, compare=False, kw_only=True)
+    pcie_demand: float = field(default=0.0, compare=False, kw_only=True)
+    weight: float = field(default=1.0, compare=False, kw_only=True)
 
     def time(self, size: int) -> float:
         return self.times[size]

@@ -325,216 +325,327 @@ class FakeChip:
     profiles: tuple[FakeGiProfile, ...]
 
 
-def _ones(n: int) -> tuple[tuple[int, int], ...]:
-    return tuple((i, 1) for i in range(n))
-
-
-def _chip7(name: str, memory_mib: int, mb: dict[str, int], gb: tuple[int, int, int, int]):
-    g1, g2, g3, total = gb
+def _chip(
+    name: str, memory_mib: int, max_mig: int, ci_sizes: tuple[int, ...], rows: tuple
+) -> FakeChip:
+    """A chip from literal ``-lgip`` rows: (NVML_GPU_INSTANCE_PROFILE_* suffix, id, name,
+    slices, instances, memorySizeMB, placements)."""
     c = sys.modules[__name__]
-    rows = (
-        ("1_SLICE", 19, f"1g.{g1}gb", 1, 7, mb["1"], _ones(7)),
-        ("1_SLICE_REV1", 20, f"1g.{g1}gb+me", 1, 1, mb["1"], _ones(7)),
-        ("1_SLICE_REV2", 15, f"1g.{g2}gb", 1, 4, mb["2"], ((0, 2), (2, 2), (4, 2), (6, 2))),
-        ("2_SLICE", 14, f"2g.{g2}gb", 2, 3, mb["2"], ((0, 2), (2, 2), (4, 2))),
-        ("3_SLICE", 9, f"3g.{g3}gb", 3, 2, mb["4"], ((0, 4), (4, 4))),
-        ("4_SLICE", 5, f"4g.{g3}gb", 4, 1, mb["4"], ((0, 4),)),
-        ("7_SLICE", 0, f"7g.{total}gb", 7, 1, mb["8"], ((0, 8),)),
-    )
     return FakeChip(
         name,
         memory_mib,
-        7,
-        (1, 2, 3, 4, 7),
+        max_mig,
+        ci_sizes,
         tuple(
-            FakeGiProfile(getattr(c, "NVML_GPU_INSTANCE_PROFILE_" + k), i, "MIG " + n, s, m, mem, p)
-            for k, i, n, s, m, mem, p in rows
+            FakeGiProfile(getattr(c, "NVML_GPU_INSTANCE_PROFILE_" + k), i, "MIG " + n, s, m, mb, p)
+            for k, i, n, s, m, mb, p in rows
         ),
     )
 
 
-def _a30() -> FakeChip:
-    c = sys.modules[__name__]
-    rows = (
-        ("1_SLICE", 14, "1g.6gb", 1, 4, 5836, _ones(4)),
-        ("1_SLICE_REV1", 21, "1g.6gb+me", 1, 1, 5836, _ones(4)),
-        ("2_SLICE", 5, "2g.12gb", 2, 2, 11842, ((0, 2), (2, 2))),
-        ("2_SLICE_REV1", 6, "2g.12gb+me", 2, 1, 11842, ((0, 2), (2, 2))),
-        ("4_SLICE", 0, "4g.24gb", 4, 1, 24062, ((0, 4),)),
-    )
-    return FakeChip(
-        "NVIDIA A30",
-        24576,
-        4,
-        (1, 2, 4),
-        tuple(
-            FakeGiProfile(getattr(c, "NVML_GPU_INSTANCE_PROFILE_" + k), i, "MIG " + n, s, m, mem, p)
-            for k, i, n, s, m, mem, p in rows
-        ),
-    )
+# Placements as ``nvidia-smi mig -lgipp`` prints them, in NVML's units. 7-slice chips
+# (A100 80GB -lgipp in the blog "GPU memory slicing ... with NVIDIA MIG", blog.seeweb.it;
+# the same on the A100 40GB in the MIG user guide and H100/H200 outputs): 19/20
+# {0,1,2,3,4,5,6}:1, 15 {0,2,4,6}:2, 14 {0,2,4}:2, 9 {0,4}:4, 5 {0}:4, 0 {0}:8.
+P7_1 = ((0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1))
+P7_1X2 = ((0, 2), (2, 2), (4, 2), (6, 2))
+P7_2 = ((0, 2), (2, 2), (4, 2))
+P7_3 = ((0, 4), (4, 4))
+P7_4 = ((0, 4),)
+P7_7 = ((0, 8),)
+# A30 (-lgipp of an A30 in a published setup note: 14/21 {0,1,2,3}:1, 5/6 {0,2}:2,
+# 0 {0}:4).
+P4_1 = ((0, 1), (1, 1), (2, 1), (3, 1))
+P4_2 = ((0, 2), (2, 2))
+P4_4 = ((0, 4),)
+# RTX PRO 6000: 12 units, 3 a memory slice (-lgipp in the blog "Slicing GPUs in
+# Kubernetes with NVIDIA MIG", driver 610.43.02: {0,3,6,9}:3, {0,6}:6, {0}:12).
+PR_1 = ((0, 3), (3, 3), (6, 3), (9, 3))
+PR_2 = ((0, 6), (6, 6))
+PR_4 = ((0, 12),)
+_C7 = (1, 2, 3, 4, 7)  # compute-instance sizes of a 7-slice chip
+_C4 = (1, 2, 4)
 
-
-def _rtx_pro_6000() -> FakeChip:
-    """RTX PRO 6000 Blackwell Server Edition: names, ids 14 (1g.24gb), 21 (+me), 47
-    (+gfx), 65 (+me.all) and instance counts from the -lgip in bigstack-oss/cubecos
-    issue #312; placements in NVML's 12 units ({0,3,6,9}:3, {0,6}:6, {0}:12) and memory
-    (23.62 / 47.38 / 95.12 GiB) from the -lgip/-lgipp of the blog "Slicing GPUs in
-    Kubernetes with NVIDIA MIG" (driver 610.43.02). The ids of 1g -me and of the 2g and
-    4g variants are not in those outputs: 22, 5, 6, 48, 66, 23, 0, 49 are test values."""
-    c = sys.modules[__name__]
-    one, two, four = 24186, 48517, 97403
-    ones = ((0, 3), (3, 3), (6, 3), (9, 3))
-    twos = ((0, 6), (6, 6))
-    rows = (
-        ("1_SLICE", 14, "1g.24gb", 1, 4, one, ones),
-        ("1_SLICE_REV1", 21, "1g.24gb+me", 1, 1, one, ones),
-        ("1_SLICE_GFX", 47, "1g.24gb+gfx", 1, 4, one, ones),
-        ("1_SLICE_ALL_ME", 65, "1g.24gb+me.all", 1, 1, one, ones),
-        ("1_SLICE_NO_ME", 22, "1g.24gb-me", 1, 4, one, ones),
-        ("2_SLICE", 5, "2g.48gb", 2, 2, two, twos),
-        ("2_SLICE_GFX", 6, "2g.48gb+gfx", 2, 2, two, twos),
-        ("2_SLICE_ALL_ME", 48, "2g.48gb+me.all", 2, 1, two, twos),
-        ("2_SLICE_NO_ME", 66, "2g.48gb-me", 2, 2, two, twos),
-        ("4_SLICE", 0, "4g.96gb", 4, 1, four, ((0, 12),)),
-        ("4_SLICE_GFX", 49, "4g.96gb+gfx", 4, 1, four, ((0, 12),)),
-    )
-    return FakeChip(
-        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        98304,
-        4,
-        (1, 2, 4),
-        tuple(
-            FakeGiProfile(getattr(c, "NVML_GPU_INSTANCE_PROFILE_" + k), i, "MIG " + n, s, m, mem, p)
-            for k, i, n, s, m, mem, p in rows
-        ),
-    )
-
-
-# Sources of the tables (memorySizeMB = the GiB that ``nvidia-smi mig -lgip`` prints x 1024;
-# it prints two decimals, so 19.62 is 19.625 GiB = 20096 MiB):
-# - A100-40GB: names and instance counts from NVIDIA's MIG user guide, "Supported MIG
-#   Profiles" (A100-SXM4-40GB table); memory (4.75/9.62/19.62/39.38 GiB) as this fake has
-#   always served it, not re-checked here against a published -lgip output.
-# - H100-80GB: an H100 ``nvidia-smi mig -lgip`` (jbarrow.ai/field_notes/nvidia-mig, 2026):
-#   1g.10gb(+me) 9.75, 1g.20gb/2g.20gb 19.62, 3g/4g.40gb 39.50, 7g.80gb 79.25 GiB.
-# - H200-141GB: ``nvidia-smi mig -lgip`` of an H200 in NVIDIA/mig-parted issue #120:
-#   1g.18gb(+me) 16.00, 1g.35gb/2g.35gb 32.25, 3g/4g.71gb 69.50, 7g.141gb 139.75 GiB,
-#   ids 19/20/15/14/9/5/0; board memory 144384 MiB as NVIDIA/go-nvml's H200 mock has it.
-# - A30-24GB: ids 14/21/5/6/0 and memory as this fake has always served them (not
-#   re-checked against a published -lgip output).
-# - Placements of the 7-slice chips: NVIDIA MIG user guide, "Supported MIG Profiles"
-#   (1g {0..6}:1, 1g double memory {0,2,4,6}:2, 2g {0,2,4}:2, 3g {0,4}:4, 4g {0}:4,
-#   7g {0}:8), as live ``nvidia-smi mig -lgi`` outputs show them (3g.40gb at 4:4, 2g.20gb
-#   at 0:2 in NVIDIA/DCGM issue #138).
+# memorySizeMB = the GiB ``nvidia-smi mig -lgip`` prints x 1024 (two decimals: 19.62 is
+# 19.625 GiB = 20096 MiB). A row marked "estimate" has no published -lgip figure: its
+# memory is slurm_mig.geometry's estimate (within catalogue.MEMORY_TOLERANCE), so it
+# checks names, ids, counts and placements only.
 CHIPS: dict[str, FakeChip] = {
-    "A100-40GB": _chip7(
+    # A100-SXM4-40GB: -lgip (driver 4.75 / 9.75 / 19.62 / 39.38 GiB, ids
+    # 19/20/15/14/9/5/0) quoted in an OpenShift GPU-operator MIG note after Red Hat's
+    # blog "Sharing is caring ... part 2 - Multi-instance GPU"; names and counts as the
+    # MIG user guide's A100 table.
+    "A100-40GB": _chip(
         "NVIDIA A100-SXM4-40GB",
         40960,
-        {"1": 4864, "2": 9856, "4": 20096, "8": 40320},
-        (5, 10, 20, 40),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.5gb", 1, 7, 4864, P7_1),
+            ("1_SLICE_REV1", 20, "1g.5gb+me", 1, 1, 4864, P7_1),
+            ("1_SLICE_REV2", 15, "1g.10gb", 1, 4, 9984, P7_1X2),
+            ("2_SLICE", 14, "2g.10gb", 2, 3, 9984, P7_2),
+            ("3_SLICE", 9, "3g.20gb", 3, 2, 20096, P7_3),
+            ("4_SLICE", 5, "4g.20gb", 4, 1, 20096, P7_4),
+            ("7_SLICE", 0, "7g.40gb", 7, 1, 40320, P7_7),
+        ),
     ),
-    "H100-80GB": _chip7(
+    # A100 80GB PCIe: -lgip (driver 515.86.01) in a nvidia-mig-parted tutorial: 1g.10gb
+    # 9.50, 2g.20gb 19.50, 3g/4g.40gb 39.25, 7g.80gb 79.00 GiB (its MIG devices show
+    # 9728 / 19968 MiB); that driver predates 1g.20gb (id 15): its row takes the 2g's
+    # memory (same two memory slices). Placements: the blog.seeweb.it A100 80GB -lgipp.
+    # Board memory 81920 MiB (nvidia-smi in NVIDIA/mig-parted issue #31).
+    "A100-80GB": _chip(
+        "NVIDIA A100 80GB PCIe",
+        81920,
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.10gb", 1, 7, 9728, P7_1),
+            ("1_SLICE_REV1", 20, "1g.10gb+me", 1, 1, 9728, P7_1),
+            ("1_SLICE_REV2", 15, "1g.20gb", 1, 4, 19968, P7_1X2),
+            ("2_SLICE", 14, "2g.20gb", 2, 3, 19968, P7_2),
+            ("3_SLICE", 9, "3g.40gb", 3, 2, 40192, P7_3),
+            ("4_SLICE", 5, "4g.40gb", 4, 1, 40192, P7_4),
+            ("7_SLICE", 0, "7g.80gb", 7, 1, 80896, P7_7),
+        ),
+    ),
+    # H100 80GB HBM3: -lgip in jbarrow.ai/field_notes/nvidia-mig (2026): 1g.10gb(+me)
+    # 9.75, 1g.20gb/2g.20gb 19.62, 3g/4g.40gb 39.50, 7g.80gb 79.25 GiB.
+    "H100-80GB": _chip(
         "NVIDIA H100 80GB HBM3",
         81559,
-        {"1": 9984, "2": 20096, "4": 40448, "8": 81152},
-        (10, 20, 40, 80),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.10gb", 1, 7, 9984, P7_1),
+            ("1_SLICE_REV1", 20, "1g.10gb+me", 1, 1, 9984, P7_1),
+            ("1_SLICE_REV2", 15, "1g.20gb", 1, 4, 20096, P7_1X2),
+            ("2_SLICE", 14, "2g.20gb", 2, 3, 20096, P7_2),
+            ("3_SLICE", 9, "3g.40gb", 3, 2, 40448, P7_3),
+            ("4_SLICE", 5, "4g.40gb", 4, 1, 40448, P7_4),
+            ("7_SLICE", 0, "7g.80gb", 7, 1, 81152, P7_7),
+        ),
     ),
-    "H200-141GB": _chip7(
-        "NVIDIA H200 141GB HBM3e",
-        144384,
-        {"1": 16384, "2": 33024, "4": 71168, "8": 143104},
-        (18, 35, 71, 141),
-    ),
-    "A30-24GB": _a30(),
-    "T4": FakeChip("Tesla T4", 15360, 0, (), ()),  # no MIG at all
-    # -- every other MIG GPU of 2026 ------------------------------------------------
-    # Names, ids (19/20/15/14/9/5/0 on every 7-slice chip: NVIDIA's -lgip outputs below)
-    # and placements (the 7-slice layout above) are as the sources give them. Memory is
-    # an -lgip figure where one is published (source per chip), else marked "estimate":
-    # geometry's figure, so that those rows check names, ids, counts and placements only.
-    # A100-SXM4-80GB: names from the MIG user guide; board memory 81920 MiB as nvidia-smi
-    # prints it in NVIDIA/mig-parted issue #31; no -lgip found: memory estimate.
-    "A100-80GB": _chip7(
-        "NVIDIA A100-SXM4-80GB",
-        81920,
-        {"1": 9984, "2": 20224, "4": 40448, "8": 81152},
-        (10, 20, 40, 80),
-    ),
-    # H100 NVL (94 GB): -lgip in NVIDIA/gpu-operator PR #900/#903 (1g.12gb 10.75,
+    # H100 NVL (94 GB): -lgip in NVIDIA/gpu-operator PR #900/#903 (1g.12gb(+me) 10.75,
     # 1g.24gb/2g.24gb 21.62 GiB) and NVIDIA/mig-parted PR #101 (3g/4g.47gb 46.38 GiB);
-    # 7g.94gb estimate; board memory 94 GiB.
-    "H100-94GB": _chip7(
+    # 7g.94gb estimate.
+    "H100-94GB": _chip(
         "NVIDIA H100 NVL",
         96256,
-        {"1": 11008, "2": 22144, "4": 47488, "8": 95354},
-        (12, 24, 47, 94),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.12gb", 1, 7, 11008, P7_1),
+            ("1_SLICE_REV1", 20, "1g.12gb+me", 1, 1, 11008, P7_1),
+            ("1_SLICE_REV2", 15, "1g.24gb", 1, 4, 22144, P7_1X2),
+            ("2_SLICE", 14, "2g.24gb", 2, 3, 22144, P7_2),
+            ("3_SLICE", 9, "3g.47gb", 3, 2, 47488, P7_3),
+            ("4_SLICE", 5, "4g.47gb", 4, 1, 47488, P7_4),
+            ("7_SLICE", 0, "7g.94gb", 7, 1, 95354, P7_7),  # estimate
+        ),
     ),
     # H100 96GB of GH200: names from mig-parted's "H100-96GB, PG506-96GB, GH200" config;
-    # board "NVIDIA GH200 480GB" with 97871 MiB (marin PR #5446); memory estimate.
-    "H100-96GB": _chip7(
+    # board "NVIDIA GH200 480GB" with 97871 MiB (marin PR #5446). No -lgip found: every
+    # memory figure is geometry's estimate.
+    "H100-96GB": _chip(
         "NVIDIA GH200 480GB",
         97871,
-        {"1": 11981, "2": 24269, "4": 48538, "8": 97382},
-        (12, 24, 48, 96),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.12gb", 1, 7, 11981, P7_1),  # estimate
+            ("1_SLICE_REV1", 20, "1g.12gb+me", 1, 1, 11981, P7_1),  # estimate
+            ("1_SLICE_REV2", 15, "1g.24gb", 1, 4, 24269, P7_1X2),  # estimate
+            ("2_SLICE", 14, "2g.24gb", 2, 3, 24269, P7_2),  # estimate
+            ("3_SLICE", 9, "3g.48gb", 3, 2, 48538, P7_3),  # estimate
+            ("4_SLICE", 5, "4g.48gb", 4, 1, 48538, P7_4),  # estimate
+            ("7_SLICE", 0, "7g.96gb", 7, 1, 97382, P7_7),  # estimate
+        ),
     ),
-    # GH200 144G HBM3e: -lgip in NVIDIA/mig-parted PR #139 (1g.18gb 17.50, 1g.36gb and
-    # 2g.36gb 35.25 GiB); 3g/4g/7g estimate.
-    "GH200-144GB": _chip7(
+    # H200 141GB HBM3e: -lgip in NVIDIA/mig-parted issue #120: 1g.18gb(+me) 16.00,
+    # 1g.35gb/2g.35gb 32.25, 3g/4g.71gb 69.50, 7g.141gb 139.75 GiB; board memory 144384
+    # MiB as NVIDIA/go-nvml's H200 mock has it.
+    "H200-141GB": _chip(
+        "NVIDIA H200 141GB HBM3e",
+        144384,
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.18gb", 1, 7, 16384, P7_1),
+            ("1_SLICE_REV1", 20, "1g.18gb+me", 1, 1, 16384, P7_1),
+            ("1_SLICE_REV2", 15, "1g.35gb", 1, 4, 33024, P7_1X2),
+            ("2_SLICE", 14, "2g.35gb", 2, 3, 33024, P7_2),
+            ("3_SLICE", 9, "3g.71gb", 3, 2, 71168, P7_3),
+            ("4_SLICE", 5, "4g.71gb", 4, 1, 71168, P7_4),
+            ("7_SLICE", 0, "7g.141gb", 7, 1, 143104, P7_7),
+        ),
+    ),
+    # GH200 144G HBM3e: -lgip in NVIDIA/mig-parted PR #139 (1g.18gb(+me) 17.50,
+    # 1g.36gb/2g.36gb 35.25 GiB); 3g/4g/7g names from its config, memory estimate.
+    "GH200-144GB": _chip(
         "NVIDIA GH200 144G HBM3e",
         147456,
-        {"1": 17920, "2": 36096, "4": 72806, "8": 146074},
-        (18, 36, 72, 144),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.18gb", 1, 7, 17920, P7_1),
+            ("1_SLICE_REV1", 20, "1g.18gb+me", 1, 1, 17920, P7_1),
+            ("1_SLICE_REV2", 15, "1g.36gb", 1, 4, 36096, P7_1X2),
+            ("2_SLICE", 14, "2g.36gb", 2, 3, 36096, P7_2),
+            ("3_SLICE", 9, "3g.72gb", 3, 2, 72806, P7_3),  # estimate
+            ("4_SLICE", 5, "4g.72gb", 4, 1, 72806, P7_4),  # estimate
+            ("7_SLICE", 0, "7g.144gb", 7, 1, 146074, P7_7),  # estimate
+        ),
     ),
-    # B200: -lgip of a later driver in NVIDIA/mig-parted PR #187 (1g.23gb 20.50, 1g.45gb
-    # and 2g.45gb 44.25 GiB); 3g/4g/7g estimate.
-    "B200-180GB": _chip7(
+    # B200: -lgip of a later driver in NVIDIA/mig-parted PR #187 and gpu-operator PR
+    # #1351 (1g.23gb(+me) 20.50, 1g.45gb/2g.45gb 44.25 GiB); 3g/4g/7g estimate.
+    "B200-180GB": _chip(
         "NVIDIA B200",
         184320,
-        {"1": 20992, "2": 45312, "4": 91008, "8": 182592},
-        (23, 45, 90, 180),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.23gb", 1, 7, 20992, P7_1),
+            ("1_SLICE_REV1", 20, "1g.23gb+me", 1, 1, 20992, P7_1),
+            ("1_SLICE_REV2", 15, "1g.45gb", 1, 4, 45312, P7_1X2),
+            ("2_SLICE", 14, "2g.45gb", 2, 3, 45312, P7_2),
+            ("3_SLICE", 9, "3g.90gb", 3, 2, 91008, P7_3),  # estimate
+            ("4_SLICE", 5, "4g.90gb", 4, 1, 91008, P7_4),  # estimate
+            ("7_SLICE", 0, "7g.180gb", 7, 1, 182592, P7_7),  # estimate
+        ),
     ),
     # The same B200 on its first driver (mig-parted PR #166, gpu-operator PR #1242):
     # 1g.23gb 22.00 GiB, more than the tables' 20.50 (a driver that moved memory).
-    "B200-180GB-first-driver": _chip7(
+    "B200-180GB-first-driver": _chip(
         "NVIDIA B200",
         184320,
-        {"1": 22528, "2": 45312, "4": 91008, "8": 182592},
-        (23, 45, 90, 180),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.23gb", 1, 7, 22528, P7_1),
+            ("1_SLICE_REV1", 20, "1g.23gb+me", 1, 1, 22528, P7_1),
+            ("1_SLICE_REV2", 15, "1g.45gb", 1, 4, 45312, P7_1X2),
+            ("2_SLICE", 14, "2g.45gb", 2, 3, 45312, P7_2),
+            ("3_SLICE", 9, "3g.90gb", 3, 2, 91008, P7_3),  # estimate
+            ("4_SLICE", 5, "4g.90gb", 4, 1, 91008, P7_4),  # estimate
+            ("7_SLICE", 0, "7g.180gb", 7, 1, 182592, P7_7),  # estimate
+        ),
     ),
-    # GB200 production boards: -lgip in NVIDIA/mig-parted issue #227 (1g.23gb 22.00,
-    # 1g.47gb and 2g.47gb 45.50 GiB); 3g/4g/7g estimate; name "NVIDIA GB200" (sglang
-    # issue #11208).
-    "GB200-186GB": _chip7(
+    # GB200, production boards: -lgip in NVIDIA/mig-parted issue #227 (1g.23gb(+me)
+    # 22.00, 1g.47gb/2g.47gb 45.50 GiB); names 3g.93gb, 4g.93gb, 7g.186gb from mig-parted
+    # ebab1f77, memory estimate; board name "NVIDIA GB200" (sglang issue #11208).
+    "GB200-186GB": _chip(
         "NVIDIA GB200",
         190464,
-        {"1": 22528, "2": 46592, "4": 94042, "8": 188678},
-        (23, 47, 93, 186),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.23gb", 1, 7, 22528, P7_1),
+            ("1_SLICE_REV1", 20, "1g.23gb+me", 1, 1, 22528, P7_1),
+            ("1_SLICE_REV2", 15, "1g.47gb", 1, 4, 46592, P7_1X2),
+            ("2_SLICE", 14, "2g.47gb", 2, 3, 46592, P7_2),
+            ("3_SLICE", 9, "3g.93gb", 3, 2, 94042, P7_3),  # estimate
+            ("4_SLICE", 5, "4g.93gb", 4, 1, 94042, P7_4),  # estimate
+            ("7_SLICE", 0, "7g.186gb", 7, 1, 188678, P7_7),  # estimate
+        ),
     ),
-    # GB200 on the first drivers: -lgip in NVIDIA/gpu-operator PR #1303 (1g.24gb 20.00,
-    # 1g.47gb and 2g.47gb 45.50 GiB), names 3g.95gb, 4g.95gb, 7g.189gb from
-    # mig-parted 89dd81a3 (memory estimate): a driver that renames five profiles.
-    "GB200-186GB-early": _chip7(
+    # GB200 on the first drivers, a driver that renames five profiles: -lgip in
+    # NVIDIA/gpu-operator PR #1303 (1g.24gb(+me) 20.00, 1g.47gb/2g.47gb 45.50 GiB);
+    # names 3g.95gb, 4g.95gb, 7g.189gb from mig-parted 89dd81a3, memory estimate.
+    "GB200-186GB-early": _chip(
         "NVIDIA GB200",
         190464,
-        {"1": 20480, "2": 46592, "4": 94042, "8": 188678},
-        (24, 47, 95, 189),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.24gb", 1, 7, 20480, P7_1),
+            ("1_SLICE_REV1", 20, "1g.24gb+me", 1, 1, 20480, P7_1),
+            ("1_SLICE_REV2", 15, "1g.47gb", 1, 4, 46592, P7_1X2),
+            ("2_SLICE", 14, "2g.47gb", 2, 3, 46592, P7_2),
+            ("3_SLICE", 9, "3g.95gb", 3, 2, 94042, P7_3),  # estimate
+            ("4_SLICE", 5, "4g.95gb", 4, 1, 94042, P7_4),  # estimate
+            ("7_SLICE", 0, "7g.189gb", 7, 1, 188678, P7_7),  # estimate
+        ),
     ),
-    # B300 ("NVIDIA B300 SXM6 AC", pytorch/ao PR #3640) and GB300 ("NVIDIA GB300",
-    # OLMo-core PR #747): names and counts from mig-parted 47c56d96 and 75449116; no
-    # -lgip found: memory estimate.
-    "B300-269GB": _chip7(
+    # B300 ("NVIDIA B300 SXM6 AC", pytorch/ao PR #3640): names and counts from
+    # mig-parted 47c56d96; ids as on every 7-slice chip. No -lgip found: every memory
+    # figure is geometry's estimate.
+    "B300-269GB": _chip(
         "NVIDIA B300 SXM6 AC",
         275456,
-        {"1": 33571, "2": 68003, "4": 136006, "8": 272874},
-        (34, 67, 135, 269),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.34gb", 1, 7, 33571, P7_1),  # estimate
+            ("1_SLICE_REV1", 20, "1g.34gb+me", 1, 1, 33571, P7_1),  # estimate
+            ("1_SLICE_REV2", 15, "1g.67gb", 1, 4, 68003, P7_1X2),  # estimate
+            ("2_SLICE", 14, "2g.67gb", 2, 3, 68003, P7_2),  # estimate
+            ("3_SLICE", 9, "3g.135gb", 3, 2, 136006, P7_3),  # estimate
+            ("4_SLICE", 5, "4g.135gb", 4, 1, 136006, P7_4),  # estimate
+            ("7_SLICE", 0, "7g.269gb", 7, 1, 272874, P7_7),  # estimate
+        ),
     ),
-    "GB300-278GB": _chip7(
+    # GB300 ("NVIDIA GB300", OLMo-core PR #747): names and counts from mig-parted
+    # 75449116. No -lgip found: every memory figure is geometry's estimate.
+    "GB300-278GB": _chip(
         "NVIDIA GB300",
         284672,
-        {"1": 34694, "2": 70278, "4": 140557, "8": 282003},
-        (35, 70, 139, 278),
+        7,
+        _C7,
+        (
+            ("1_SLICE", 19, "1g.35gb", 1, 7, 34694, P7_1),  # estimate
+            ("1_SLICE_REV1", 20, "1g.35gb+me", 1, 1, 34694, P7_1),  # estimate
+            ("1_SLICE_REV2", 15, "1g.70gb", 1, 4, 70278, P7_1X2),  # estimate
+            ("2_SLICE", 14, "2g.70gb", 2, 3, 70278, P7_2),  # estimate
+            ("3_SLICE", 9, "3g.139gb", 3, 2, 140557, P7_3),  # estimate
+            ("4_SLICE", 5, "4g.139gb", 4, 1, 140557, P7_4),  # estimate
+            ("7_SLICE", 0, "7g.278gb", 7, 1, 282003, P7_7),  # estimate
+        ),
     ),
-    "RTXPRO6000-96GB": _rtx_pro_6000(),
+    # A30: -lgip in Summer-Lo/Docker_configuration 000-MIG/README.md and a Siemens AG Go
+    # test (SMIOUTPUT_A30): 1g.6gb(+me) 5.81, 2g.12gb 11.69, 4g.24gb 23.44 GiB, ids
+    # 14/21/5/0; 2g.12gb+me is id 6 ("Profile ID 6 Placements: {0,2}:2" in the -lgipp
+    # above; one instance as in the MIG user guide's A30 table), memory as the 2g's.
+    "A30-24GB": _chip(
+        "NVIDIA A30",
+        24576,
+        4,
+        _C4,
+        (
+            ("1_SLICE", 14, "1g.6gb", 1, 4, 5952, P4_1),
+            ("1_SLICE_REV1", 21, "1g.6gb+me", 1, 1, 5952, P4_1),
+            ("2_SLICE", 5, "2g.12gb", 2, 2, 11968, P4_2),
+            ("2_SLICE_REV1", 6, "2g.12gb+me", 2, 1, 11968, P4_2),
+            ("4_SLICE", 0, "4g.24gb", 4, 1, 24000, P4_4),
+        ),
+    ),
+    # RTX PRO 6000 Blackwell (Max-Q Workstation Edition, 97887 MiB, driver 580.105.08):
+    # -lgip in a published Korean MIG setup note, every id and count: 1g.24gb 14,
+    # +me 21, +gfx 47, +me.all 65, -me 67 (23.62 GiB); 2g.48gb 5, +gfx 35, +me.all 64,
+    # -me 66 (47.38 GiB); 4g.96gb 0, +gfx 32 (95.00 GiB). Ids 14/21/47/65 and 23.62 GiB
+    # also in GoogleCloudPlatform/container-engine-accelerators PR #564 and
+    # bigstack-oss/cubecos issue #312. Placements in NVML's 12 units (above).
+    "RTXPRO6000-96GB": _chip(
+        "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+        97887,
+        4,
+        _C4,
+        (
+            ("1_SLICE", 14, "1g.24gb", 1, 4, 24192, PR_1),
+            ("1_SLICE_REV1", 21, "1g.24gb+me", 1, 1, 24192, PR_1),
+            ("1_SLICE_GFX", 47, "1g.24gb+gfx", 1, 4, 24192, PR_1),
+            ("1_SLICE_ALL_ME", 65, "1g.24gb+me.all", 1, 1, 24192, PR_1),
+            ("1_SLICE_NO_ME", 67, "1g.24gb-me", 1, 4, 24192, PR_1),
+            ("2_SLICE", 5, "2g.48gb", 2, 2, 48512, PR_2),
+            ("2_SLICE_GFX", 35, "2g.48gb+gfx", 2, 2, 48512, PR_2),
+            ("2_SLICE_ALL_ME", 64, "2g.48gb+me.all", 2, 1, 48512, PR_2),
+            ("2_SLICE_NO_ME", 66, "2g.48gb-me", 2, 2, 48512, PR_2),
+            ("4_SLICE", 0, "4g.96gb", 4, 1, 97280, PR_4),
+            ("4_SLICE_GFX", 32, "4g.96gb+gfx", 4, 1, 97280, PR_4),
+        ),
+    ),
+    "T4": FakeChip("Tesla T4", 15360, 0, (), ()),  # no MIG at all
 }
 
 

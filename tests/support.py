@@ -4,6 +4,7 @@ program, and probes of what another user or a slow client can do."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_mig.slurm.assignment import Assignment
-from slurm_mig.slurm.client import Job
+from slurm_mig.slurm.assignment import Assignment, generate_key
+from slurm_mig.slurm.client import Job, Node
 from slurm_mig.slurm.jobrecord import admin_comment_for
 from slurm_mig.workload import Task
 
@@ -129,6 +130,35 @@ def squeue_job(job_id: str, **fields) -> Job:
     )
     base.update(fields)
     return Job(**base)
+
+
+def write_config(tmp: Path, nodes: dict[str, list[str]], **planner) -> Path:
+    """A planner config under ``tmp`` (simulated devices, its signing key beside it):
+    ``nodes`` maps a node to its GPU models, ``planner`` overrides [planner] keys."""
+    opts = {"batch_window": 0.0, "cycle": 0.5, "default_runtime": 600.0, **planner}
+    lines = ["[slurm]", 'partition = "mig"', "[nodes]"]
+    lines += [f'"{n}" = {json.dumps(m)}' for n, m in nodes.items()]
+    lines += [
+        "[paths]",
+        f'state_dir = "{tmp / "state"}"',
+        f'run_dir = "{tmp / "run" / "%n"}"',
+        f'key_file = "{tmp / "key"}"',
+        "[planner]",
+        *(f"{k} = {json.dumps(v)}" for k, v in opts.items()),
+        "[device]",
+        'backend = "simulated"',
+        f'simulated_dir = "{tmp / "sim" / "%n"}"',
+    ]
+    path = tmp / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    if not (tmp / "key").exists():
+        generate_key(tmp / "key")
+    return path
+
+
+def node(name: str, *states: str) -> Node:
+    """A node of the ``mig`` partition as sinfo shows it (IDLE unless ``states``)."""
+    return Node(name, frozenset(states or {"IDLE"}), "", 16, ("mig",))
 
 
 def completed(pending: Job, slice_: Assignment, start: float, end: float) -> Job:

@@ -83,6 +83,14 @@ def add_parser(sub) -> None:
         ),
         epilog=TASKS_HELP + "\n" + PLANNERS_HELP + "\n" + MODELS_HELP,
     )
+    _add_batch_options(pl)
+    _add_planner_options(pl)
+    _add_output_options(pl)
+    pl.set_defaults(handler=run, usage_error=pl.error)
+
+
+def _add_batch_options(pl: argparse.ArgumentParser) -> None:
+    """What is planned: TASKS, --start, and the GPUs' model and number."""
     pl.add_argument(
         "tasks",
         metavar="TASKS",
@@ -107,6 +115,10 @@ def add_parser(sub) -> None:
         default=1,
         help=f"number of GPUs of that model to plan on, 1..{MAX_GPUS} (default: 1)",
     )
+
+
+def _add_planner_options(pl: argparse.ArgumentParser) -> None:
+    """How it is planned: the planner, its objective, batches and time budget."""
     pl.add_argument(
         "--planner",
         metavar="NAME",
@@ -138,6 +150,10 @@ def add_parser(sub) -> None:
         f"{MAX_BUDGET_S:g}) and keep the best plan found (default: 10); stats.optimal in "
         "the JSON says whether it is proven",
     )
+
+
+def _add_output_options(pl: argparse.ArgumentParser) -> None:
+    """What is printed or drawn: JSON on stdout, a Gantt chart."""
     pl.add_argument(
         "--json",
         action="store_true",
@@ -148,7 +164,6 @@ def add_parser(sub) -> None:
         metavar="OUT.png",
         help="also draw the schedule as a Gantt chart to this PNG file",
     )
-    pl.set_defaults(handler=run, usage_error=pl.error)
 
 
 def run(args: argparse.Namespace) -> int:

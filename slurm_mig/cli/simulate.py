@@ -11,7 +11,7 @@ import json
 import sys
 import textwrap
 
-from ..argtypes import count_at_most, number_within, rate_multiplier
+from ..argtypes import count_at_most, int_at_least, number_within, rate_multiplier
 from ..argtypes import positive_int as _positive_int
 
 LOAD_RANGE = (0.05, 20.0)  # --load, as sim.jobs.LOAD_RANGE (kept here: a cheap --help)
@@ -131,19 +131,16 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
     return si
 
 
+_reorder_count = int_at_least(
+    0, ">= 0 (0: strict priority order)", otherwise="; give N >= 0 or none"
+)
+
+
 def _reorder(text: str) -> int | None:
     """``--reorder``: a whole number >= 0, or ``none`` (unbounded)."""
     if text.strip().lower() in ("none", "unbounded"):
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a whole number; give N >= 0 or none"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be >= 0 (0: strict priority order)")
-    return value
+    return _reorder_count(text)
 
 
 _load = number_within(

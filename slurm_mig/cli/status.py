@@ -154,68 +154,87 @@ def _stale(config: Any, updated: float | None, now: float) -> str:
     return text + f"; lease: {holder.describe(now)}"
 
 
-def render(view) -> Any:
-    """The rich renderable of a `StatusView`. Every piece of text is a `Text` (never
-    markup: a job named ``[link=...]`` shows as such) of printable characters only."""
-    from rich import box
-    from rich.console import Group
-    from rich.table import Table
+def _plain(value: object, style: str = "") -> Any:
+    """A rich `Text` of ``value``'s printable characters (never markup)."""
     from rich.text import Text
 
     from ..safetext import printable
-    from ..slurm.statusview import ago as _ago
-    from ..slurm.statusview import left_text
-    from ..slurm.statusview import when as _when
 
-    def plain(value: object, style: str = "") -> Text:
-        return Text(printable(value), style=style)
+    return Text(printable(value), style=style)
+
+
+def _header(view) -> list[Any]:
+    """The title line (cycle, policy, next batch), then the problems and a failed cycle."""
+    from rich.text import Text
+
+    from ..slurm.statusview import ago as _ago
+    from ..slurm.statusview import when as _when
 
     now = view.now
     head = Text.assemble(
         ("slurm-mig status", "bold"),
-        plain(f" · cycle {view.cycle} at {_ago(view.updated, now)} · policy {view.policy or '-'}"),
-        plain(f" · next batch {_when(view.next_batch_at, now)}") if view.next_batch_at else "",
+        _plain(f" · cycle {view.cycle} at {_ago(view.updated, now)} · policy {view.policy or '-'}"),
+        _plain(f" · next batch {_when(view.next_batch_at, now)}") if view.next_batch_at else "",
     )
     parts: list[Any] = [head]
     for problem in view.problems:
-        parts.append(plain(problem, "bold red" if problem == view.stale else "yellow"))
+        parts.append(_plain(problem, "bold red" if problem == view.stale else "yellow"))
     if view.error:
-        parts.append(plain(f"last cycle failed: {view.error}", "red"))
-    for g in view.gpus:
-        title = plain(
-            f"{g.node} gpu {g.gpu} · {g.model} · busy {g.busy}/{g.slices} slices · free "
-            f"{g.free} · largest free {g.largest_free or 'none'} · fragmentation "
-            f"{g.fragmentation:.2f}"
+        parts.append(_plain(f"last cycle failed: {view.error}", "red"))
+    return parts
+
+
+def _gpu_table(g, now: float) -> Any:
+    """One GPU's table: its summary as the title, then a row per instance."""
+    from rich import box
+    from rich.table import Table
+
+    from ..slurm.statusview import ago as _ago
+    from ..slurm.statusview import left_text
+
+    title = _plain(
+        f"{g.node} gpu {g.gpu} · {g.model} · busy {g.busy}/{g.slices} slices · free "
+        f"{g.free} · largest free {g.largest_free or 'none'} · fragmentation "
+        f"{g.fragmentation:.2f}"
+    )
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name, kw in (
+        ("Profile", {}),
+        ("Placement", {}),
+        ("UUID", {"no_wrap": True}),
+        ("Job", {}),
+        ("User", {}),
+        ("Since", {}),
+        ("Left", {"justify": "right"}),
+    ):
+        t.add_column(name, **kw)
+    for i in g.instances:
+        cells = (
+            i.profile,
+            f"{i.placement[0]}:{i.placement[1]}",
+            i.uuid or "-",
+            i.job or i.note,
+            i.user or "-",
+            _ago(i.since, now) if i.since else "-",
+            left_text(i.drift),
         )
-        t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-        for name, kw in (
-            ("Profile", {}),
-            ("Placement", {}),
-            ("UUID", {"no_wrap": True}),
-            ("Job", {}),
-            ("User", {}),
-            ("Since", {}),
-            ("Left", {"justify": "right"}),
-        ):
-            t.add_column(name, **kw)
-        for i in g.instances:
-            cells = (
-                i.profile,
-                f"{i.placement[0]}:{i.placement[1]}",
-                i.uuid or "-",
-                i.job or i.note,
-                i.user or "-",
-                _ago(i.since, now) if i.since else "-",
-                left_text(i.drift),
-            )
-            t.add_row(*(plain(c) for c in cells))
-        if not g.instances:
-            t.add_row("-", "-", "no instances", "", "", "", "")
-        parts.append(t)
+        t.add_row(*(_plain(c) for c in cells))
+    if not g.instances:
+        t.add_row("-", "-", "no instances", "", "", "", "")
+    return t
+
+
+def _queue_table(queue, now: float) -> Any:
+    """The queue's table: a row per waiting job with its plan and why it waits."""
+    from rich import box
+    from rich.table import Table
+
+    from ..slurm.statusview import when as _when
+
     q = Table(title="Queue", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("Job", "User", "Name", "State", "Prio", "Node", "GPU", "Profile", "Start", "Why"):
         q.add_column(name, overflow="fold" if name == "Why" else "ellipsis")
-    for r in view.queue:
+    for r in queue:
         why = r.why
         if not why and r.free_at is not None:
             why = f"slices busy until {time.strftime('%H:%M:%S', time.localtime(r.free_at))}"
@@ -231,10 +250,20 @@ def render(view) -> Any:
             _when(r.start, now),
             why,
         )
-        q.add_row(*(plain(c) for c in cells))
-    if not view.queue:
+        q.add_row(*(_plain(c) for c in cells))
+    if not queue:
         q.add_row("-", "", "", "no jobs wait", "", "", "", "", "", "")
-    parts.append(q)
+    return q
+
+
+def render(view) -> Any:
+    """The rich renderable of a `StatusView`. Every piece of text is a `Text` (never
+    markup: a job named ``[link=...]`` shows as such) of printable characters only."""
+    from rich.console import Group
+
+    parts = _header(view)
+    parts.extend(_gpu_table(g, view.now) for g in view.gpus)
+    parts.append(_queue_table(view.queue, view.now))
     return Group(*parts)
 
 

@@ -144,7 +144,6 @@ def _p95(values: list[float]) -> float:
 
 def run_live_demo(gantt: str, scale: float = 2.0, copies: int = 24) -> int:
     """Run the demo batch on a loopback Slurm; 0 when every job ran as planned."""
-    from ..gantt import write_gantt
     from ..workload import load_task_source
 
     model = get_model(MODEL)
@@ -157,94 +156,124 @@ def run_live_demo(gantt: str, scale: float = 2.0, copies: int = 24) -> int:
         # the daemon's default 5 s cycle: hand-offs come from the Epilogs' notifications
         # and from jobs released ahead, not from fast polling
         with LiveCluster(root, nodes=("node1",), gpus=2, planner={"cycle": 5.0}) as lc:
-            lc.learn(tasks, scale)
-            ids = [lc.submit(t.id, scale) for t in kernels]
-            print(
-                f"Submitted {len(ids)} jobs with sbatch (Rodinia kernels, {scale:g}x their time)."
-            )
-            lc.start_planner()
-            plan = lc.wait_plan(len(ids))
-            during = status_while_running(lc)
-            jobs = lc.wait_done(ids, 600)
-            scraped = scrape_metrics(lc)
-            records = {r["job"]: r for r in lc.records()}
-            planned = lc.assignments(ids)
-            audit = lc.audit()
-            t0 = plan["started"]
-            print()
-            row = "{:>4} {:<15} {:>3} {:<9} {:>5} {:>8} {:>8} {:>7} {:<10}"
-            print(
-                row.format(
-                    "JOB", "KERNEL", "GPU", "PROFILE", "AT", "START", "END", "SECONDS", "STATE"
-                )
-            )
-            for j in sorted(ids, key=lambda x: records.get(x, {}).get("start", 0)):
-                a, r = planned.get(j), records.get(j, {})
-                print(
-                    row.format(
-                        j,
-                        r.get("kernel", "?"),
-                        a.gpu if a else "-",
-                        a.profile if a else "-",
-                        f"{a.placement.start}:{a.placement.size}" if a else "-",
-                        f"{r['start'] - t0:.2f}" if r else "-",
-                        f"{r['end'] - t0:.2f}" if r else "-",
-                        f"{r['end'] - r['start']:.2f}" if r else "-",
-                        jobs[j].state,
-                    )
-                )
-            realized = max(r["end"] for r in records.values()) - t0
-            gaps = handoff_gaps(list(records.values()))
-            slices = slice_handoffs(list(records.values()), lc.runtimes())
-            ok = (
-                all(jobs[j].state == "COMPLETED" for j in ids)
-                and not overlapping_lifetimes(audit)
-                and not lc.live_instances()
-                and all(
-                    (records[j]["profile"], records[j]["gpu"])
-                    == (planned[j].profile, planned[j].gpu)
-                    for j in ids
-                    if j in records and j in planned
-                )
-            )
-            print()
-            print(f"planned makespan   {plan['makespan']:.2f} s (FAR, first plan of the batch)")
-            print(f"realized makespan  {realized:.2f} s (from that plan to the last job's end)")
-            if slices:
-                print(
-                    f"slice hand-off     median {statistics.median(slices):.2f} s, p95 "
-                    f"{_p95(slices):.2f} s from a slice freeing (Epilog done) to the next "
-                    "job on it running (its batch script begun)"
-                )
-            if gaps:
-                print(
-                    f"job to job         median {statistics.median(gaps):.2f} s from a job's "
-                    "last line to the next one's first (with both jobs' start-up and exit); "
-                    f"{chain_length(planned)} jobs at most one after another on a slice"
-                )
-            print(
-                f"instances left     {len(lc.live_instances())}; overlapping slices: "
-                f"{len(overlapping_lifetimes(audit))}; creates/destroys: {len(audit)}"
-            )
-            print(
-                "every job ran on its planned slice" if ok else "SOMETHING DID NOT RUN AS PLANNED"
-            )
-            out = write_gantt(
-                realized_plan(list(records.values()), audit, t0, kernels, scale),
-                gantt,
-                title=f"{len(ids)} Rodinia jobs as run by Slurm on 2 simulated {MODEL}",
-            )
-            print(f"Gantt chart of what ran: {out.resolve()}")
-            if during:
-                print()
-                print("slurm-mig status while the batch ran:")
-                print(during.rstrip())
-            print()
-            print(
-                f"Prometheus metrics of the planner: {lc.metrics_url} (served while the demo ran)"
-            )
-            if scraped:
-                print("  " + scraped)
-            return 0 if ok else 1
+            return _run_batch(lc, tasks, kernels, scale, gantt)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_batch(lc: LiveCluster, tasks, kernels, scale: float, gantt: str) -> int:
+    """Submit ``kernels`` to the running cluster, wait for them and print what ran."""
+    from ..gantt import write_gantt
+
+    lc.learn(tasks, scale)
+    ids = [lc.submit(t.id, scale) for t in kernels]
+    print(f"Submitted {len(ids)} jobs with sbatch (Rodinia kernels, {scale:g}x their time).")
+    lc.start_planner()
+    plan = lc.wait_plan(len(ids))
+    during = status_while_running(lc)
+    jobs = lc.wait_done(ids, 600)
+    scraped = scrape_metrics(lc)
+    records = {r["job"]: r for r in lc.records()}
+    planned = lc.assignments(ids)
+    audit = lc.audit()
+    t0 = plan["started"]
+    print()
+    _print_jobs(ids, records, planned, jobs, t0)
+    ok = _print_outcome(lc, plan, ids, jobs, records, planned, audit, t0)
+    out = write_gantt(
+        realized_plan(list(records.values()), audit, t0, kernels, scale),
+        gantt,
+        title=f"{len(ids)} Rodinia jobs as run by Slurm on 2 simulated {MODEL}",
+    )
+    print(f"Gantt chart of what ran: {out.resolve()}")
+    if during:
+        print()
+        print("slurm-mig status while the batch ran:")
+        print(during.rstrip())
+    print()
+    print(f"Prometheus metrics of the planner: {lc.metrics_url} (served while the demo ran)")
+    if scraped:
+        print("  " + scraped)
+    return 0 if ok else 1
+
+
+def _print_jobs(
+    ids: list[str], records: dict[str, dict], planned: dict, jobs: dict, t0: float
+) -> None:
+    """The table of jobs in start order: planned GPU, profile, placement; times that ran."""
+    row = "{:>4} {:<15} {:>3} {:<9} {:>5} {:>8} {:>8} {:>7} {:<10}"
+    print(row.format("JOB", "KERNEL", "GPU", "PROFILE", "AT", "START", "END", "SECONDS", "STATE"))
+    for j in sorted(ids, key=lambda x: records.get(x, {}).get("start", 0)):
+        a, r = planned.get(j), records.get(j, {})
+        print(
+            row.format(
+                j,
+                r.get("kernel", "?"),
+                a.gpu if a else "-",
+                a.profile if a else "-",
+                f"{a.placement.start}:{a.placement.size}" if a else "-",
+                f"{r['start'] - t0:.2f}" if r else "-",
+                f"{r['end'] - t0:.2f}" if r else "-",
+                f"{r['end'] - r['start']:.2f}" if r else "-",
+                jobs[j].state,
+            )
+        )
+
+
+def _ran_as_planned(
+    lc: LiveCluster,
+    ids: list[str],
+    jobs: dict,
+    records: dict[str, dict],
+    planned: dict,
+    audit: list[dict],
+) -> bool:
+    """Every job completed on its planned profile and GPU, no instance overlapped or is left."""
+    return (
+        all(jobs[j].state == "COMPLETED" for j in ids)
+        and not overlapping_lifetimes(audit)
+        and not lc.live_instances()
+        and all(
+            (records[j]["profile"], records[j]["gpu"]) == (planned[j].profile, planned[j].gpu)
+            for j in ids
+            if j in records and j in planned
+        )
+    )
+
+
+def _print_outcome(
+    lc: LiveCluster,
+    plan: dict,
+    ids: list[str],
+    jobs: dict,
+    records: dict[str, dict],
+    planned: dict,
+    audit: list[dict],
+    t0: float,
+) -> bool:
+    """Print the makespans, hand-off times and instances left; whether all ran as planned."""
+    realized = max(r["end"] for r in records.values()) - t0
+    gaps = handoff_gaps(list(records.values()))
+    slices = slice_handoffs(list(records.values()), lc.runtimes())
+    ok = _ran_as_planned(lc, ids, jobs, records, planned, audit)
+    print()
+    print(f"planned makespan   {plan['makespan']:.2f} s (FAR, first plan of the batch)")
+    print(f"realized makespan  {realized:.2f} s (from that plan to the last job's end)")
+    if slices:
+        print(
+            f"slice hand-off     median {statistics.median(slices):.2f} s, p95 "
+            f"{_p95(slices):.2f} s from a slice freeing (Epilog done) to the next "
+            "job on it running (its batch script begun)"
+        )
+    if gaps:
+        print(
+            f"job to job         median {statistics.median(gaps):.2f} s from a job's "
+            "last line to the next one's first (with both jobs' start-up and exit); "
+            f"{chain_length(planned)} jobs at most one after another on a slice"
+        )
+    print(
+        f"instances left     {len(lc.live_instances())}; overlapping slices: "
+        f"{len(overlapping_lifetimes(audit))}; creates/destroys: {len(audit)}"
+    )
+    print("every job ran on its planned slice" if ok else "SOMETHING DID NOT RUN AS PLANNED")
+    return ok

@@ -268,7 +268,7 @@ def _predict(design, t, y, tf, confidence) -> tuple[np.ndarray, np.ndarray, np.n
     the one-sided upper prediction bound of a new observation; and the residual sd.
 
     The same as statsmodels' ``OLS(y, X).fit().get_prediction(Xf).conf_int(obs=...,
-    alpha=2 * (1 - confidence))`` (tests/test_forecast.py checks it), solved here from
+    alpha=2 * (1 - confidence))`` (tests/memory/test_forecast.py checks it), solved here from
     one QR of X: statsmodels' per-call overhead was most of a forecast's time."""
     X, Xf = design(t), design(tf)
     n, k = X.shape

@@ -28,7 +28,7 @@ residuals, convergence detection -- with these additions:
 
 Pure given its inputs and deterministic. scipy is imported at the first fit, so importing
 this module is cheap; the regressions are numpy's (statsmodels' OLS gives the same bounds,
-tests/test_forecast.py checks it, but its per-call overhead was most of a forecast's time).
+tests/memory/test_forecast.py checks it, but its per-call overhead was most of a forecast's time).
 
 The code: memory/fitting.py (models and regressions), memory/peak.py (one window's
 forecast), memory/forecaster.py (the online decision and its ``ForecastSettings``),

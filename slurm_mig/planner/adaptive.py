@@ -48,26 +48,30 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from ..geometry import (
-    GpuModel,
-    Slot,
-    blocked_compute,
-    compute_mask,
-    mask_tables,
-    slot_mask,
-)
+from ..geometry import GpuModel, mask_tables, slot_mask
 from .baseline import busy_instance, start_ops
 from .decisions import Decisions, Op
 from .driver import BatchSettings, project, step
+from .gpu_timeline import (
+    GpuLine,
+    earliest_start,
+    job_options,
+    occupy,
+    ready_start,
+    slot_table,
+    start_bound,
+    timelines,
+)
 from .online import mask_cost
 from .registry import Policy, UnknownPolicy, get_policy
 from .snapshot import (
     ClusterSnapshot,
     Gpu,
     Instance,
+    Job,
     efficient_size,
     efficient_time,
     sizes_of,
@@ -87,158 +91,6 @@ FUTURE = 0.3  # arrivals expected during a typical runtime that count as waiting
 MAX_NUMBER = 1e6
 RATE_WINDOW = 64  # arrivals the rate estimate looks back over
 _EPS = 1e-9
-
-
-@dataclass(frozen=True, slots=True)
-class _Slots:
-    """A model's planner slots by size, as plain numbers for the inner loops:
-    (slot, memory mask, first memory slice, end, seconds to create, compute mask).
-    ``double``: the double-memory 1g slots grouped by the compute slices each keeps
-    from others (``blocked_compute``), for jobs whose memory needs two slices."""
-
-    by_size: dict[int, tuple[tuple[Slot, int, int, int, float, int], ...]]
-    double: tuple[tuple[int, tuple[tuple[Slot, int, int, int, float, int], ...]], ...]
-    double_memory: int  # usable bytes of the double-memory 1g (0: the model has none)
-
-
-_SLOTS: dict[str, _Slots] = {}
-
-
-def _entry(model: GpuModel, slot: Slot) -> tuple[Slot, int, int, int, float, int]:
-    return (
-        slot,
-        slot_mask(slot),
-        slot.placement.start,
-        slot.placement.end,
-        model.create_time(slot.size),
-        compute_mask(slot),
-    )
-
-
-def _slots(model: GpuModel) -> _Slots:
-    got = _SLOTS.get(model.name)
-    if got is None:
-        tables = mask_tables(model)
-        groups: dict[int, list] = {}
-        for slot in tables.slots[tables.lattice :]:  # the canonical double-memory slots
-            groups.setdefault(blocked_compute(model, slot), []).append(_entry(model, slot))
-        double = model.double_memory
-        got = _SLOTS[model.name] = _Slots(
-            {
-                size: tuple(_entry(model, slot) for slot in tables.by_size[size])
-                for size in model.planner_sizes
-            },
-            tuple((b, tuple(e)) for b, e in sorted(groups.items())),
-            double.memory_bytes if double is not None else 0,
-        )
-    return got
-
-
-def _options(job, model: GpuModel, sizes: Sequence[int]) -> list[tuple]:
-    """(key, size, seconds, slice-seconds, slot entries, lattice?) for each way the job
-    can run: its sizes on the lattice, and for a job too big for a plain 1g but within
-    the double-memory 1g, that 1g on two memory slices, costed by the compute slices it
-    keeps from others (one where the second memory slice has no compute slice)."""
-    table = _slots(model)
-    out = [(s, s, job.time(s), s * job.time(s), table.by_size[s], True) for s in sizes]
-    t = job.time(1)
-    if (
-        table.double
-        and 1 not in sizes
-        and (job.size is None or job.size <= 1)
-        and t < INF
-        and mask_tables(model).memory[1] < job.memory <= table.double_memory
-    ):
-        for blocked, entries in table.double:
-            out.append((("double", blocked), 1, t, blocked * t, entries, False))
-    return out
-
-
-@dataclass(slots=True)
-class _GpuLine:
-    """One GPU's timeline during a decision: when each memory slice frees, the idle
-    instances that could be reused, the create/destroy channel, and reservations."""
-
-    index: int
-    gpu: Gpu
-    free: list[float]  # per memory slice: when its running job ends (-inf: free now)
-    idle: dict[Slot, float]  # idle instance -> when it is ready
-    channel: float
-    reserved: list[tuple[int, float, float]]  # (memory mask, start, end)
-    busy_slices: int
-    busy_now: int  # memory mask of slices busy now
-    comp_now: int  # compute mask of slices busy now
-
-
-def _line(k: int, gpu: Gpu, view: Gpu, model: GpuModel) -> _GpuLine:
-    """``gpu`` as it is; ``view``: the same with standing plans' slices busy."""
-    idle = {i.slot: i.ready_at for i in gpu.instances if i.job is None}
-    if view is not gpu:
-        idle = {s: r for s, r in idle.items() if not slot_mask(s) & view.busy_mask}
-    return _GpuLine(
-        k,
-        gpu,
-        view.slice_free_at(model.memory_slices),
-        idle,
-        max(gpu.channel_free, view.channel_free),
-        [],
-        view.busy_slices,
-        view.busy_mask,
-        view.compute_mask,
-    )
-
-
-def _earliest(line: _GpuLine, entry: tuple, seconds: float, now: float) -> float:
-    """When a job of ``seconds`` could start at this slot of this GPU: its slices free,
-    its instance created (or an idle one reused), and no reservation overlapping."""
-    slot, mask, lo, hi, create, cmask = entry
-    free = line.free
-    base = now
-    for i in range(lo, hi):
-        if free[i] > base:
-            base = free[i]
-    if base == INF:
-        return INF
-    ready = line.idle.get(slot)
-    if ready is not None:
-        t = base if base >= ready else ready
-    else:
-        t = (base if base >= line.channel else line.channel) + create
-    if not line.reserved:
-        return t
-    moved = True
-    while moved:
-        moved = False
-        for rmask, rstart, rend in line.reserved:
-            if rmask & mask and rstart < t + seconds and rend > t:
-                t = rend + create
-                moved = True
-    return t
-
-
-def _ready(line: _GpuLine, entry: tuple, now: float) -> float:
-    """When a slot whose slices are free now could start: at once on an idle instance
-    of its own, else once the GPU's earlier operations and its creation are done."""
-    ready = line.idle.get(entry[0])
-    if ready is not None:
-        return ready if ready > now else now
-    return (line.channel if line.channel > now else now) + entry[4]
-
-
-def _bound(line: _GpuLine, entries: tuple, now: float) -> float:
-    """The earliest any of these slots could start on this GPU, reservations aside."""
-    best = INF
-    free, idle = line.free, line.idle
-    for slot, _mask, lo, hi, create, _ in entries:
-        base = now
-        for i in range(lo, hi):
-            if free[i] > base:
-                base = free[i]
-        ready = idle.get(slot)
-        t = (base if base >= ready else ready) if ready is not None else base + create
-        if t < best:
-            best = t
-    return best
 
 
 class _Recent:
@@ -275,6 +127,101 @@ class _Recent:
         """The median runtime (0 when none is known)."""
         known = sorted(t for t in self.runtimes if t < INF)
         return known[len(known) // 2] if known else 0.0
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One decision's state across the jobs it looks at: the GPUs' timelines, the load
+    (busy slices, and those the jobs still to place need), and per option the GPUs
+    ranked by the earliest start they allow (computed lazily, dropped on a start)."""
+
+    model: GpuModel
+    now: float
+    lines: list[GpuLine]
+    fit: tuple[frozenset[int], ...]  # per memory mask: the sizes with room there
+    capacity: int  # compute slices of all GPUs
+    busy: int
+    demand: int
+    horizon: float  # a typical runtime: arrivals during it count as waiting
+    order: dict[object, list[tuple[float, int]]] = field(default_factory=dict)
+
+
+def _looked_at(
+    pending: Mapping[str, Job], model: GpuModel, scan: int, aging: float | None
+) -> list[Job]:
+    """The first ``scan`` waiting jobs in the order they are taken: Slurm's (the
+    mapping's) without aging, else shortest first within a priority, aged."""
+    if aging is None:  # Slurm's order (the mapping's), as far as we look
+        return list(itertools.islice(pending.values(), scan))
+    # shortest first within a priority, aged: the key is the runtime less ``aging`` x
+    # the wait, so that long jobs are not passed for ever
+    return heapq.nsmallest(
+        scan,
+        pending.values(),
+        key=lambda j: (-j.priority, efficient_time(j, model) + aging * j.arrival),
+    )
+
+
+def _choose(
+    st: _Pass, options: list[tuple], area: float, pressure: float, spread: float, later: bool
+) -> tuple | None:
+    """The job's best (score, -busy, frag, GPU, entry, start, size, seconds, now?,
+    slice-seconds) over its options: starts now, and (``later``) reservations."""
+    best = None
+    for okey, s, t, used, entries, lattice in options:
+        pen = (pressure + spread * min(t, st.horizon)) * (used - area)
+        best = _best_now(st, best, (s, t, used, entries, lattice), pen)
+        if later:
+            best = _best_later(st, best, okey, (s, t, used, entries), pen)
+    return best
+
+
+def _best_now(st: _Pass, best: tuple | None, option: tuple, pen: float) -> tuple | None:
+    """``best`` or better among this option's slots free now: GPUs with room for it,
+    the busiest first (best fit), then the least fragmentation."""
+    s, t, used, entries, lattice = option
+    now, fit = st.now, st.fit
+    for line in st.lines:
+        if lattice and s not in fit[line.busy_now]:
+            continue
+        for entry in entries:
+            if entry[1] & line.busy_now:
+                continue
+            start = earliest_start(line, entry, t, now)
+            score = start + t + pen
+            if best is not None and score > best[0]:
+                continue
+            frag = mask_cost(line.busy_now | entry[1], line.comp_now | entry[5], st.model)
+            key = (score, -line.busy_slices, frag, line.index)
+            if best is None or key < best[:4]:
+                # placed now unless a reservation pushed it back
+                soon = start <= ready_start(line, entry, now) + _EPS
+                best = (*key, entry, start, s, t, soon, used)
+    return best
+
+
+def _best_later(
+    st: _Pass, best: tuple | None, okey: object, option: tuple, pen: float
+) -> tuple | None:
+    """``best`` or a better later start of this option: branch and bound over GPUs by
+    the earliest start they allow (ranked once per option until a job starts)."""
+    s, t, used, entries = option
+    now, lines = st.now, st.lines
+    ranked = st.order.get(okey)
+    if ranked is None:
+        ranked = st.order[okey] = sorted((start_bound(ln, entries, now), ln.index) for ln in lines)
+    for lb, k in ranked:
+        if best is not None and lb + t + pen >= best[0]:
+            break
+        line = lines[k]
+        for entry in entries:
+            start = earliest_start(line, entry, t, now)
+            if start == INF:
+                continue
+            key = (start + t + pen, -line.busy_slices, 1.0, k)
+            if best is None or key < best[:4]:
+                best = (*key, entry, start, s, t, False, used)
+    return best
 
 
 class Adaptive:
@@ -343,7 +290,7 @@ class Adaptive:
                     end = INF if inst.busy_until is None else inst.busy_until
                     reserved.setdefault(gpu.index, []).append((slot_mask(inst.slot), begin, end))
         view = list(snap.gpus)
-        whole = _slots(model).by_size[max(model.planner_sizes)][0][0]
+        whole = slot_table(model).by_size[max(model.planner_sizes)][0][0]
         for k in {op.gpu for op in got.ops}:  # this decision's operations there first
             view[k] = Gpu(k, (Instance(whole, "", busy_until=INF),))
         rest_snap = replace(snap, pending=MappingProxyType(rest), arrived=None)
@@ -385,107 +332,60 @@ class Adaptive:
         fit = mask_tables(model).fit_sizes
         if not any(fit[g.busy_mask] for g in view):
             return  # nothing can start now; reservations would be dropped anyway
-        capacity = model.compute_slices * len(gpus)
-        busy = sum(g.busy_slices for g in view)
-        now = snap.now
-        lines = [_line(k, g, v, model) for k, (g, v) in enumerate(zip(gpus, view, strict=True))]
-        for k, held in (reserved or {}).items():
-            lines[k].reserved.extend(held)
         reserving = self.lookahead or max(16, len(gpus))
-        order: dict[object, list[tuple[float, int]]] = {}  # option -> (bound, GPU), lazily
         waiting = len(pending)
-        scan = 4 * reserving
-        if self.aging is None:  # Slurm's order (the mapping's), as far as we look
-            jobs = list(itertools.islice(pending.values(), scan))
-        else:
-            # shortest first within a priority, aged: the key is the runtime less
-            # ``aging`` x the wait, so that long jobs are not passed for ever
-            aging = self.aging
-            jobs = heapq.nsmallest(
-                scan,
-                pending.values(),
-                key=lambda j: (-j.priority, efficient_time(j, model) + aging * j.arrival),
-            )
+        jobs = _looked_at(pending, model, 4 * reserving, self.aging)
         # the load: slices busy plus those the jobs looked at need at their most
         # efficient sizes (a queue on idle GPUs is load too)
         need = {j.id: efficient_size(j, model) for j in jobs}
-        demand = sum(need.values())
+        st = _Pass(
+            model,
+            snap.now,
+            timelines(snap, view, reserved),
+            fit,
+            model.compute_slices * len(gpus),
+            sum(g.busy_slices for g in view),
+            sum(need.values()),
+            horizon,
+        )
         for pos, job in enumerate(jobs):
-            if not any(fit[ln.busy_now] for ln in lines):
+            if not any(fit[ln.busy_now] for ln in st.lines):
                 return
-            options = _options(job, model, sizes_of(job, model))
+            options = job_options(job, model, sizes_of(job, model))
             if not options:
                 continue
             area = min(o[3] for o in options)
-            util = min(1.0, (busy + demand) / capacity)
-            pressure = self.weight * (waiting - pos - 1) * util / capacity
-            spread = self.weight * self.future * rate * util / capacity
-            best = None  # (score, -busy, frag, GPU, entry, start, size, seconds, now?, slice-s)
-            for okey, s, t, used, entries, lattice in options:
-                pen = (pressure + spread * min(t, horizon)) * (used - area)
-                # now: GPUs with room for s, the busiest first (best fit)
-                for line in lines:
-                    if lattice and s not in fit[line.busy_now]:
-                        continue
-                    for entry in entries:
-                        if entry[1] & line.busy_now:
-                            continue
-                        start = _earliest(line, entry, t, now)
-                        score = start + t + pen
-                        if best is not None and score > best[0]:
-                            continue
-                        frag = mask_cost(line.busy_now | entry[1], line.comp_now | entry[5], model)
-                        key = (score, -line.busy_slices, frag, line.index)
-                        if best is None or key < best[:4]:
-                            # placed now unless a reservation pushed it back
-                            soon = start <= _ready(line, entry, now) + _EPS
-                            best = (*key, entry, start, s, t, soon, used)
-                if pos >= reserving:
-                    continue
-                # later: branch and bound over GPUs by the earliest start they allow
-                ranked = order.get(okey)
-                if ranked is None:
-                    ranked = order[okey] = sorted(
-                        (_bound(ln, entries, now), ln.index) for ln in lines
-                    )
-                for lb, k in ranked:
-                    if best is not None and lb + t + pen >= best[0]:
-                        break
-                    line = lines[k]
-                    for entry in entries:
-                        start = _earliest(line, entry, t, now)
-                        if start == INF:
-                            continue
-                        key = (start + t + pen, -line.busy_slices, 1.0, k)
-                        if best is None or key < best[:4]:
-                            best = (*key, entry, start, s, t, False, used)
-            if best is None:
-                continue
-            _, _, _, k, entry, start, s, t, soon, used = best
-            slot, mask, lo, hi, create, cmask = entry
-            line = lines[k]
-            creating = slot not in line.idle
-            if soon:
-                yield from start_ops(line.gpu, job.id, slot, model, now)
-                line.gpu = line.gpu.placed(busy_instance(slot, job))
-                self.placed += 1
-                if used > area + _EPS:
-                    self.enlarged += 1
-                for i in range(lo, hi):
-                    line.free[i] = start + t
-                for other in [o for o in line.idle if mask_tables(model).mask[o] & mask]:
-                    del line.idle[other]
-                if creating:
-                    line.channel = max(line.channel, now) + create
-                line.busy_slices += s
-                line.busy_now |= mask
-                line.comp_now |= cmask
-                busy += s
-                demand -= need[job.id]
-                for sz in list(order):  # its bounds only grow: re-rank lazily
-                    del order[sz]
-            else:
-                line.reserved.append((mask, start, start + t))
+            pressure, spread = self._pressure(st, waiting - pos - 1, rate)
+            best = _choose(st, options, area, pressure, spread, pos < reserving)
+            if best is not None:
+                yield from self._act(st, job, best, area, need[job.id])
+
+    def _pressure(self, st: _Pass, behind: int, rate: float) -> tuple[float, float]:
+        """The penalty's factors (module doc): per extra slice-second, for the ``behind``
+        jobs waiting after this one, and per second of runtime, for those arriving."""
+        util = min(1.0, (st.busy + st.demand) / st.capacity)
+        pressure = self.weight * behind * util / st.capacity
+        spread = self.weight * self.future * rate * util / st.capacity
+        return pressure, spread
+
+    def _act(self, st: _Pass, job: Job, best: tuple, area: float, need: int) -> Iterator[Op]:
+        """Start ``job`` now at its best option (its operations, the timeline and the
+        counters updated), or reserve that option's slices when it starts later."""
+        _, _, _, k, entry, start, s, t, soon, used = best
+        line = st.lines[k]
+        if not soon:
+            line.reserved.append((entry[1], start, start + t))
+            return
+        slot = entry[0]
+        yield from start_ops(line.gpu, job.id, slot, st.model, st.now)
+        line.gpu = line.gpu.placed(busy_instance(slot, job))
+        self.placed += 1
+        if used > area + _EPS:
+            self.enlarged += 1
+        occupy(line, entry, start + t, s, st.now, st.model)
+        st.busy += s
+        st.demand -= need
+        st.order.clear()  # the GPUs' bounds only grow: re-rank lazily
 
 
 def _choice(what: str, value: str, choices) -> str:

@@ -36,6 +36,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from ..geometry import Slot, mask_tables
+from ..jobids import job_sort_key
 from ..plan import Plan
 from ..workload import Task
 from .batch import Batch
@@ -104,9 +105,7 @@ def task_of(
     if only is not None and only in ok:
         ok = {only}
     times = {s: (max(job.time(s), MIN_RUNTIME) if s in ok else INF) for s in model.planner_sizes}
-    return Task(
-        job.id, times, job.memory or None, {"alpha": job.alpha, "pcie_demand": job.pcie_demand}
-    )
+    return Task(job.id, times, job.memory or None, alpha=job.alpha, pcie_demand=job.pcie_demand)
 
 
 # ---------------------------------------------------------------------------
@@ -211,7 +210,7 @@ def _online(groups: Sequence[ClusterSnapshot], policies: Sequence[Policy]) -> li
 def priority_key(job: Job) -> tuple[float, float, tuple[int, int, str]]:
     """The order jobs are planned in: Slurm's priority (highest first), then arrival,
     then id (with equal priorities: arrival order, as before priorities were read)."""
-    return (-job.priority, job.arrival, _id_key(job.id))
+    return (-job.priority, job.arrival, job_sort_key(job.id))
 
 
 def by_priority(snap: ClusterSnapshot) -> ClusterSnapshot:
@@ -548,15 +547,10 @@ def _split(
             w.append(min((s * job.time(s) for s in sizes), default=INF) if job else INF)
         feasible = [g for g in range(len(groups)) if math.isfinite(w[g])]
         if feasible:
-            work.append((-min(w[g] for g in feasible), _id_key(j.id), j, w, feasible))
+            work.append((-min(w[g] for g in feasible), job_sort_key(j.id), j, w, feasible))
     out: dict[int, list[Job]] = {}
     for _, _, j, w, feasible in sorted(work, key=lambda x: (x[0], x[1])):
         g = min(feasible, key=lambda g: ((load[g] + w[g]) / cap[g], g))
         load[g] += w[g]
         out.setdefault(g, []).append(j)
     return out
-
-
-def _id_key(job_id: str) -> tuple[int, int, str]:
-    """Numeric job ids in numeric order, others after them."""
-    return (0, int(job_id), "") if job_id.isdigit() else (1, 0, job_id)

@@ -23,6 +23,23 @@ class _OutOfTime(Exception):
     pass
 
 
+def _before(tree: _Tree, v: int, siblings: list[int]) -> float:
+    """``before(p, v)`` of ``_Search._refresh``: over the branches below p holding one of
+    ``siblings`` (the used nodes hanging from p), the sum of each one's smallest create
+    time; memoised in ``tree.before_cost`` since the search asks the same masks often."""
+    mask = 0
+    row = tree.group_bit[v]
+    for u in siblings:
+        mask |= row[u]
+    if not mask:
+        return 0.0
+    cost = tree.before_cost
+    before = cost.get(mask)
+    if before is None:
+        before = cost[mask] = tree.mask_cost(mask)
+    return before
+
+
 class _Search:
     """Branch and bound over task -> forest node maps (see the module docstring)."""
 
@@ -162,12 +179,29 @@ class _Search:
         plus ``before`` (v becomes a used node hanging from it), or of the largest
         chain end on a path through v (v becomes a link of that chain).
         """
+        o = g * self.T
+        near, chain, enh, top = self._top_down(o)
+        sub_chain, sub_enh = self._subtree_max(o, chain, enh)
+        cnt, M, create = self.cnt, self.M, self.tree.create
+        for v in range(self.T):
+            if cnt[o + v]:
+                M[o + v] = sub_enh[v]
+            else:
+                p = near[v]
+                c = sub_chain[v]
+                if p >= 0 and chain[p] > c:
+                    c = chain[p]
+                M[o + v] = (top[v] if top[v] > c else c) + create[v]
+        self.emax[g] = sub_enh[0]
+
+    def _top_down(self, o: int) -> tuple[list[int], list[float], list[float], list[float]]:
+        """The bounds of ``_refresh`` top-down over the GPU whose nodes start at ``o``:
+        (nearest used ancestor, chain bound and channel-aware bound of each used node,
+        ``top`` of each unused node: enh[p] + destroy[p] + before(p, v))."""
         tree = self.tree
         T = self.T
-        o = g * T
-        cnt, L, M = self.cnt, self.L, self.M
+        cnt, L = self.cnt, self.L
         parent, create, destroy = tree.parent, tree.create, tree.destroy
-        gbit, cost = tree.group_bit, tree.before_cost
         near = [-1] * T
         chain = [0.0] * T  # chain bound on the end of each used node
         enh = [0.0] * T  # channel-aware bound on the end of each used node
@@ -180,16 +214,7 @@ class _Search:
             else:
                 p = -1
             siblings = hang[p + 1]
-            before = 0.0
-            if siblings:  # all used, all below v in node order
-                mask = 0
-                row = gbit[v]
-                for u in siblings:
-                    mask |= row[u]
-                if mask:
-                    before = cost.get(mask)
-                    if before is None:
-                        before = cost[mask] = tree.mask_cost(mask)
+            before = _before(tree, v, siblings) if siblings else 0.0  # all used, below v
             if p >= 0:
                 start = enh[p] + destroy[p]
                 if cnt[o + v]:
@@ -204,8 +229,14 @@ class _Search:
                 chain[v] = create[v] + L[o + v]
             else:
                 top[v] = before
-        # subtree maxima, bottom-up (children follow their parents in node order)
-        children = tree.children
+        return near, chain, enh, top
+
+    def _subtree_max(
+        self, o: int, chain: list[float], enh: list[float]
+    ) -> tuple[list[float], list[float]]:
+        """The largest chain and channel-aware bounds of the used nodes in each node's
+        subtree, bottom-up (children follow their parents in node order)."""
+        T, cnt, children = self.T, self.cnt, self.tree.children
         sub_chain = [0.0] * T
         sub_enh = [0.0] * T
         for v in range(T - 1, -1, -1):
@@ -218,16 +249,7 @@ class _Search:
                 if sub_enh[w] > e:
                     e = sub_enh[w]
             sub_chain[v], sub_enh[v] = c, e
-        for v in range(T):
-            if cnt[o + v]:
-                M[o + v] = sub_enh[v]
-            else:
-                p = near[v]
-                c = sub_chain[v]
-                if p >= 0 and chain[p] > c:
-                    c = chain[p]
-                M[o + v] = (top[v] if top[v] > c else c) + create[v]
-        self.emax[g] = sub_enh[0]
+        return sub_chain, sub_enh
 
     def _dfs(self, k0: int) -> None:
         """Depth-first branch and bound from level ``k0``, with an explicit stack (a

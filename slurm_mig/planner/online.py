@@ -58,7 +58,7 @@ from .online_placement import (
     mask_cost,
     profile_terms,
 )
-from .snapshot import ClusterSnapshot, Instance, Job, efficient_time, runnable_sizes
+from .snapshot import ClusterSnapshot, Gpu, Instance, Job, efficient_time, runnable_sizes
 
 ORDERS = ("arrival", "short")  # option ``order``: the order jobs are offered in
 
@@ -254,58 +254,93 @@ class FragAwarePolicy:
         return can_move
 
     def _ops(self, snap: ClusterSnapshot) -> Iterator[Op]:
-        from .baseline import busy_instance
-
+        """This decision's operations: a static layout's missing instances, the moves
+        after departures (migration), then the waiting jobs' placements."""
         model = snap.model
+        self._adopt(model, len(snap.gpus))
+        states = {g.index: g for g in snap.gpus}
+        if not self.dynamic:
+            yield from self._fill_layout(snap, states)
+        departed = self._departed(snap)
+        if self.migrate and self.dynamic:
+            yield from self._migrations(snap, states, departed)
+        order = [states[i] for i in range(len(snap.gpus))]
+        yield from self._placements(snap, order)
+        if self.trace_fragmentation:
+            total = math.fsum(_mask_cost(model.name, g.busy_mask, g.compute_mask) for g in order)
+            self.frag_samples.append((snap.now, total / len(order)))
+
+    def _adopt(self, model: GpuModel, n: int) -> None:
+        """Caches for ``model`` and ``n`` GPUs: the job sizes and the static layout
+        (on a new model), and the sizes the layout puts on some GPU."""
         if self._model is not model:
             self._model = model
             self._sizes.clear()
             if not self.dynamic:
                 self._layout = parse_layout(self.layout_spec, model)
-        if not self.dynamic and self._have_for != len(snap.gpus):
+        if not self.dynamic and self._have_for != n:
             # the sizes the GPUs have: a mixed layout longer than the cluster has some
             # of its partitions on no GPU
-            n = len(snap.gpus)
             used = [self._layout[k % len(self._layout)] for k in range(n)]
             self._have = frozenset(s.size for part in used for s in part)
             self._have_for = n
-        states = {g.index: g for g in snap.gpus}
-        if not self.dynamic:
-            # the static layout: create its instances where they are missing and free
-            for k, g in states.items():
-                for slot in self._layout[k % len(self._layout)]:
-                    if g.instance(slot) is None and not _mem_mask(slot) & g.held_mask:
-                        yield Create(k, slot)
-                        self.created += 1
-                        g = g.placed(Instance(slot, None, snap.now))
-                states[k] = g
+
+    def _fill_layout(self, snap: ClusterSnapshot, states: dict[int, Gpu]) -> Iterator[Op]:
+        """The static layout: create its instances where they are missing and free
+        (``states`` updated with them)."""
+        for k, g in states.items():
+            for slot in self._layout[k % len(self._layout)]:
+                if g.instance(slot) is None and not _mem_mask(slot) & g.held_mask:
+                    yield Create(k, slot)
+                    self.created += 1
+                    g = g.placed(Instance(slot, None, snap.now))
+            states[k] = g
+
+    def _departed(self, snap: ClusterSnapshot) -> list[int]:
+        """The GPUs jobs left since the last decision, in order (their sizes forgotten)."""
         departed = []
         for job, gpu in snap.finished:
             self._sizes.pop(job, None)
             if gpu not in departed:
                 departed.append(gpu)
-        if self.migrate and self.dynamic:
-            can_move = self._can_move(snap)
-            for k in departed:
-                order = [states[i] for i in range(len(snap.gpus))]
-                for mv in plan_departure(order, k, model, self.threshold, can_move=can_move):
-                    for s in mv.destroy:
-                        yield Destroy(mv.dst, s)
-                    yield Move(mv.job, mv.src, mv.dst, mv.slot)
-                    occ = next(o for o in states[mv.src].occupants if o.job == mv.job)
-                    _apply_move(states, mv, occ)
-                    if mv.src == mv.dst:
-                        self.migrations_intra += 1
-                    else:
-                        self.migrations_inter += 1
-        order = [states[i] for i in range(len(snap.gpus))]
-        failed: set[tuple[int, ...]] = set()
+        return departed
+
+    def _migrations(
+        self, snap: ClusterSnapshot, states: dict[int, Gpu], departed: list[int]
+    ) -> Iterator[Op]:
+        """Moves after departures (``plan_departure``), GPU by GPU (``states`` updated)."""
+        can_move = self._can_move(snap)
+        for k in departed:
+            order = [states[i] for i in range(len(snap.gpus))]
+            for mv in plan_departure(order, k, snap.model, self.threshold, can_move=can_move):
+                for s in mv.destroy:
+                    yield Destroy(mv.dst, s)
+                yield Move(mv.job, mv.src, mv.dst, mv.slot)
+                occ = next(o for o in states[mv.src].occupants if o.job == mv.job)
+                _apply_move(states, mv, occ)
+                if mv.src == mv.dst:
+                    self.migrations_intra += 1
+                else:
+                    self.migrations_inter += 1
+
+    def _waiting(self, snap: ClusterSnapshot) -> list[Job]:
+        """The waiting jobs in the order they are offered (option ``order``)."""
         waiting = list(snap.pending.values())
         if self.order == "short":
             # within a priority shortest first, aged by the wait (adaptive's order),
             # to tell what a layout gains from the order alone
+            model = snap.model
             waiting.sort(key=lambda j: (-j.priority, efficient_time(j, model) + j.arrival))
-        for job in waiting:
+        return waiting
+
+    def _placements(self, snap: ClusterSnapshot, order: list[Gpu]) -> Iterator[Op]:
+        """Each waiting job placed by ``choose_placement`` (``order`` updated); one
+        that cannot be placed stops the rest, or with ``backfill`` its sizes only."""
+        from .baseline import busy_instance
+
+        model = snap.model
+        failed: set[tuple[int, ...]] = set()
+        for job in self._waiting(snap):
             sizes = self._sizes_of(job, model)
             if sizes in failed:
                 continue
@@ -318,13 +353,7 @@ class FragAwarePolicy:
                 dynamic=self.dynamic,
             )
             if choice is None:
-                if not self.dynamic and not self._static_size(sizes):
-                    names = "/".join(partition_name(p) for p in self._layout)
-                    raise ValueError(
-                        f"policy {self.name!r}: job {job.id!r} runs on sizes "
-                        f"{sizes} but the static layout {names!r} has no such instance; "
-                        "pass layout=... with one, or use a policy with dynamic partitioning"
-                    )
+                self._check_layout(job, sizes)
                 if not self.backfill:
                     break
                 failed.add(sizes)
@@ -337,9 +366,16 @@ class FragAwarePolicy:
             else:
                 self.created += 1
             order[choice.gpu] = order[choice.gpu].placed(busy_instance(choice.slot, job))
-        if self.trace_fragmentation:
-            total = math.fsum(_mask_cost(model.name, g.busy_mask, g.compute_mask) for g in order)
-            self.frag_samples.append((snap.now, total / len(order)))
+
+    def _check_layout(self, job: Job, sizes: tuple[int, ...]) -> None:
+        """ValueError when a static layout has no instance ``job`` could ever run on."""
+        if not self.dynamic and not self._static_size(sizes):
+            names = "/".join(partition_name(p) for p in self._layout)
+            raise ValueError(
+                f"policy {self.name!r}: job {job.id!r} runs on sizes "
+                f"{sizes} but the static layout {names!r} has no such instance; "
+                "pass layout=... with one, or use a policy with dynamic partitioning"
+            )
 
 
 _VARIANTS = {

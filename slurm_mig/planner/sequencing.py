@@ -39,7 +39,7 @@ way ended and were destroyed); the chosen plan is the candidate of least weighte
 completion whose exact makespan holds the bound, so it is never worse than the input
 on that sum (step 1 alone qualifies).
 
-Weights: ``weights`` (task id -> weight > 0), else a task's ``meta["weight"]``, else 1.
+Weights: ``weights`` (task id -> weight > 0), else a task's ``weight``, else 1.
 
 The ``far`` and ``auto`` policies (option ``objective``) pass no ``start``: onto busy
 GPUs they apply step 1 only. In the simulator's MISO streams (8 and 40 A100s) the
@@ -216,7 +216,7 @@ def _weights(tasks: Sequence[Task], given: Mapping[str, float] | None) -> dict[s
     for t in tasks:
         raw = given.get(t.id) if given is not None else None
         if raw is None:
-            raw = t.meta.get("weight", 1.0) if t.meta else 1.0
+            raw = t.weight
         try:
             v = float(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):

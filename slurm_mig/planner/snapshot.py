@@ -20,43 +20,9 @@ The types live in ``cluster_snapshot`` (with the JSON writer), the JSON reader i
 
 from __future__ import annotations
 
-from .cluster_snapshot import (
-    INF,
-    MAX_PRIORITY,
-    ClusterSnapshot,
-    Event,
-    Gpu,
-    Instance,
-    Job,
-    Planned,
-    Running,
-    SnapshotError,
-    _planned_profile,  # noqa: F401 - the double-memory check, by its old name
-    default_size,
-    efficient_size,
-    efficient_time,
-    runnable_sizes,
-    sizes_of,
-    snapshot_to_json,
-)
+from . import cluster_snapshot
+from .cluster_snapshot import *  # noqa: F403 - every type, listed once in its __all__
 from .snapshot_json import snapshot_from_json
 
-__all__ = [
-    "INF",
-    "MAX_PRIORITY",
-    "ClusterSnapshot",
-    "Event",
-    "Gpu",
-    "Instance",
-    "Job",
-    "Planned",
-    "Running",
-    "SnapshotError",
-    "default_size",
-    "efficient_size",
-    "efficient_time",
-    "runnable_sizes",
-    "sizes_of",
-    "snapshot_from_json",
-    "snapshot_to_json",
-]
+__all__ = ["snapshot_from_json"]
+__all__ += cluster_snapshot.__all__

@@ -4,7 +4,8 @@ heap, a policy asked what to do after each instant at which something happened.
 Jobs progress at rate ``1 / (T_size * slowdown)`` of their work per second, where
 the slowdown is Eq. 2 of the PCIe paper over the PCIe-bound jobs running on the same
 GPU; whenever that number changes, the remaining work of every PCIe-bound job there
-is brought up to date and its end re-predicted (stale end events are skipped).
+is brought up to date and its end re-predicted (``planner.pacing.repace``, which the
+PCIe-aware FAR replay shares; stale end events are skipped).
 Create and destroy operations take Table 1's times and run one after another per
 GPU. Energy integrates the power curve over each GPU's busy compute slices.
 Deterministic: ties are broken by arrival order and event sequence number.
@@ -20,8 +21,9 @@ from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from ..geometry import GpuModel, Slot, get_model
-from ..pcie import PCIE_MAX_A100, slowdown
+from ..pcie import PCIE_MAX_A100
 from ..planner.decisions import Create, Destroy, Move, Place
+from ..planner.pacing import repace
 from ..planner.snapshot import ClusterSnapshot
 from ..planner.snapshot import Gpu as GpuView
 from .api import PolicyError, RunningView, SimJob
@@ -312,15 +314,11 @@ class Engine:
         for r in g.runs:
             if not r.pcie:
                 continue
-            sd = slowdown(r.job.alpha, r.job.pcie_demand, n, pmax)
-            if sd == r.sd:
+            job = r.job
+            paced = repace(now, n, pmax, job.alpha, job.pcie_demand, r.T, r.rem, r.t0, r.sd)
+            if paced is None:
                 continue
-            if r.sd > 0.0:
-                rem = r.rem - (now - r.t0) / (r.T * r.sd)
-                r.rem = rem if rem > 0.0 else 0.0
-                r.t0 = now
-            r.sd = sd
-            r.finish = now + r.rem * r.T * sd
+            r.sd, r.rem, r.t0, r.finish = paced
             r.inst.view = None
             r.ver += 1
             self._push(r.finish, _FINISH, r, r.ver)

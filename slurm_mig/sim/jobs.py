@@ -73,16 +73,15 @@ import json
 import math
 import os
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ..geometry import GeometryError, GpuModel
-from ..planner.snapshot import MAX_PRIORITY
 from ..workload import WorkloadError
 from .api import SimJob
+from .jobrows import MIB, job_from_row, sizes_at_least
 
-MIB = 1024**2
 LOAD = 0.85  # offered load of the Poisson presets, share of the compute slices
 LOAD_RANGE = (0.05, 20.0)  # build_workload's load multiplier, inclusive
 
@@ -152,10 +151,6 @@ def _mean_gap(works: Sequence[float], gpus: int, model: GpuModel, load: float) -
     return mean_work / (load * gpus * model.compute_slices)
 
 
-def _sizes_at_least(model: GpuModel, size: int) -> list[int]:
-    return [s for s in model.planner_sizes if s >= size]
-
-
 def pcie_paper(
     n: int, pcie_bound: float, gpus: int, model: GpuModel, seed: int = 0, load: float = LOAD
 ) -> list[SimJob]:
@@ -177,7 +172,7 @@ def pcie_paper(
             size = min(s for s in model.planner_sizes if s >= size)
         base = rng.uniform(*PCIE_BASE_S)
         times: dict[int, float] = {}
-        for s in _sizes_at_least(model, size):
+        for s in sizes_at_least(model, size):
             if kind == "ResNet50":
                 times[s] = base * RESNET_SPEED.get(size, 1.0) / RESNET_SPEED.get(s, 1.0)
             else:
@@ -267,7 +262,7 @@ def alibaba(
         size = _covering_size(milli, model)
         if milli <= 0 or dur <= 0 or size is None:
             continue
-        times = dict.fromkeys(_sizes_at_least(model, size), dur)
+        times = dict.fromkeys(sizes_at_least(model, size), dur)
         jobs.append(SimJob(row["name"], created / load, times, size=size, kind=f"{size}g"))
         if n is not None and len(jobs) >= n:
             break
@@ -304,117 +299,7 @@ def philly(n: int, gpus: int, model: GpuModel, seed: int = 0, root: Path | None 
 
 
 # ---------------------------------------------------------------------------
-# files
-
-
-_BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False, "": False}
-
-
-def _num(value, where: str, what: str, allow_inf: bool = False) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise WorkloadError(f"{where}: {what} {value!r} is not a number") from None
-    if math.isnan(x) or (math.isinf(x) and not allow_inf):
-        raise WorkloadError(f"{where}: {what} {value!r} must be a finite number")
-    return x
-
-
-def _job_from(item: Mapping, where: str, model: GpuModel) -> SimJob:
-    jid = str(item.get("id", "")).strip()
-    if not jid:
-        raise WorkloadError(f"{where}: missing 'id'; give every job a unique id")
-    where = f"{where} (job {jid!r})"
-    arrival = _num(item.get("arrival") or 0, where, "arrival")
-    if arrival < 0:
-        raise WorkloadError(f"{where}: arrival {arrival} must be >= 0 seconds")
-    size = None
-    if item.get("size") not in (None, ""):
-        raw = str(item["size"]).strip().lower().rstrip("g")
-        try:
-            size = int(raw)
-        except ValueError:
-            raise WorkloadError(
-                f"{where}: size {item['size']!r} is not a number of slices"
-            ) from None
-        if size not in model.planner_sizes:
-            raise WorkloadError(
-                f"{where}: size {size} is not an instance size of {model.name}; sizes are "
-                f"{', '.join(map(str, model.planner_sizes))}"
-            )
-    times: dict[int, float] = {}
-    raw_times = item.get("times")
-    if raw_times is not None:
-        if not isinstance(raw_times, Mapping):
-            raise WorkloadError(f"{where}: 'times' must map sizes to seconds")
-        for k, v in raw_times.items():
-            try:
-                s = int(str(k).strip().lower().rstrip("g"))
-            except ValueError:
-                raise WorkloadError(f"{where}: size {k!r} in 'times' is not a number") from None
-            times[s] = _num(v, where, f"time on size {s}", allow_inf=True)
-    elif item.get("runtime") not in (None, ""):
-        if size is None:
-            raise WorkloadError(f"{where}: 'runtime' needs 'size', the size it was measured on")
-        r = _num(item["runtime"], where, "runtime")
-        times = dict.fromkeys(_sizes_at_least(model, size), r)
-    else:
-        raise WorkloadError(
-            f"{where}: no runtime; give per-size columns ({','.join(map(str, model.planner_sizes))}) "
-            "or 'runtime' with 'size'"
-        )
-    for s, t in times.items():
-        if s not in model.planner_sizes:
-            raise WorkloadError(
-                f"{where}: time for size {s}, which {model.name} does not have; sizes are "
-                f"{', '.join(map(str, model.planner_sizes))}"
-            )
-        if t <= 0:
-            raise WorkloadError(f"{where}: time {t} on size {s} must be > 0 seconds")
-    times = {s: t for s, t in times.items() if not math.isinf(t)}
-    if not times:
-        raise WorkloadError(f"{where}: cannot run on any size (every time is inf)")
-    if size is not None and size not in times:
-        raise WorkloadError(f"{where}: requested size {size} has no finite time")
-    mem = _num(item.get("memory_mib") or 0, where, "memory_mib")
-    demand = _num(item.get("pcie_demand") or 0, where, "pcie_demand")
-    alpha = _num(item.get("alpha") or 1, where, "alpha")
-    if mem < 0 or demand < 0 or alpha <= 0:
-        raise WorkloadError(f"{where}: memory_mib and pcie_demand must be >= 0, alpha > 0")
-    deadline = None
-    if item.get("deadline") not in (None, ""):
-        deadline = _num(item["deadline"], where, "deadline")
-        if deadline < arrival:
-            raise WorkloadError(
-                f"{where}: deadline {deadline} is before its arrival {arrival}; give seconds "
-                "from the start, at or after the arrival"
-            )
-    priority = 0.0
-    if item.get("priority") not in (None, ""):
-        priority = _num(item["priority"], where, "priority")
-        if abs(priority) > MAX_PRIORITY:
-            raise WorkloadError(
-                f"{where}: priority {priority:g} is out of range; give a number between "
-                "-2^32 and 2^32 (Slurm's: higher goes first)"
-            )
-    rs = item.get("restartable", False)
-    if isinstance(rs, str):
-        if rs.strip().lower() not in _BOOL:
-            raise WorkloadError(f"{where}: restartable {rs!r} must be 1/0 or true/false")
-        rs = _BOOL[rs.strip().lower()]
-    return SimJob(
-        jid,
-        arrival,
-        times,
-        memory=int(mem * MIB),
-        pcie_demand=demand,
-        alpha=alpha,
-        restartable=bool(rs),
-        size=size,
-        kind=str(item.get("kind") or ""),
-        deadline=deadline,
-        priority=priority,
-    )
+# files (each row's fields are parsed in ``jobrows``)
 
 
 def load_jobs(path: str | Path, model: GpuModel) -> list[SimJob]:
@@ -443,7 +328,7 @@ def load_jobs(path: str | Path, model: GpuModel) -> list[SimJob]:
         for i, item in enumerate(data):
             if not isinstance(item, dict):
                 raise WorkloadError(f"{p}: job #{i + 1} is not an object")
-            jobs.append(_job_from(item, f"{p}: job #{i + 1}", model))
+            jobs.append(job_from_row(item, f"{p}: job #{i + 1}", model))
     else:
         rows = list(csv.reader(io.StringIO(text)))
         header = [h.strip().lower() for h in rows[0]]
@@ -462,7 +347,7 @@ def load_jobs(path: str | Path, model: GpuModel) -> list[SimJob]:
             item: dict = dict(zip(header, (c.strip() for c in row)))
             if size_cols:
                 item["times"] = {size_cols[h]: item.pop(h) for h in size_cols}
-            jobs.append(_job_from(item, f"{p}:{lineno}", model))
+            jobs.append(job_from_row(item, f"{p}:{lineno}", model))
     if not jobs:
         raise WorkloadError(f"{p}: no jobs")
     seen: set[str] = set()

@@ -66,7 +66,7 @@ from .fixedwidth import (
 )
 from .jobparse import (
     PyslurmDisagrees,
-    _job_state,  # noqa: F401  (tests/test_client_fixtures.py reads values with it)
+    _job_state,  # noqa: F401  (tests/slurm/test_client_fixtures.py reads values with it)
     _number,  # noqa: F401  (and with this)
     array_task_ids,
     job_from_json,

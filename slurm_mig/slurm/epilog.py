@@ -7,6 +7,7 @@ instances. Idempotent.
 from __future__ import annotations
 
 import time
+from functools import cache
 
 from ..config import Config, ConfigError
 from ..devices.base import DeviceError, InstanceInUse, MigBackend
@@ -51,9 +52,7 @@ def _epilog_gated(
 ) -> None:
     """The epilog under the version gate: the job's instance under its GPU's lock, then
     expired kept instances of any GPU."""
-    rec = state.job(job.job_id)
-    state.remove_refusal(job.job_id)
-    state.remove_task(job.own_id)
+    rec = _take_records(job, state)
     if rec is None:
         out.say("no instance recorded for this job; nothing to destroy")
     else:
@@ -65,6 +64,15 @@ def _epilog_gated(
             out.fault(f"cannot reclaim an expired kept instance: {fault}")
 
 
+def _take_records(job: JobEnv, state: NodeState) -> JobRecord | None:
+    """The job's instance record (None: none), with its refusal and task records dropped:
+    the job record itself goes only once its instance is destroyed or kept."""
+    rec = state.job(job.job_id)
+    state.remove_refusal(job.job_id)
+    state.remove_task(job.own_id)
+    return rec
+
+
 def _hand_over(
     job: JobEnv, models: tuple[str, ...], state: NodeState, now: float, why: str, out: Outcome
 ) -> None:
@@ -72,9 +80,7 @@ def _hand_over(
     epilog to destroy (writing the kept record before dropping the job record keeps it
     accounted for at every moment), and record the runtime (not rotating the log: a
     hook of an older slurm-mig may hold the gate and rotate it)."""
-    rec = state.job(job.job_id)
-    state.remove_refusal(job.job_id)
-    state.remove_task(job.own_id)
+    rec = _take_records(job, state)
     if rec is None:
         out.warn(f"{why}; no instance recorded for this job")
         return
@@ -97,8 +103,9 @@ def _release(
     end = clock()
     seconds = max(0.0, end - rec.ready)
     ran = f"after {seconds:.1f} s"
-    measured = energy_end(rec, models, state, backend, end, out)
-    keep = bool(rec.keep_for) and rec.keep_for not in moved_on_jobs(state)
+    jobs = cache(state.jobs)  # read once, and only if energy or a kept instance needs it
+    measured = energy_end(rec, models, state, backend, end, out, jobs)
+    keep = bool(rec.keep_for) and rec.keep_for not in moved_on_jobs(state, jobs)
     if keep:
         until = end + config.reuse_wait
         try:

@@ -5,7 +5,7 @@ costs the runs their measured energy, never the hook.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from ..devices.base import DeviceError, MigBackend
@@ -85,10 +85,12 @@ def energy_end(
     backend: MigBackend,
     end: float,
     out: Outcome,
+    jobs: Callable[[], Sequence[JobRecord]] | None = None,
 ) -> float | None:
     """The Epilog, under the GPU's lock, before the instance goes: read the counter and
     take the run's share of the GPU's energy (`energysplit`); its measured joules, or
-    None (no counter, or a reading that is no energy: warned)."""
+    None (no counter, or a reading that is no energy: warned). ``jobs`` reads the node's
+    job records (default ``state.jobs``), so a caller that needs them too reads once."""
     from ..power import max_watts
     from . import energysplit as es
 
@@ -96,7 +98,7 @@ def energy_end(
     if now_mj is None or not 0 <= rec.gpu < len(models):
         return None
     watts = max_watts(models[rec.gpu])
-    busy = busy_slices(state.jobs(), models, rec.gpu)
+    busy = busy_slices((jobs or state.jobs)(), models, rec.gpu)
     ledger, problem = es.advance(state.energy_ledger(rec.gpu), now_mj, end, busy, watts)
     ledger, accrued = es.finish(ledger, es.run_key(rec.job_id, rec.restart))
     try:

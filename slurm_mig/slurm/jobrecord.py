@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Protocol
 
 from ..geometry import Placement
+from ..jobids import job_sort_key
 from .assignment import Assignment, plan_id
 
 __all__ = [
@@ -146,20 +147,6 @@ def note_admin_comment(text: str) -> str:
 
 # ---------------------------------------------------------------------------
 # Phase, order, partition
-
-
-@lru_cache(maxsize=1 << 17)
-def job_sort_key(job_id: str) -> tuple[int, int, int, str]:
-    """Numeric job ids in numeric order, an array's tasks (``<array id>_<task>``) at
-    their array's id in task order, others after them."""
-    if not job_id.isascii():
-        return (1, 0, 0, job_id)
-    if job_id.isdigit():
-        return (0, int(job_id), -1, "")
-    number, _, task = job_id.partition("_")
-    if number.isdigit() and task.isdigit():
-        return (0, int(number), int(task), "")
-    return (1, 0, 0, job_id)
 
 
 def job_phase(state: str) -> str:

@@ -53,9 +53,29 @@ class PlannerMetrics:
     """The daemon's metrics; `observe` once per cycle, `text` for a scrape."""
 
     def __init__(self, policy: str = "", kind: str = "", batch_window: float = 0.0) -> None:
-        r = self.registry = CollectorRegistry()
-        ProcessCollector(registry=r)
-        p = PREFIX
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        # declared in this order, the order of a scrape
+        self._cycle_metrics()
+        self._job_metrics()
+        self._drift_metrics()
+        self._health_metrics()
+        self.active.set(1)
+        self.policy = Info(f"{PREFIX}_policy", "The planning policy in use", registry=self.registry)
+        self.policy.info({"policy": policy, "kind": kind})
+        self.window.set(batch_window)
+        for state in JOB_STATES:
+            self.jobs.labels(state)
+        for action in ACTIONS:
+            self.actions.labels(action)
+            self.failures.labels(action)
+        for result in ("ok", "error"):  # both series exist from the start, for the alerts
+            self.cycles.labels(result)
+        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+
+    def _cycle_metrics(self) -> None:
+        """How long cycles take and how many ended in an error."""
+        r, p = self.registry, PREFIX
         self.cycle_seconds = Histogram(
             f"{p}_cycle_seconds",
             "Seconds one planner cycle took (squeue, planning, scontrol)",
@@ -63,8 +83,10 @@ class PlannerMetrics:
             registry=r,
         )
         self.cycles = Counter(f"{p}_cycles", "Planner cycles by result", ["result"], registry=r)
-        for result in ("ok", "error"):  # both series exist from the start, for the alerts
-            self.cycles.labels(result)
+
+    def _job_metrics(self) -> None:
+        """The partition's jobs by state and what the planner did to them."""
+        r, p = self.registry, PREFIX
         self.jobs = Gauge(f"{p}_jobs", "Jobs of the MIG partition by state", ["state"], registry=r)
         self.held = Counter(f"{p}_jobs_held", "Jobs the planner held", registry=r)
         self.released = Counter(
@@ -80,6 +102,10 @@ class PlannerMetrics:
             f"{p}_replans", "Standing plans made again, by reason", ["reason"], registry=r
         )
         self.batches = Counter(f"{p}_batches", "Batches formed", registry=r)
+
+    def _drift_metrics(self) -> None:
+        """How far jobs run from the plan, and the plan's projected makespan."""
+        r, p = self.registry, PREFIX
         self.drift = Histogram(
             f"{p}_plan_drift_seconds",
             "Finished jobs: seconds run minus seconds planned (negative: early)",
@@ -97,6 +123,10 @@ class PlannerMetrics:
         self.makespan = Gauge(
             f"{p}_makespan_seconds", "Seconds until all busy and planned work ends", registry=r
         )
+
+    def _health_metrics(self) -> None:
+        """What the alert rules watch: nodes, the last cycle, the lease, held jobs' waits."""
+        r, p = self.registry, PREFIX
         self.nodes = Gauge(f"{p}_usable_nodes", "Usable nodes of the last cycle", registry=r)
         self.last = Gauge(
             f"{p}_last_cycle_timestamp_seconds", "When the last cycle finished", registry=r
@@ -128,18 +158,6 @@ class PlannerMetrics:
             ["node"],
             registry=r,
         )
-        self.active.set(1)
-        self.policy = Info(f"{p}_policy", "The planning policy in use", registry=r)
-        self.policy.info({"policy": policy, "kind": kind})
-        self.window.set(batch_window)
-        for state in JOB_STATES:
-            self.jobs.labels(state)
-        for action in ACTIONS:
-            self.actions.labels(action)
-            self.failures.labels(action)
-        for result in ("ok", "error"):
-            self.cycles.labels(result)
-        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
 
     def site(self, cycle: float, nodes: Sequence[str] = ()) -> None:
         """The configured cycle and nodes (each node's series starts at 0: not seen)."""

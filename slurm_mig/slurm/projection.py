@@ -12,8 +12,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..geometry import Slot
 from ..planner.decisions import Decisions, Place
-from ..planner.snapshot import ClusterSnapshot, Planned
+from ..planner.snapshot import ClusterSnapshot, Instance, Planned
 
 INF = math.inf
 
@@ -30,80 +31,116 @@ def project_jobs(
     seconds} for every busy and planned job; times absolute, None when unknown."""
     out: dict[str, dict[str, Any]] = {}
     for snap, got in zip(groups, decisions):
-        model, now = snap.model, snap.now
-        ends = [[-INF] * model.memory_slices for _ in snap.gpus]
+        ends = [[-INF] * snap.model.memory_slices for _ in snap.gpus]
+        running, waiting = _project_started(snap, ends)
+        out.update(running)
+        out.update(_project_released(snap, waiting, ends))
+        out.update(_project_plans(snap, got, ends))
+    return out
 
-        def where(gpu: int, slot, snap: ClusterSnapshot = snap) -> dict[str, Any]:
-            g = snap.gpus[gpu]
-            return {
-                "node": g.node,
-                "gpu": g.local,
-                "profile": snap.model.profile_for_slot(slot).name,
-                "placement": [slot.placement.start, slot.placement.size],
-            }
 
-        waiting = []  # released, not started: after the started jobs on their slices
-        for index, gpu in enumerate(snap.gpus):
-            for inst in gpu.instances:
-                if inst.job is None:
-                    continue
-                run = snap.running.get(inst.job)
-                if run is not None and run.started is None:
-                    waiting.append((index, inst))
-                    continue
-                e = max(inst.busy_until if inst.busy_until is not None else INF, now)
-                p = inst.slot.placement
-                for s in range(p.start, p.end):
-                    ends[index][s] = max(ends[index][s], e)
-                started = run.started if run is not None else inst.ready_at
-                out[inst.job] = {
-                    **where(index, inst.slot),
-                    "state": "running",
-                    "start": _finite(started),
-                    "end": _finite(e),
-                    "free_at": None,
-                    "seconds": None,
-                }
-        for index, inst in sorted(waiting, key=lambda w: (w[1].ready_at or 0.0, w[1].job)):
-            p = inst.slot.placement
-            free = max(ends[index][p.start : p.end])
-            seconds = (inst.busy_until or now) - (inst.ready_at or now)
-            begin = max(now, free)
-            e = begin + max(0.0, seconds)
-            for s in range(p.start, p.end):
-                ends[index][s] = max(ends[index][s], e)
+def _where(snap: ClusterSnapshot, gpu: int, slot: Slot) -> dict[str, Any]:
+    """Where a job runs, as `status` shows it: node, GPU index, profile and placement."""
+    g = snap.gpus[gpu]
+    return {
+        "node": g.node,
+        "gpu": g.local,
+        "profile": snap.model.profile_for_slot(slot).name,
+        "placement": [slot.placement.start, slot.placement.size],
+    }
+
+
+def _occupy(ends: list[float], slot: Slot, until: float) -> None:
+    """Marks the slices of ``slot`` on one GPU busy until at least ``until``."""
+    p = slot.placement
+    for s in range(p.start, p.end):
+        ends[s] = max(ends[s], until)
+
+
+def _project_started(
+    snap: ClusterSnapshot, ends: list[list[float]]
+) -> tuple[dict[str, dict[str, Any]], list[tuple[int, Instance]]]:
+    """The started jobs' projections (their slices marked busy in ``ends`` until they
+    end), and the released jobs not started yet: those go after the started ones."""
+    now = snap.now
+    out: dict[str, dict[str, Any]] = {}
+    waiting: list[tuple[int, Instance]] = []
+    for index, gpu in enumerate(snap.gpus):
+        for inst in gpu.instances:
+            if inst.job is None:
+                continue
+            run = snap.running.get(inst.job)
+            if run is not None and run.started is None:
+                waiting.append((index, inst))
+                continue
+            e = max(inst.busy_until if inst.busy_until is not None else INF, now)
+            _occupy(ends[index], inst.slot, e)
+            started = run.started if run is not None else inst.ready_at
             out[inst.job] = {
-                **where(index, inst.slot),
-                "state": "released",
-                "start": _finite(begin),
+                **_where(snap, index, inst.slot),
+                "state": "running",
+                "start": _finite(started),
                 "end": _finite(e),
-                "free_at": _finite(free) if free > now else None,
-                "seconds": _finite(seconds),
+                "free_at": None,
+                "seconds": None,
             }
-        plans = list(got.planned.values()) + [
-            Planned(p.job, p.gpu, p.slot, p.batch, p.order, p.end - p.start, now)
-            for p in got.ops
-            if type(p) is Place and math.isfinite(p.end - p.start)
-        ]
-        released = {p.job for p in got.ops if type(p) is Place}
-        for p in sorted(plans, key=lambda p: (p.batch, p.order, p.job)):
-            end = ends[p.gpu]
-            pl = p.slot.placement
-            free = max(end[pl.start : pl.end])
-            begin = max(now, free) + model.create_time(p.slot.size)
-            e = begin + p.seconds
-            for s in range(pl.start, pl.end):
-                end[s] = max(end[s], e)
-            out[p.job] = {
-                **where(p.gpu, p.slot),
-                "state": "released" if p.job in released else "planned",
-                "start": _finite(begin),
-                "end": _finite(e),
-                "free_at": _finite(free) if free > now else None,
-                "seconds": _finite(p.seconds),
-                "batch": p.batch,
-                "order": p.order,
-            }
+    return out, waiting
+
+
+def _project_released(
+    snap: ClusterSnapshot, waiting: list[tuple[int, Instance]], ends: list[list[float]]
+) -> dict[str, dict[str, Any]]:
+    """The released jobs not started yet, by when they were ready: each starts once its
+    slices are free and runs its planned seconds (its slices marked busy in ``ends``)."""
+    now = snap.now
+    out: dict[str, dict[str, Any]] = {}
+    for index, inst in sorted(waiting, key=lambda w: (w[1].ready_at or 0.0, w[1].job)):
+        p = inst.slot.placement
+        free = max(ends[index][p.start : p.end])
+        seconds = (inst.busy_until or now) - (inst.ready_at or now)
+        begin = max(now, free)
+        e = begin + max(0.0, seconds)
+        _occupy(ends[index], inst.slot, e)
+        out[inst.job] = {
+            **_where(snap, index, inst.slot),
+            "state": "released",
+            "start": _finite(begin),
+            "end": _finite(e),
+            "free_at": _finite(free) if free > now else None,
+            "seconds": _finite(seconds),
+        }
+    return out
+
+
+def _project_plans(
+    snap: ClusterSnapshot, got: Decisions, ends: list[list[float]]
+) -> dict[str, dict[str, Any]]:
+    """The standing plans and this cycle's placements in batch order: each starts once
+    its slices are free and its instance is made (its slices marked busy in ``ends``)."""
+    model, now = snap.model, snap.now
+    plans = list(got.planned.values()) + [
+        Planned(p.job, p.gpu, p.slot, p.batch, p.order, p.end - p.start, now)
+        for p in got.ops
+        if type(p) is Place and math.isfinite(p.end - p.start)
+    ]
+    released = {p.job for p in got.ops if type(p) is Place}
+    out: dict[str, dict[str, Any]] = {}
+    for p in sorted(plans, key=lambda p: (p.batch, p.order, p.job)):
+        pl = p.slot.placement
+        free = max(ends[p.gpu][pl.start : pl.end])
+        begin = max(now, free) + model.create_time(p.slot.size)
+        e = begin + p.seconds
+        _occupy(ends[p.gpu], p.slot, e)
+        out[p.job] = {
+            **_where(snap, p.gpu, p.slot),
+            "state": "released" if p.job in released else "planned",
+            "start": _finite(begin),
+            "end": _finite(e),
+            "free_at": _finite(free) if free > now else None,
+            "seconds": _finite(p.seconds),
+            "batch": p.batch,
+            "order": p.order,
+        }
     return out
 
 

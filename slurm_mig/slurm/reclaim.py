@@ -6,6 +6,7 @@ by the Prolog, the Epilog and the detached reclaim.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 from ..devices.base import DeviceError, InstanceNotFound, MigBackend
 from .hookoutcome import Outcome, describe_item
@@ -43,10 +44,13 @@ def destroy(
     return True
 
 
-def moved_on_jobs(state: NodeState) -> set[str]:
+def moved_on_jobs(
+    state: NodeState, jobs: Callable[[], Sequence[JobRecord]] | None = None
+) -> set[str]:
     """Jobs that have started or finished on this node: an instance kept for one of them
-    will never be adopted (a re-plan sent it elsewhere), so it is reclaimed at once."""
-    return {r.job_id for r in state.jobs()} | state.finished_jobs()
+    will never be adopted (a re-plan sent it elsewhere), so it is reclaimed at once.
+    ``jobs`` reads the job records (default ``state.jobs``)."""
+    return {r.job_id for r in (jobs or state.jobs)()} | state.finished_jobs()
 
 
 def reclaim_expired(

@@ -55,7 +55,7 @@ from .reportcodec import (
     MAGIC,
     MAX_REPORT,
     ReportError,
-    _b64,  # noqa: F401  (tests/test_reports.py forges lines with it)
+    _b64,  # noqa: F401  (tests/slurm/test_reports.py forges lines with it)
     check_payload,
     make,
     open_report,

@@ -130,21 +130,164 @@ def _profile_slices(model: GpuModel, profile: str) -> int:
         return 0
 
 
-def build_view(
-    status: Mapping[str, Any],
-    jobs: Sequence[Any],
-    records: Mapping[str, Mapping[str, Any]],
-    now: float,
-    node: str | None = None,
-) -> StatusView:
-    """The view from the status file's JSON, squeue's jobs (with user, name, state,
-    AdminComment) and ``records``: node -> {"jobs": [JobRecord], "kept": [KeptInstance]}
-    (empty where unreadable). ``node`` keeps one node only."""
-    from .jobrecord import ADMIN_TAG, job_phase, job_sort_key
+def _snapshot_rows(
+    model: GpuModel,
+    g: Mapping[str, Any],
+    local: int,
+    uuid_of: Mapping[tuple[Any, str], Any],
+    by_id: Mapping[str, Any],
+    drift: Mapping[str, Any],
+    pending: str,
+) -> tuple[list[InstanceRow], list[Placement], int]:
+    """The rows of the instances in the GPU's last snapshot, their placements and the
+    compute slices busy with a job; a released job not yet started is left to the queue."""
+    from .jobrecord import job_phase
 
-    by_id = {j.job_id: j for j in jobs}
+    rows: list[InstanceRow] = []
+    held: list[Placement] = []
+    busy = 0
+    for inst in g.get("instances") or []:
+        pl = inst.get("placement") or {}
+        placement = Placement(int(pl.get("start", 0)), int(pl.get("size", 0)))
+        job_id = str(inst.get("job") or "")
+        rec = uuid_of.get((local, job_id))
+        sq = by_id.get(job_id)
+        if job_id and rec is None and sq is not None and job_phase(sq.state) != "active":
+            continue  # released, not started: in the queue (its slices may be busy)
+        held.append(placement)
+        if job_id:
+            busy += _profile_slices(model, str(inst.get("profile", "")))
+        rows.append(
+            InstanceRow(
+                profile=printable(inst.get("profile", ""), SHORT),
+                placement=(placement.start, placement.size),
+                uuid=printable(rec.uuid, SHORT) if rec is not None else (pending if job_id else ""),
+                job=printable(job_id, SHORT),
+                user=printable(sq.user, SHORT) if sq is not None else "",
+                since=rec.ready if rec is not None else _num(inst.get("ready_at")),
+                drift=drift.get(job_id),
+                note="" if job_id else _kept_note(inst),
+                name=printable(sq.name, SHORT) if sq is not None else "",
+            )
+        )
+    return rows, held, busy
+
+
+def _released_rows(
+    model: GpuModel,
+    name: str,
+    local: int,
+    shown: set[str],
+    projected: Mapping[str, Any],
+    uuid_of: Mapping[tuple[Any, str], Any],
+    by_id: Mapping[str, Any],
+    drift: Mapping[str, Any],
+    pending: str,
+) -> tuple[list[InstanceRow], list[Placement], int]:
+    """The rows of jobs released in the last cycle (after its snapshot) that run now on
+    this GPU, their placements and compute slices."""
+    from .jobrecord import job_phase
+
+    rows: list[InstanceRow] = []
+    held: list[Placement] = []
+    busy = 0
+    for job_id, p in projected.items():
+        sq = by_id.get(job_id)
+        if job_id in shown or sq is None or job_phase(sq.state) != "active":
+            continue
+        if p.get("node") != name or p.get("gpu") != local or not p.get("placement"):
+            continue
+        placement = Placement(int(p["placement"][0]), int(p["placement"][1]))
+        rec = uuid_of.get((local, job_id))
+        held.append(placement)
+        busy += _profile_slices(model, str(p.get("profile", "")))
+        rows.append(
+            InstanceRow(
+                profile=printable(p.get("profile", ""), SHORT),
+                placement=(placement.start, placement.size),
+                uuid=printable(rec.uuid, SHORT) if rec is not None else pending,
+                job=printable(job_id, SHORT),
+                user=printable(sq.user, SHORT),
+                since=rec.ready if rec is not None else sq.start_time,
+                drift=drift.get(job_id),
+                name=printable(sq.name, SHORT),
+            )
+        )
+    return rows, held, busy
+
+
+def _kept_rows(
+    kept: Sequence[Any], local: int, held: Sequence[Placement]
+) -> tuple[list[InstanceRow], list[Placement]]:
+    """The rows of the node's kept instances on this GPU that no other row holds, and
+    their placements."""
+    rows: list[InstanceRow] = []
+    taken = list(held)
+    for k in kept:
+        if int(k.gpu) != local or k.placement in taken:
+            continue
+        taken.append(k.placement)
+        rows.append(
+            InstanceRow(
+                printable(k.profile, SHORT),
+                (k.placement.start, k.placement.size),
+                printable(k.uuid, SHORT),
+                "",
+                "",
+                k.created,
+                None,
+                printable(
+                    f"kept for job {k.for_job}" if k.for_job else "kept, to be destroyed",
+                    SHORT,
+                ),
+            )
+        )
+    return rows, taken[len(held) :]
+
+
+def _gpu_row(
+    model: GpuModel,
+    g: Mapping[str, Any],
+    name: str,
+    local: int,
+    recs: Mapping[str, Any],
+    status: Mapping[str, Any],
+    by_id: Mapping[str, Any],
+) -> GpuRow:
+    """One GPU's row: its instances (snapshot, just released, kept), busy and free
+    slices, the largest free profile and the fragmentation."""
     projected = status.get("projected") or {}
     drift = status.get("drift") or {}
+    uuid_of = {(r.gpu, r.job_id): r for r in recs.get("jobs", ()) if int(r.gpu) == local}
+    # the node's records are readable and name no instance (yet: squeue shows a job
+    # running while its Prolog still prepares the instance)
+    pending = "(no record yet)" if "jobs" in recs else ""
+    rows, held, busy = _snapshot_rows(model, g, local, uuid_of, by_id, drift, pending)
+    shown = {r.job for r in rows}
+    more, more_held, more_busy = _released_rows(
+        model, name, local, shown, projected, uuid_of, by_id, drift, pending
+    )
+    rows, held, busy = rows + more, held + more_held, busy + more_busy
+    kept, kept_held = _kept_rows(recs.get("kept", ()), local, held)
+    rows, held = rows + kept, held + kept_held
+    held_slices = sum(_profile_slices(model, r.profile) for r in rows)
+    free = max(0, model.compute_slices - held_slices)
+    big_name, big = largest_free(model, held)
+    frag = round(1 - big / free, 3) if free else 0.0
+    rows.sort(key=lambda r: r.placement)
+    return GpuRow(
+        name, local, model.name, model.compute_slices, busy, free, big_name, frag, tuple(rows)
+    )
+
+
+def _gpu_rows(
+    status: Mapping[str, Any],
+    by_id: Mapping[str, Any],
+    records: Mapping[str, Mapping[str, Any]],
+    node: str | None,
+) -> list[GpuRow]:
+    """The rows of every GPU in the status file (of ``node`` only, if given) whose
+    model is known, by node and GPU index."""
     gpus: list[GpuRow] = []
     for group in status.get("state") or []:
         try:
@@ -155,116 +298,49 @@ def build_view(
             name, local = printable(g.get("node", ""), SHORT), int(g.get("local", 0))
             if node is not None and name != node:
                 continue
-            recs = records.get(name, {})
-            uuid_of = {(r.gpu, r.job_id): r for r in recs.get("jobs", ()) if int(r.gpu) == local}
-            rows, held = [], []
-            busy = 0
-            # the node's records are readable and name no instance (yet: squeue shows a job
-            # running while its Prolog still prepares the instance)
-            pending = "(no record yet)" if "jobs" in recs else ""
-            for inst in g.get("instances") or []:
-                pl = inst.get("placement") or {}
-                placement = Placement(int(pl.get("start", 0)), int(pl.get("size", 0)))
-                job_id = str(inst.get("job") or "")
-                rec = uuid_of.get((local, job_id))
-                sq = by_id.get(job_id)
-                if job_id and rec is None and sq is not None and job_phase(sq.state) != "active":
-                    continue  # released, not started: in the queue (its slices may be busy)
-                held.append(placement)
-                if job_id:
-                    busy += _profile_slices(model, str(inst.get("profile", "")))
-                rows.append(
-                    InstanceRow(
-                        profile=printable(inst.get("profile", ""), SHORT),
-                        placement=(placement.start, placement.size),
-                        uuid=printable(rec.uuid, SHORT)
-                        if rec is not None
-                        else (pending if job_id else ""),
-                        job=printable(job_id, SHORT),
-                        user=printable(sq.user, SHORT) if sq is not None else "",
-                        since=rec.ready if rec is not None else _num(inst.get("ready_at")),
-                        drift=drift.get(job_id),
-                        note="" if job_id else _kept_note(inst),
-                        name=printable(sq.name, SHORT) if sq is not None else "",
-                    )
-                )
-            shown = {r.job for r in rows}
-            for job_id, p in projected.items():
-                # released in the last cycle (after its snapshot) and running now
-                sq = by_id.get(job_id)
-                if job_id in shown or sq is None or job_phase(sq.state) != "active":
-                    continue
-                if p.get("node") != name or p.get("gpu") != local or not p.get("placement"):
-                    continue
-                placement = Placement(int(p["placement"][0]), int(p["placement"][1]))
-                rec = uuid_of.get((local, job_id))
-                held.append(placement)
-                busy += _profile_slices(model, str(p.get("profile", "")))
-                rows.append(
-                    InstanceRow(
-                        profile=printable(p.get("profile", ""), SHORT),
-                        placement=(placement.start, placement.size),
-                        uuid=printable(rec.uuid, SHORT) if rec is not None else pending,
-                        job=printable(job_id, SHORT),
-                        user=printable(sq.user, SHORT),
-                        since=rec.ready if rec is not None else sq.start_time,
-                        drift=drift.get(job_id),
-                        name=printable(sq.name, SHORT),
-                    )
-                )
-            for k in recs.get("kept", ()):
-                if int(k.gpu) != local or k.placement in held:
-                    continue
-                held.append(k.placement)
-                rows.append(
-                    InstanceRow(
-                        printable(k.profile, SHORT),
-                        (k.placement.start, k.placement.size),
-                        printable(k.uuid, SHORT),
-                        "",
-                        "",
-                        k.created,
-                        None,
-                        printable(
-                            f"kept for job {k.for_job}" if k.for_job else "kept, to be destroyed",
-                            SHORT,
-                        ),
-                    )
-                )
-            held_slices = sum(_profile_slices(model, r.profile) for r in rows)
-            free = max(0, model.compute_slices - held_slices)
-            big_name, big = largest_free(model, held)
-            frag = round(1 - big / free, 3) if free else 0.0
-            rows.sort(key=lambda r: r.placement)
-            gpus.append(
-                GpuRow(name, local, model.name, model.compute_slices, busy, free, big_name, frag)
-            )
-            gpus[-1] = GpuRow(**{**asdict(gpus[-1]), "instances": tuple(rows)})
+            gpus.append(_gpu_row(model, g, name, local, records.get(name, {}), status, by_id))
     gpus.sort(key=lambda r: (r.node, r.gpu))
+    return gpus
 
-    queue: list[QueueRow] = []
+
+def _queue_state(
+    j: Any, p: Mapping[str, Any] | None, deferred: Mapping[str, Any]
+) -> tuple[str, str]:
+    """A pending job's queue state and why it waits, from its projection, the planner's
+    deferrals and its AdminComment note."""
+    from .jobrecord import ADMIN_TAG
+
+    why = ""
+    text = (j.admin_comment or "").strip()
+    if text.startswith(ADMIN_TAG) and not text.startswith(ADMIN_TAG + "{"):
+        why = text[len(ADMIN_TAG) :].strip()
+    if p is not None and p.get("state") in ("planned", "released"):
+        return p["state"], why
+    if j.job_id in deferred:
+        return "deferred", str(deferred[j.job_id])
+    if why.startswith("not planned:"):
+        return "noted", why
+    return "waiting", why
+
+
+def _queue_rows(status: Mapping[str, Any], jobs: Sequence[Any], node: str | None) -> list[QueueRow]:
+    """The pending jobs (planned on ``node`` only, if given) with their state, plan
+    and priority, by projected start then job id."""
+    from .jobrecord import job_phase, job_sort_key
+
+    projected = status.get("projected") or {}
     deferred = status.get("deferred") or {}
     priority = status.get("priority") or {}
     if not isinstance(priority, dict):
         priority = {}
+    queue: list[QueueRow] = []
     for j in jobs:
         if job_phase(j.state) != "pending":
             continue
         p = projected.get(j.job_id)
         if node is not None and (p is None or p.get("node") != node):
             continue
-        why = ""
-        text = (j.admin_comment or "").strip()
-        if text.startswith(ADMIN_TAG) and not text.startswith(ADMIN_TAG + "{"):
-            why = text[len(ADMIN_TAG) :].strip()
-        if p is not None and p.get("state") in ("planned", "released"):
-            state = p["state"]
-        elif j.job_id in deferred:
-            state, why = "deferred", str(deferred[j.job_id])
-        elif why.startswith("not planned:"):
-            state = "noted"
-        else:
-            state = "waiting"
+        state, why = _queue_state(j, p, deferred)
         queue.append(
             QueueRow(
                 printable(j.job_id, SHORT),
@@ -281,6 +357,22 @@ def build_view(
             )
         )
     queue.sort(key=lambda q: (q.start is None, q.start or 0.0, job_sort_key(q.job)))
+    return queue
+
+
+def build_view(
+    status: Mapping[str, Any],
+    jobs: Sequence[Any],
+    records: Mapping[str, Mapping[str, Any]],
+    now: float,
+    node: str | None = None,
+) -> StatusView:
+    """The view from the status file's JSON, squeue's jobs (with user, name, state,
+    AdminComment) and ``records``: node -> {"jobs": [JobRecord], "kept": [KeptInstance]}
+    (empty where unreadable). ``node`` keeps one node only."""
+    by_id = {j.job_id: j for j in jobs}
+    gpus = _gpu_rows(status, by_id, records, node)
+    queue = _queue_rows(status, jobs, node)
     return StatusView(
         now=now,
         cycle=int(status.get("cycle", 0) or 0),

@@ -684,9 +684,7 @@ def test_task_prolog_as_the_user_can_requeuehold_its_job(hooked) -> None:
     cluster, dump = hooked
     jid = cluster.sbatch("echo script-ran", partition="mig", name="tp-requeuehold", user="nobody")
     client = SlurmClient(env=cluster.env)
-    j = wait_job(
-        cluster, client, jid, lambda j: j.restart_count == 1 and j.state == "PENDING", "requeued"
-    )
+    j = wait_job(cluster, client, jid, _requeued, "requeued")
     assert (j.held, j.reason, j.user) == (True, "JobHeldUser", "nobody")
     assert j.reason_detail == "job requeued in held state"
     cluster.wait_for((dump / f"rqh.{jid}").exists, 10, "the TaskProlog's record")
@@ -695,12 +693,17 @@ def test_task_prolog_as_the_user_can_requeuehold_its_job(hooked) -> None:
     cluster.run("scancel", jid)
 
 
+def _requeued(job) -> bool:
+    return job.restart_count == 1 and job.state == "PENDING"
+
+
 def test_prolog_drain_keeps_our_reason_and_requeues_the_job_held(hooked) -> None:
     cluster, dump = hooked
     client = SlurmClient(env=cluster.env)
     try:
         jid = cluster.sbatch("true", "--nodelist=h2", partition="mig", comment="drain-me")
-        j = wait_job(cluster, client, jid, lambda j: j.restart_count == 1, "requeued")
+        # restart_count turns 1 while the Epilog still runs (COMPLETING); wait for the requeue
+        j = wait_job(cluster, client, jid, _requeued, "requeued")
         assert (j.state, j.held, j.reason) == ("PENDING", True, "JobHeldUser")
         assert j.reason_detail == "launch failed requeued held"
         h2 = {n.name: n for n in client.nodes()}["h2"]
@@ -712,7 +715,7 @@ def test_prolog_drain_keeps_our_reason_and_requeues_the_job_held(hooked) -> None
 
         client.resume_node("h2")
         plain = cluster.sbatch("true", "--nodelist=h2", partition="mig", comment="fail-prolog")
-        wait_job(cluster, client, plain, lambda j: j.restart_count == 1, "requeued")
+        wait_job(cluster, client, plain, _requeued, "requeued")
         h2 = {n.name: n for n in client.nodes()}["h2"]
         assert h2.drained and h2.reason == "Prolog error"
         cluster.run("scancel", plain)

@@ -318,7 +318,7 @@ def test_comments_python_writes_pass_the_lua_unchanged(cluster: LocalSlurm) -> N
             comments.parse(c).with_note("not planned yet: begin time").render(),
         ):
             if python_verdict(new) is not None:
-                continue  # mig-run refuses to write it and says why (tests/test_wrapper.py)
+                continue  # mig-run refuses to write it and says why (tests/memory/test_wrapper.py)
             written.append(new)
             res = cluster.run(
                 "scontrol", "update", f"JobId={job}", f"Comment={new}", user=USER, check=False

@@ -37,8 +37,10 @@ The cycle in steps, each a function of its own module of this package:
    release around it).
 
 Beside them: ``inputs`` (`Snapshot`, `Estimate`), ``actions`` (the `Action`s and
-`CycleResult`), ``slots`` (an assignment's planner slot); the AdminComment record, a
-job's phase, sort key and partition test are `slurm_mig.slurm.jobrecord`'s.
+`CycleResult`), ``slots`` (an assignment's planner slot), ``waiting`` (what keeps a
+pending job from starting: its begin time, its dependencies), ``problems`` (why a job
+can never be planned); the AdminComment record, a job's phase and partition test are
+`slurm_mig.slurm.jobrecord`'s, the job-id order `slurm_mig.jobids`'.
 
 Safety (no two jobs on overlapping slices of a GPU) rests on Slurm's view alone: a held
 job is released only when no busy job and no job ordered before it on its GPU overlaps

@@ -3,12 +3,9 @@ to note or finished (see the package doc), with the events that may call for a r
 
 from __future__ import annotations
 
-import math
-import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from ... import jobcomment as comments
 from ...geometry import Slot, get_model
@@ -24,7 +21,13 @@ from ..jobrecord import (
 )
 from .actions import Hold, Learn, Note
 from .inputs import Estimate, Snapshot
+from .problems import comment_too_long, feasible, why_unplannable
 from .slots import legal_slot, model_slot
+from .waiting import BEGIN_SLACK as BEGIN_SLACK  # re-exported: tests import it from here
+from .waiting import PLANNER_DEP, cannot_start_yet, gated, orphaned, planners_dependency, squatting
+from .waiting import dependency_ids as dependency_ids  # re-exported for reuse and tests
+
+_PLANNER_DEP = PLANNER_DEP  # its former name here, which tests import
 
 __all__ = [
     "LATE_FRACTION",
@@ -39,18 +42,10 @@ __all__ = [
 OVERDUE_SECONDS = 1.0  # an overdue busy job is expected to end this soon
 LATE_FRACTION = 0.10  # a job ending this far off its plan (and LATE_SECONDS) re-plans
 LATE_SECONDS = 2.0
-# a begin time less than this far ahead counts as now: Slurm sets a job's begin time
-# itself, in whole seconds, when it becomes eligible (released, its afterany met), and
-# squeue may run for seconds after the cycle's clock was read
-BEGIN_SLACK = 30.0
 
 
 def _late_threshold(planned: float) -> float:
     return max(LATE_FRACTION * planned, LATE_SECONDS)
-
-
-def _gib(n: int) -> str:
-    return f"{n / 1024**3:.1f} GiB"
 
 
 @dataclass
@@ -86,7 +81,7 @@ class Classified:
     deferred: dict[str, str] = field(default_factory=dict)  # held, cannot start yet: why
     released: list[tuple[JobLike, Assignment]] = field(default_factory=list)  # not started
     # of the jobs held this cycle: those pending, not held, that Slurm cannot start
-    # before this cycle's writes land (see `_gated`)
+    # before this cycle's writes land (see `waiting.gated`)
     gated: set[str] = field(default_factory=set)
     ended: dict[tuple[str, int], list[tuple[Slot, float]]] = field(
         default_factory=lambda: defaultdict(list)
@@ -96,237 +91,274 @@ class Classified:
     limited: dict[str, str] = field(default_factory=dict)  # released, pending for a limit
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """What every job's classification reads: the snapshot, the GPU models by
+    (node, gpu), the partition's jobs by id, and the ids of all held pending jobs."""
+
+    snap: Snapshot
+    models: Mapping[tuple[str, int], str]
+    by_id: Mapping[str, JobLike]
+    held_ids: set[str]
+    usable_models: frozenset[str]
+
+    def valid(self, a: Assignment) -> bool:
+        """Whether plan ``a`` is for a usable GPU of its model, on a slot it has."""
+        model = self.models.get((a.node, a.gpu))
+        return model == a.model and legal_slot(a.model, a.profile, a.placement) is not None
+
+
 def classify(snap: Snapshot) -> Classified:
     """Step 1 (the package doc)."""
     now = snap.now
-    out = Classified()
-    for node in sorted(snap.nodes):
-        for local, name in enumerate(snap.nodes[node]):
-            out.models[(node, local)] = get_model(name).name
-
-    def valid(a: Assignment) -> bool:
-        model = out.models.get((a.node, a.gpu))
-        return model == a.model and legal_slot(a.model, a.profile, a.placement) is not None
-
-    usable_models = set(out.models.values())
-    held_ids = {j.job_id for j in snap.jobs if j.held and job_phase(j.state) == "pending"}
+    out = Classified(models=_gpu_models(snap))
     jobs = sorted(
         (j for j in snap.jobs if in_partition(j, snap.partition)),
         key=lambda j: job_sort_key(j.job_id),
     )
+    held_ids = {j.job_id for j in snap.jobs if j.held and job_phase(j.state) == "pending"}
     by_id = {j.job_id: j for j in jobs}
-    plans = snap.plans
-    if plans is not None:
-        for p in plans.values():
-            out.max_batch = max(out.max_batch, p.batch)
+    scope = _Scope(snap, out.models, by_id, held_ids, frozenset(out.models.values()))
+    out.max_batch = _max_plan_batch(snap.plans)
     for job in jobs:
-        out.jobs[job.job_id] = job
-        a = record = parse_admin_comment(job.admin_comment)
-        if a is not None:
-            out.max_batch = max(out.max_batch, a.batch)
-        if job.held:  # a held job's plan is the daemon's alone (none after a start);
-            # its AdminComment, if any, is the record of an earlier release
-            a = plans.get(job.job_id) if plans is not None else None
-        current = a if a is not None and a.restart == job.restart_count else None
-        if current is not None and current.job_id != job.job_id:
-            current = None
-        phase = job_phase(job.state)
-        est = snap.estimates.get(job.job_id)
-
-        if phase == "active":
-            if a is not None:
-                start = job.start_time or now
-                end = max(start + a.planned_seconds, now + OVERDUE_SECONDS)
-                out.busy.append(Busy(job.job_id, a.node, a.gpu, model_slot(a), start, end, True))
-                late = start + a.planned_seconds + _late_threshold(a.planned_seconds)
-                if job.start_time and now > late:
-                    out.events.append((late, f"job {job.job_id} runs late", a.node, a.gpu))
-            continue
-
-        if phase == "done":
-            if current is None:
-                continue
-            start, end = job.start_time, job.end_time
-            ok = job.state.upper().startswith("COMPLETED") and not job.exit_code
-            where = (current.node, current.gpu)
-            if end:
-                out.ended[where].append((model_slot(current), end))
-            if start and end:
-                ran = end - start
-                run = (job.job_id, current.restart)
-                if ok and ran > 0 and run not in snap.learned:  # learned once per run
-                    size = model_slot(current).size
-                    key, owner = (est.key, est.owner) if est is not None else (job.name, "")
-                    out.learns.append(Learn(*run, key, current.model, size, ran, end, owner))
-                if not ok:
-                    out.events.append((end, f"job {job.job_id} failed", *where))
-                elif abs(ran - current.planned_seconds) > _late_threshold(current.planned_seconds):
-                    word = "early" if ran < current.planned_seconds else "late"
-                    out.events.append((end, f"job {job.job_id} ended {word}", *where))
-            elif end:
-                out.events.append((end, f"job {job.job_id} left before it ran", *where))
-            continue
-
-        # pending
-        squat, ours = None, False
-        if not job.held and current is not None:
-            squat = _squatting(job, current, by_id, now)
-        if not job.held and current is not None and _orphaned(job, current, by_id, held_ids):
-            out.holds.append(
-                Hold(
-                    job.job_id,
-                    "released ahead of a job that went back to the queue",
-                    clear_dependency=True,
-                )
-            )
-            out.events.append((now, f"job {job.job_id} lost its predecessor", None, None))
-            current, ours = None, True  # planned again, from its slices' new state
-        elif squat is not None and current is not None and valid(current):
-            # its plan is dropped: so is the planner's afterany (if it was released ahead)
-            ours = bool(job.dependency) and _planners_dependency(job.dependency, current, by_id)
-            out.holds.append(Hold(job.job_id, f"released, but {squat}", clear_dependency=ours))
-            out.events.append((now, f"job {job.job_id} cannot start", current.node, current.gpu))
-            current = None
-        elif not job.held and current is not None and sitepolicy.is_limit_reason(job.reason):
-            # Slurm keeps it pending for a QOS or association limit: its slices go on
-            # to others, and it is planned again once the limit may allow it
-            out.holds.append(
-                Hold(
-                    job.job_id,
-                    f"released, but Slurm keeps it pending for a limit ({job.reason})",
-                    clear_dependency=bool(job.dependency)
-                    and _planners_dependency(job.dependency, current, by_id),
-                )
-            )
-            out.limited[job.job_id] = job.reason
-            out.events.append(
-                (now, f"job {job.job_id} waits for a limit", current.node, current.gpu)
-            )
-            continue
-        elif not job.held:
-            if current is not None and valid(current):
-                out.released.append((job, current))
-                end = now + max(current.planned_seconds, OVERDUE_SECONDS)
-                out.busy.append(
-                    Busy(
-                        job.job_id,
-                        current.node,
-                        current.gpu,
-                        model_slot(current),
-                        now,
-                        end,
-                        False,
-                    )
-                )
-                continue
-            if current is not None:
-                out.holds.append(
-                    Hold(job.job_id, f"node {current.node} gpu {current.gpu} unusable")
-                )
-            else:
-                out.holds.append(Hold(job.job_id, "not planned yet"))
-        elif job.owner_can_release and job.dependency:
-            # A job released ahead that its owner held again still has the planner's
-            # afterany: cleared, and the job planned again. Other user holds stay as
-            # they are (job_submit.lua's own hold included): job_submit.lua refuses a
-            # release by anyone but the planner, so converting them would cost a Slurm
-            # write per job for nothing.
-            ours = _planners_dependency(job.dependency, a, by_id, own=job.job_id)
-            if ours:
-                out.holds.append(
-                    Hold(job.job_id, "held by its owner after release", clear_dependency=True)
-                )
-        problem = _problem(est) or _comment_problem(job.comment)
-        if problem is not None:
-            out.noted += 1
-            fields_ = []
-            want_admin = note_admin_comment(problem)
-            if job.admin_comment != want_admin:
-                fields_.append(("AdminComment", want_admin))
-            want_comment = comments.parse(job.comment).with_token(None).with_note(problem).render()
-            if job.comment != want_comment:
-                fields_.append(("Comment", want_comment))
-            # written only to a job Slurm holds: a job not held may start before the
-            # note lands (Slurm takes this cycle's hold of a started job), and the note
-            # would replace the record of the slice it runs on; it is noted once held
-            if fields_ and job.held:
-                out.notes.append(Note(job.job_id, problem, tuple(fields_)))
-            continue
-        later = _cannot_start_yet(job, now, own_dependency=ours)
-        if later is None and job.held and job.job_id in snap.limited:
-            later = (
-                f"waits for a limit: Slurm kept it pending for {snap.limited[job.job_id]} "
-                "after its release"
-            )
-        if later is None and snap.policy is not None:
-            pool = sitepolicy.pool_of(snap.policy, job)
-            if pool is None:
-                later = f"waits for its reservation {job.reservation[:80]} to start"
-            elif pool and not _pool_nodes(snap, pool):
-                later = f"its reservation {pool[:80]} holds no usable node of the partition"
-            else:
-                out.pool[job.job_id] = pool
-        if later is not None:
-            out.deferred[job.job_id] = later
-            if current is not None:
-                out.events.append((now, f"job {job.job_id} {later}", current.node, current.gpu))
-            continue
-        if current is not None and valid(current):
-            out.kept[job.job_id] = current
-            continue
-        if record is not None and record.restart < job.restart_count:
-            out.events.append((now, f"job {job.job_id} was requeued", record.node, record.gpu))
-        elif current is not None:
-            out.events.append(
-                (now, f"node {current.node} gpu {current.gpu} is not usable", None, None)
-            )
-        if not any(m in usable_models for m in feasible(est)):
-            out.no_gpu += 1
-            continue
-        out.waiting.append(job)
-
+        _classify_job(scope, out, job)
     nodes = frozenset(snap.nodes)
     if snap.previous_nodes is not None and nodes != snap.previous_nodes:
         out.events.append((now, "usable nodes changed", None, None))
     _not_started(snap, out)
     _site_policy(snap, out)
     _within_horizon(snap, out)
-    out.gated = _gated([by_id[h.job_id] for h in out.holds], by_id, held_ids, now)
+    out.gated = gated([by_id[h.job_id] for h in out.holds], by_id, held_ids, now)
     return out
 
 
-def _gated(
-    jobs: list[JobLike], by_id: Mapping[str, JobLike], held: set[str], now: float
-) -> set[str]:
-    """Of ``jobs``, those pending and not held that Slurm cannot start before this
-    cycle's writes land: their begin time is ahead, or they wait (``after*``) for a job
-    that is held (the planner releases none before its moves) or whose begin time is
-    ahead. Only such a job may take a new record in place: Slurm starts any other at
-    any moment, and an update that reaches a started job replaces the record of the
-    slice it runs on (Slurm writes AdminComment and Comment to a running job; only a
-    GRES record in the same update makes it refuse the whole update)."""
-    out = set()
+def _gpu_models(snap: Snapshot) -> dict[tuple[str, int], str]:
+    """(node, gpu index) -> model name of every GPU of the usable nodes, nodes sorted."""
+    return {
+        (node, local): get_model(name).name
+        for node in sorted(snap.nodes)
+        for local, name in enumerate(snap.nodes[node])
+    }
 
-    def later(job: JobLike) -> bool:
-        return job.eligible_time is not None and job.eligible_time > now + BEGIN_SLACK
 
-    for job in jobs:
-        if job.held or job_phase(job.state) != "pending":
-            continue
-        if later(job):
-            out.add(job.job_id)
-            continue
-        names = dependency_ids(job.dependency)
-        blocked = [
-            jid in held
-            or (other is not None and job_phase(other.state) == "pending" and later(other))
-            for jid in names
-            for other in [by_id.get(jid)]
-        ]
-        # "a,b": every one must be met, one blocked job suffices; "a?b": any one met
-        if names and (all(blocked) if "?" in job.dependency else any(blocked)):
-            out.add(job.job_id)
-    return out
+def _max_plan_batch(plans: Mapping[str, Assignment] | None) -> int:
+    """The highest batch of the standing plans (-1 without any): batches go on from it."""
+    batch = -1
+    if plans is not None:
+        for p in plans.values():
+            batch = max(batch, p.batch)
+    return batch
+
+
+def _classify_job(scope: _Scope, out: Classified, job: JobLike) -> None:
+    """Classifies one job of the partition by its phase (active, done or pending)."""
+    out.jobs[job.job_id] = job
+    a = record = parse_admin_comment(job.admin_comment)
+    if record is not None:
+        out.max_batch = max(out.max_batch, record.batch)
+    if job.held:  # a held job's plan is the daemon's alone (none after a start);
+        # its AdminComment, if any, is the record of an earlier release
+        plans = scope.snap.plans
+        a = plans.get(job.job_id) if plans is not None else None
+    current = a if a is not None and a.restart == job.restart_count else None
+    if current is not None and current.job_id != job.job_id:
+        current = None
+    phase = job_phase(job.state)
+    est = scope.snap.estimates.get(job.job_id)
+    if phase == "active":
+        if a is not None:
+            _classify_running(out, job, a, scope.snap.now)
+    elif phase == "done":
+        if current is not None:
+            _classify_finished(scope.snap, out, job, current, est)
+    else:
+        _classify_pending(scope, out, job, a, record, current, est)
+
+
+def _classify_running(out: Classified, job: JobLike, a: Assignment, now: float) -> None:
+    """An active job is busy on its slices until its planned end (or shortly, once
+    overdue); one past its plan by the late threshold is an event."""
+    start = job.start_time or now
+    end = max(start + a.planned_seconds, now + OVERDUE_SECONDS)
+    out.busy.append(Busy(job.job_id, a.node, a.gpu, model_slot(a), start, end, True))
+    late = start + a.planned_seconds + _late_threshold(a.planned_seconds)
+    if job.start_time and now > late:
+        out.events.append((late, f"job {job.job_id} runs late", a.node, a.gpu))
+
+
+def _classify_finished(
+    snap: Snapshot, out: Classified, job: JobLike, current: Assignment, est: Estimate | None
+) -> None:
+    """A finished run of the current plan: its slices' end, its runtime to learn (once
+    per successful run), and an event when it failed, ended off its plan or never ran."""
+    start, end = job.start_time, job.end_time
+    ok = job.state.upper().startswith("COMPLETED") and not job.exit_code
+    where = (current.node, current.gpu)
+    if end:
+        out.ended[where].append((model_slot(current), end))
+    if start and end:
+        ran = end - start
+        run = (job.job_id, current.restart)
+        if ok and ran > 0 and run not in snap.learned:  # learned once per run
+            size = model_slot(current).size
+            key, owner = (est.key, est.owner) if est is not None else (job.name, "")
+            out.learns.append(Learn(*run, key, current.model, size, ran, end, owner))
+        if not ok:
+            out.events.append((end, f"job {job.job_id} failed", *where))
+        elif abs(ran - current.planned_seconds) > _late_threshold(current.planned_seconds):
+            word = "early" if ran < current.planned_seconds else "late"
+            out.events.append((end, f"job {job.job_id} ended {word}", *where))
+    elif end:
+        out.events.append((end, f"job {job.job_id} left before it ran", *where))
+
+
+def _classify_pending(
+    scope: _Scope,
+    out: Classified,
+    job: JobLike,
+    a: Assignment | None,
+    record: Assignment | None,
+    current: Assignment | None,
+    est: Estimate | None,
+) -> None:
+    """A pending job: released and busy, or to hold, to note, deferred, kept on its
+    standing plan, or waiting to be planned (when some usable GPU model can run it)."""
+    now = scope.snap.now
+    if job.held:
+        ours = _owner_held_again(scope, out, job, a)
+    else:
+        settled = _settle_released(scope, out, job, current)
+        if settled is None:
+            return
+        current, ours = settled
+    problem = why_unplannable(est) or comment_too_long(job.comment)
+    if problem is not None:
+        _note_problem(out, job, problem)
+        return
+    later = _why_later(scope.snap, out, job, ours)
+    if later is not None:
+        out.deferred[job.job_id] = later
+        if current is not None:
+            out.events.append((now, f"job {job.job_id} {later}", current.node, current.gpu))
+        return
+    if current is not None and scope.valid(current):
+        out.kept[job.job_id] = current
+        return
+    if record is not None and record.restart < job.restart_count:
+        out.events.append((now, f"job {job.job_id} was requeued", record.node, record.gpu))
+    elif current is not None:
+        out.events.append((now, f"node {current.node} gpu {current.gpu} is not usable", None, None))
+    if not any(m in scope.usable_models for m in feasible(est)):
+        out.no_gpu += 1
+        return
+    out.waiting.append(job)
+
+
+def _settle_released(
+    scope: _Scope, out: Classified, job: JobLike, current: Assignment | None
+) -> tuple[Assignment | None, bool] | None:
+    """A pending job not held: busy on its valid plan, or held again (its predecessor
+    went back to the queue, its owner keeps it from starting, a limit keeps it pending,
+    its GPU is unusable, it has no plan). None when that settles it; else the plan it
+    keeps (None: planned again) and whether its dependency is the planner's own."""
+    now, jid = scope.snap.now, job.job_id
+    if current is None:
+        out.holds.append(Hold(jid, "not planned yet"))
+        return None, False
+    if orphaned(job, current, scope.by_id, scope.held_ids):
+        out.holds.append(
+            Hold(jid, "released ahead of a job that went back to the queue", clear_dependency=True)
+        )
+        out.events.append((now, f"job {jid} lost its predecessor", None, None))
+        return None, True  # planned again, from its slices' new state
+    squat = squatting(job, current, scope.by_id, now)
+    if squat is not None and scope.valid(current):
+        # its plan is dropped: so is the planner's afterany (if it was released ahead)
+        ours = bool(job.dependency) and planners_dependency(job.dependency, current, scope.by_id)
+        out.holds.append(Hold(jid, f"released, but {squat}", clear_dependency=ours))
+        out.events.append((now, f"job {jid} cannot start", current.node, current.gpu))
+        return None, ours
+    if sitepolicy.is_limit_reason(job.reason):
+        _hold_for_limit(scope, out, job, current)
+        return None
+    if scope.valid(current):
+        out.released.append((job, current))
+        end = now + max(current.planned_seconds, OVERDUE_SECONDS)
+        out.busy.append(Busy(jid, current.node, current.gpu, model_slot(current), now, end, False))
+        return None
+    out.holds.append(Hold(jid, f"node {current.node} gpu {current.gpu} unusable"))
+    return current, False
+
+
+def _hold_for_limit(scope: _Scope, out: Classified, job: JobLike, current: Assignment) -> None:
+    """Slurm keeps a released job pending for a QOS or association limit: its slices go
+    on to others, and it is planned again once the limit may allow it."""
+    out.holds.append(
+        Hold(
+            job.job_id,
+            f"released, but Slurm keeps it pending for a limit ({job.reason})",
+            clear_dependency=bool(job.dependency)
+            and planners_dependency(job.dependency, current, scope.by_id),
+        )
+    )
+    out.limited[job.job_id] = job.reason
+    out.events.append(
+        (scope.snap.now, f"job {job.job_id} waits for a limit", current.node, current.gpu)
+    )
+
+
+def _owner_held_again(scope: _Scope, out: Classified, job: JobLike, a: Assignment | None) -> bool:
+    """Whether a held job's dependency is the planner's own (then cleared, with a hold).
+
+    A job released ahead that its owner held again still has the planner's afterany:
+    cleared, and the job planned again. Other user holds stay as they are
+    (job_submit.lua's own hold included): job_submit.lua refuses a release by anyone
+    but the planner, so converting them would cost a Slurm write per job for nothing."""
+    if not (job.owner_can_release and job.dependency):
+        return False
+    ours = planners_dependency(job.dependency, a, scope.by_id, own=job.job_id)
+    if ours:
+        out.holds.append(Hold(job.job_id, "held by its owner after release", clear_dependency=True))
+    return ours
+
+
+def _note_problem(out: Classified, job: JobLike, problem: str) -> None:
+    """A job that cannot be planned: counted, and noted (AdminComment and Comment) when
+    Slurm holds it and its fields do not say so yet."""
+    out.noted += 1
+    fields_ = []
+    want_admin = note_admin_comment(problem)
+    if job.admin_comment != want_admin:
+        fields_.append(("AdminComment", want_admin))
+    want_comment = comments.parse(job.comment).with_token(None).with_note(problem).render()
+    if job.comment != want_comment:
+        fields_.append(("Comment", want_comment))
+    # written only to a job Slurm holds: a job not held may start before the note
+    # lands (Slurm takes this cycle's hold of a started job), and the note would
+    # replace the record of the slice it runs on; it is noted once held
+    if fields_ and job.held:
+        out.notes.append(Note(job.job_id, problem, tuple(fields_)))
+
+
+def _why_later(snap: Snapshot, out: Classified, job: JobLike, ours: bool) -> str | None:
+    """Why a pending job could not start now even if released (its begin time, its own
+    dependency, a limit, its reservation), or None; a job that could is given its
+    reservation pool ("" for none) in ``out.pool``."""
+    later = cannot_start_yet(job, snap.now, own_dependency=ours)
+    if later is None and job.held and job.job_id in snap.limited:
+        later = (
+            f"waits for a limit: Slurm kept it pending for {snap.limited[job.job_id]} "
+            "after its release"
+        )
+    if later is None and snap.policy is not None:
+        pool = sitepolicy.pool_of(snap.policy, job)
+        if pool is None:
+            later = f"waits for its reservation {job.reservation[:80]} to start"
+        elif pool and not _pool_nodes(snap, pool):
+            later = f"its reservation {pool[:80]} holds no usable node of the partition"
+        else:
+            out.pool[job.job_id] = pool
+    return later
 
 
 def _site_policy(snap: Snapshot, out: Classified) -> None:
@@ -387,58 +419,6 @@ def _within_horizon(snap: Snapshot, out: Classified) -> None:
     out.beyond = len(order) - room
 
 
-def _cannot_start_yet(job: JobLike, now: float, own_dependency: bool = False) -> str | None:
-    """Why a held job could not start now even if released (its ``--begin`` is ahead,
-    or its own dependency is unfulfilled: Slurm re-checks a held job's dependencies
-    about once a minute and empties the field once they are met), or None. Such a job
-    is not planned: released, it would keep its slices idle. ``own_dependency``: the
-    dependency is the planner's, being cleared."""
-    if job.eligible_time is not None and job.eligible_time > now + BEGIN_SLACK:
-        return f"waits for its begin time ({_clock(job.eligible_time)})"
-    if job.dependency and not own_dependency:
-        return f"waits for its dependency ({job.dependency[:80]})"
-    return None
-
-
-def _squatting(job: JobLike, a: Assignment, jobs: Mapping[str, JobLike], now: float) -> str | None:
-    """Why a released job cannot start though its slices are held for it: its owner
-    moved its begin time ahead, or gave it a dependency other than the planner's own;
-    None when nothing the job's owner set keeps it from starting."""
-    if job.eligible_time is not None and job.eligible_time > now + BEGIN_SLACK:
-        return f"its begin time is {_clock(job.eligible_time)}"
-    if job.dependency and not _planners_dependency(job.dependency, a, jobs):
-        return f"it has a dependency of its own ({job.dependency[:80]})"
-    return None
-
-
-def _planners_dependency(
-    dep: str, a: Assignment | None, jobs: Mapping[str, JobLike], own: str | None = None
-) -> bool:
-    """Whether ``dep`` is what the planner sets on a job released ahead: ``afterany`` on
-    jobs planned on the same GPU (Slurm shows ``afterany:41(unfulfilled),...``).
-    ``own``: the job's id, whose AdminComment (any run of it) gives ``a`` when None."""
-    if a is None and own is not None and own in jobs:
-        a = parse_admin_comment(jobs[own].admin_comment)
-    if a is None:
-        return False
-    for item in dep.split(","):
-        m = _PLANNER_DEP.fullmatch(item)
-        if m is None:
-            return False
-        for jid in m.group(1).split(":"):
-            other = jobs.get(jid)
-            b = parse_admin_comment(other.admin_comment) if other is not None else None
-            if b is None or (b.node, b.gpu) != (a.node, a.gpu):
-                return False
-    return True
-
-
-def _clock(t: float) -> str:
-    import time as _time
-
-    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(t))
-
-
 def _not_started(snap: Snapshot, out: Classified) -> None:
     """Released jobs that Slurm has not started ``start_timeout`` seconds after they
     could have (released, eligible, and the jobs before them on their slices gone) are
@@ -470,86 +450,10 @@ def _not_started(snap: Snapshot, out: Classified) -> None:
                 job.job_id,
                 f"released, but not started {waited} s after it could",
                 clear_dependency=bool(job.dependency)
-                and _planners_dependency(job.dependency, a, out.jobs),
+                and planners_dependency(job.dependency, a, out.jobs),
             )
         )
         out.events.append((now, f"job {job.job_id} did not start", *where))
         out.waiting.append(job)
     if stale:
         out.busy = [b for b in out.busy if b.job_id not in stale]
-
-
-_AFTER = re.compile(r"after[a-z]*:([0-9_:]+)")
-_ID = r"[0-9]+(?:_[0-9]+)?"  # a job, or an array task (<array id>_<task>)
-_PLANNER_DEP = re.compile(rf"afterany:({_ID}(?::{_ID})*)(?:\(unfulfilled\))?")
-
-
-def dependency_ids(dependency: str) -> list[str]:
-    """The job ids an ``after*`` dependency names (Slurm shows
-    ``afterany:41(unfulfilled),afterany:42``)."""
-    return [n for m in _AFTER.finditer(dependency) for n in m.group(1).split(":") if n]
-
-
-def _orphaned(job: JobLike, a: Assignment, jobs: Mapping[str, JobLike], held: set[str]) -> bool:
-    """A job released ahead whose dependency names a job that went back to the queue
-    (requeued) since: held again, not planned again yet, or planned again after this
-    job's plan (``a``) was made. It would wait for that job's next run, wherever that
-    runs. A dependency the owner added names such a job only by chance: it stays
-    otherwise (the job is then held as one with a dependency of its own)."""
-    for jid in dependency_ids(job.dependency):
-        if jid in held:
-            return True
-        other = jobs.get(jid)
-        if other is None or job_phase(other.state) != "pending":
-            continue
-        b = parse_admin_comment(other.admin_comment)
-        if b is None:
-            continue
-        if b.restart < other.restart_count or (b.restart > 0 and b.issued > a.issued):
-            return True
-    return False
-
-
-@lru_cache(maxsize=1 << 16)
-def _comment_problem(raw: str) -> str | None:
-    """Why the job's Comment leaves no room for the planner's token (a Comment written
-    before job_submit.lua refused long ones, or by root), with the fix; or None.
-    Memoised: a steady cycle reads the same comments again."""
-    text = comments.parse(raw).text
-    size = len(text.encode())
-    if size <= comments.MAX_USER_COMMENT:
-        return None
-    return (
-        f"its comment has {size} characters, more than the {comments.MAX_USER_COMMENT} "
-        "that leave room for the planner's token; shorten it with scontrol update "
-        "JobId=<id> Comment=..."
-    )
-
-
-def feasible(est: Estimate | None) -> list[str]:
-    """Models on which the job can run on some size."""
-    if est is None:
-        return []
-    return [m for m, t in est.times.items() if any(math.isfinite(x) for x in t.values())]
-
-
-def _problem(est: Estimate | None) -> str | None:
-    """Why a held job cannot be planned at all, or None."""
-    if est is None:
-        return None
-    if est.problem:
-        return est.problem
-    if not est.times or feasible(est):
-        return None
-    models = [get_model(m) for m in sorted(est.times)]
-    if est.mem is not None and models:
-        best = max(
-            ((m.profile_for_size(max(m.planner_sizes)), m) for m in models),
-            key=lambda pm: pm[0].memory_bytes,
-        )
-        return (
-            f"memory need {_gib(est.mem)} is more than the largest MIG profile offers "
-            f"({best[0].name} of {best[1].name}: {_gib(best[0].memory_bytes)}); lower mem= in "
-            f"the job's --comment or submit it to a partition with larger GPUs"
-        )
-    return "no MIG instance size can run it (every runtime estimate is inf)"

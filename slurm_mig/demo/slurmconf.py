@@ -1,0 +1,170 @@
+"""LocalSlurm's configuration files: slurm.conf's lines and text, cgroup.conf, the
+hooks' wrappers (pure functions of the values they name), and gres.conf over fake
+MIG device nodes (`write_gres`, which makes them)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# slurm.conf keys that may appear once; extra_conf naming one replaces the default line
+REPEATED_KEYS = ("nodename", "partitionname", "nodeset", "frontendname", "downnodes")
+FAKE_GPU_MAJOR = 195  # NVIDIA's
+FAKE_CAPS_MAJOR = 240  # "local/experimental use" (devices.txt); no driver here
+
+
+def base_lines(
+    *,
+    cluster_name: str,
+    host: str,
+    ctld_port: int,
+    munge_socket: Path,
+    requeue_delay: int,
+    root: Path,
+    spool: Path,
+    proctrack_type: str,
+    task_plugin: str,
+) -> list[str]:
+    """slurm.conf's fixed lines: names, ports, munge, the paths under ``root``, plugins,
+    a scheduler that runs every second and timeouts for a test's pace."""
+    return [
+        f"ClusterName={cluster_name}",
+        f"SlurmctldHost={host}(127.0.0.1)",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"SlurmctldPort={ctld_port}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={munge_socket},cred_expire={requeue_delay}",
+        f"StateSaveLocation={root / 'state'}",
+        f"SlurmdSpoolDir={spool}",
+        f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+        f"SlurmdPidFile={root / 'slurmd-%n.pid'}",
+        f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={root / 'log' / 'slurmd-%n.log'}",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "MailProg=/bin/true",
+        f"ProctrackType={proctrack_type}",
+        f"TaskPlugin={task_plugin}",
+        "JobAcctGatherType=jobacct_gather/none",
+        "MpiDefault=none",
+        "SchedulerType=sched/backfill",
+        "SchedulerParameters=bf_interval=1,sched_interval=1,sched_min_interval=0",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "MinJobAge=600",  # finished jobs stay in squeue for 10 minutes
+        "KillWait=2",
+        "InactiveLimit=0",
+        "SlurmdTimeout=60",
+        "Waittime=0",
+    ]
+
+
+def hook_lines(hooks: Mapping[str, Path | None]) -> list[str]:
+    """``Prolog=...`` and the like for each hook given (key -> path or None), after
+    PrologFlags=Alloc when there is any."""
+    lines = ["PrologFlags=Alloc"] if any(hooks.values()) else []
+    return lines + [f"{key}={path}" for key, path in hooks.items() if path]
+
+
+def accounting_lines(dbd_port: int, munge_socket: Path) -> list[str]:
+    """slurm.conf's lines for accounting through the slurmdbd on ``dbd_port``, with
+    associations, limits and QOS enforced."""
+    return [
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=127.0.0.1",
+        f"AccountingStoragePort={dbd_port}",
+        f"AccountingStoragePass={munge_socket}",  # munge socket to slurmdbd
+        "AccountingStorageEnforce=associations,limits,qos",
+    ]
+
+
+def overridden(lines: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """slurm.conf ``lines`` then ``extra``, less each line whose key an ``extra`` line
+    sets again (Slurm logs every repeated key as an error); node and partition lines add."""
+
+    def key(line: str) -> str:
+        return line.split("=", 1)[0].strip().lower()
+
+    keys = {key(line) for line in extra if "=" in line} - set(REPEATED_KEYS)
+    return [line for line in lines if key(line) not in keys] + list(extra)
+
+
+def node_line(node: str, port: int, cpus: int, gres_term: str) -> str:
+    """slurm.conf's NodeName line of ``node``: its slurmd on 127.0.0.1:``port``."""
+    return (
+        f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname=127.0.0.1 Port={port} "
+        f"CPUs={cpus} RealMemory=64000 {gres_term} State=UNKNOWN"
+    )
+
+
+def partition_lines(partition: str, default_partition: str, nodes: Sequence[str]) -> list[str]:
+    """``partition`` and "debug", each over every node; ``default_partition`` the default."""
+    names = ",".join(nodes)
+    lines = []
+    for part in dict.fromkeys([partition, "debug"]):
+        default = "YES" if part == default_partition else "NO"
+        lines.append(
+            f"PartitionName={part} Nodes={names} Default={default} MaxTime=INFINITE State=UP"
+        )
+    return lines
+
+
+def conf_text(lines: Sequence[str]) -> str:
+    """A configuration file of ``lines``."""
+    return "\n".join(lines) + "\n"
+
+
+def cgroup_lines(
+    cgroup_conf: Sequence[str] | None, version: tuple[int, ...]
+) -> Sequence[str] | None:
+    """cgroup.conf's lines (None: no file): ``cgroup_conf``, else CgroupPlugin=disabled
+    from Slurm 24.05, whose slurmd otherwise needs a cgroup hierarchy of its own."""
+    if cgroup_conf is None and version >= (24, 5):
+        return ["CgroupPlugin=disabled"]
+    return cgroup_conf
+
+
+def hook_wrapper(hook: Path, env: Mapping[str, str]) -> str:
+    """A shell script that exports ``env`` and then runs ``hook`` (Slurm gives hooks a
+    clean environment)."""
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    return f'#!/bin/sh\n{exports}exec {shlex.quote(str(hook))} "$@"\n'
+
+
+def write_gres(gres: Mapping[str, Sequence[str]], dev_root: Path, etc: Path) -> dict[str, str]:
+    """gres.conf in ``etc`` for the nodes of ``gres`` (node -> GPU models) over fake
+    device nodes made with mknod under ``dev_root/<node>`` (GPU major 195 as NVIDIA's,
+    capabilities major `FAKE_CAPS_MAJOR`: no driver answers, so an open the device
+    cgroup allows fails with ENXIO, one it denies with EPERM); each node's ``Gres=``."""
+    from ..cli.gres_conf import make_gpu_nodes, make_nodes
+    from ..devices.migcaps import parse_minors, render_minors
+    from ..slurm import gres as slurm_gres
+
+    terms, conf = {}, []
+    for node, models in gres.items():
+        dev = dev_root / node
+        table = parse_minors(render_minors(len(models)))
+        make_nodes(slurm_gres.cap_nodes(models, table), str(dev), FAKE_CAPS_MAJOR)
+        make_gpu_nodes(len(models), str(dev), FAKE_GPU_MAJOR)
+        conf.append(slurm_gres.gres_conf(node, models, table, str(dev)))
+        terms[node] = slurm_gres.node_gres(models)
+    if conf:
+        (etc / "gres.conf").write_text("".join(conf))
+        os.chmod(dev_root, 0o755)
+    return terms
+
+
+def write_script(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` as a script every user may run (the file and its
+    directory, made if need be, 0755); ``path``."""
+    path.parent.mkdir(exist_ok=True)
+    os.chmod(path.parent, 0o755)
+    path.write_text(text)
+    os.chmod(path, 0o755)
+    return path

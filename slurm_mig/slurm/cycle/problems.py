@@ -1,0 +1,62 @@
+"""Why a job can never be planned as it stands (no MIG size runs it, its memory need, a
+Comment too long for the planner's token), and the GPU models that can run it."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from ... import jobcomment as comments
+from ...geometry import get_model
+from .inputs import Estimate
+
+__all__ = ["comment_too_long", "feasible", "why_unplannable"]
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.1f} GiB"
+
+
+@lru_cache(maxsize=1 << 16)
+def comment_too_long(raw: str) -> str | None:
+    """Why the job's Comment leaves no room for the planner's token (a Comment written
+    before job_submit.lua refused long ones, or by root), with the fix; or None.
+    Memoised: a steady cycle reads the same comments again."""
+    text = comments.parse(raw).text
+    size = len(text.encode())
+    if size <= comments.MAX_USER_COMMENT:
+        return None
+    return (
+        f"its comment has {size} characters, more than the {comments.MAX_USER_COMMENT} "
+        "that leave room for the planner's token; shorten it with scontrol update "
+        "JobId=<id> Comment=..."
+    )
+
+
+def feasible(est: Estimate | None) -> list[str]:
+    """Models on which the job can run on some size."""
+    if est is None:
+        return []
+    return [m for m, t in est.times.items() if any(math.isfinite(x) for x in t.values())]
+
+
+def why_unplannable(est: Estimate | None) -> str | None:
+    """Why a held job cannot be planned at all, or None."""
+    if est is None:
+        return None
+    if est.problem:
+        return est.problem
+    if not est.times or feasible(est):
+        return None
+    models = [get_model(m) for m in sorted(est.times)]
+    if est.mem is not None and models:
+        best = max(
+            ((m.profile_for_size(max(m.planner_sizes)), m) for m in models),
+            key=lambda pm: pm[0].memory_bytes,
+        )
+        return (
+            f"memory need {_gib(est.mem)} is more than the largest MIG profile offers "
+            f"({best[0].name} of {best[1].name}: {_gib(best[0].memory_bytes)}); lower mem= in "
+            f"the job's --comment or submit it to a partition with larger GPUs"
+        )
+    return "no MIG instance size can run it (every runtime estimate is inf)"
