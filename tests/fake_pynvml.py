@@ -605,8 +605,9 @@ CHIPS: dict[str, FakeChip] = {
     ),
     # A30: -lgip in Summer-Lo/Docker_configuration 000-MIG/README.md and a Siemens AG Go
     # test (SMIOUTPUT_A30): 1g.6gb(+me) 5.81, 2g.12gb 11.69, 4g.24gb 23.44 GiB, ids
-    # 14/21/5/0; 2g.12gb+me is id 6 ("Profile ID 6 Placements: {0,2}:2" in the -lgipp
-    # above; one instance as in the MIG user guide's A30 table), memory as the 2g's.
+    # 14/21/5/0, "Profile ID 21 Placements: {0,1,2,3}:1"; 2g.12gb+me is id 6, 11.69 GiB,
+    # "Profile ID 6 Placements: {0,2}:2" in an A30 session log on driver 535.183.01
+    # (-lgip and -lgipp); one instance each, as in the MIG user guide's A30 table.
     "A30-24GB": _chip(
         "NVIDIA A30",
         24576,

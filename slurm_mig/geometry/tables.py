@@ -172,19 +172,28 @@ def _model7(
 def _a30() -> GpuModel:
     create, destroy = _RECONFIG["A30"]
     names = {"1_SLICE": "1g.6gb", "2_SLICE": "2g.12gb", "4_SLICE": "4g.24gb"}
+    profiles = _profiles(names, _LATTICE4, 6.0)
+    memory = {p.compute_slices: p.memory_bytes for p in profiles}
+    # The media-extension profiles, one each (the guide's A30 table), with the plain
+    # profiles' memory: -lgipp "Profile ID 21 Placements: {0,1,2,3}:1" (Summer-Lo/
+    # Docker_configuration 000-MIG/README.md) and "Profile ID 6 Placements: {0,2}:2"
+    # (an A30 session log on driver 535.183.01 whose -lgip lists 2g.12gb+me as id 6).
+    media = (
+        Profile("1g.6gb+me", 1, 1, memory[1], (0, 1, 2, 3), "1_SLICE_REV1", limit=1),
+        Profile("2g.12gb+me", 2, 2, memory[2], (0, 2), "2_SLICE_REV1", limit=1),
+    )
     return GpuModel(
         name="A30-24GB",
         timing_family="A30",
         compute_slices=4,
         memory_slices=4,
-        profiles=_profiles(names, _LATTICE4, 6.0),
+        profiles=profiles,
         planner_sizes=(1, 2, 4),
         tree=_tree4(),
         create_s=dict(create),
         destroy_s=dict(destroy),
-        # The guide lists 1g.6gb+me and 2g.12gb+me (one each) but no placements for
-        # them: left out until a -lgipp output is at hand; the driver's list wins.
-        source="MIG user guide, Supported MIG Profiles, A30 table",
+        extra_profiles=media,
+        source="MIG user guide, Supported MIG Profiles, A30 table; -lgipp for +me",
     )
 
 

@@ -22,8 +22,10 @@ import math
 import os
 import stat
 import struct
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from ..geometry import Placement
 from ..jobcomment import MAX_TOKEN_CHARS  # longest token signed; longer words are refused undecoded
@@ -79,13 +81,43 @@ class Assignment:
         return data
 
     @classmethod
-    def from_json(cls, data: dict) -> Assignment:
+    def from_json(cls, data: Mapping[str, Any]) -> Assignment:
+        """An assignment from its JSON record (`to_json`; the AdminComment holds it): each
+        field converted to its type, an unknown field refused, a record written before plan
+        ids given the one `plan_id` makes. AssignmentError says what is malformed."""
+        if not isinstance(data, Mapping):
+            raise AssignmentError("malformed assignment: not a JSON object")
+        extra = set(data) - _FIELDS
+        if extra:
+            raise AssignmentError(f"malformed assignment: unknown fields {sorted(extra)}")
         try:
-            fields = dict(data)
-            pl = fields.pop("placement")
-            return cls(placement=Placement(int(pl["start"]), int(pl["size"])), **fields)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise AssignmentError(f"malformed assignment: {exc}") from None
+            pl = data["placement"]
+            a = cls(
+                job_id=str(data["job_id"]),
+                restart=int(data["restart"]),
+                node=str(data["node"]),
+                gpu=int(data["gpu"]),
+                model=str(data["model"]),
+                profile=str(data["profile"]),
+                placement=Placement(int(pl["start"]), int(pl["size"])),
+                batch=int(data["batch"]),
+                order=int(data["order"]),
+                planned_seconds=float(data["planned_seconds"]),
+                issued=float(data.get("issued", 0.0)),
+                reuse_from=_text_or_none(data.get("reuse_from")),
+                keep_for=_text_or_none(data.get("keep_for")),
+            )
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise AssignmentError(f"malformed assignment: {exc!r}") from None
+        plan = data.get("plan")
+        return replace(a, plan=plan if isinstance(plan, str) and plan else plan_id(a))
+
+
+_FIELDS = frozenset(f.name for f in fields(Assignment))
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def plan_id(a: Assignment) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import fields, replace
+from dataclasses import fields
 from functools import lru_cache
 from typing import Protocol
 
 from ..geometry import Placement
 from ..jobids import job_sort_key
-from .assignment import Assignment, plan_id
+from .assignment import Assignment, AssignmentError
 
 __all__ = [
     "ACTIVE_STATES",
@@ -110,35 +110,9 @@ def parse_admin_comment(text: str | None) -> Assignment | None:
     if not raw.startswith(ADMIN_TAG + "{"):
         return None
     try:
-        d = json.loads(raw[len(ADMIN_TAG) :])
-        if not isinstance(d, dict):
-            return None
-        pl = d["placement"]
-        extra = set(d) - _RECORD_KEYS
-        if extra:
-            return None
-        a = Assignment(
-            job_id=str(d["job_id"]),
-            restart=int(d["restart"]),
-            node=str(d["node"]),
-            gpu=int(d["gpu"]),
-            model=str(d["model"]),
-            profile=str(d["profile"]),
-            placement=Placement(int(pl["start"]), int(pl["size"])),
-            batch=int(d["batch"]),
-            order=int(d["order"]),
-            planned_seconds=float(d["planned_seconds"]),
-            issued=float(d.get("issued", 0.0)),
-            reuse_from=None if d.get("reuse_from") is None else str(d["reuse_from"]),
-            keep_for=None if d.get("keep_for") is None else str(d["keep_for"]),
-        )
-        plan = d.get("plan")
-        return replace(a, plan=plan if isinstance(plan, str) and plan else plan_id(a))
-    except (KeyError, ValueError, TypeError, RecursionError):
+        return Assignment.from_json(json.loads(raw[len(ADMIN_TAG) :]))
+    except (AssignmentError, ValueError, RecursionError):
         return None
-
-
-_RECORD_KEYS = frozenset(f.name for f in fields(Assignment))
 
 
 def note_admin_comment(text: str) -> str:

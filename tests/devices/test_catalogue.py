@@ -2,7 +2,6 @@
 against geometry's offline tables: agreement, the disagreements known today, a renamed
 profile reported and followed, and a missing driver in one line."""
 
-import re
 import sys
 import types
 from pathlib import Path
@@ -25,18 +24,6 @@ from slurm_mig.devices.catalogue import (  # noqa: E402
 MIB = 1024**2
 BOTH = [k for k in fake.CHIPS if k in geometry.MODELS]
 
-# Disagreements between the sourced fake tables and geometry.py as it stood when these
-# tables were written. Each is allowed, none is required: a geometry that is put right
-# makes its line go away; any other disagreement fails the test, named.
-KNOWN = [
-    # media-extension profiles the tables did not have
-    r"the driver has 1g\.\d+gb\+me \(id \d+, 1 slices",
-    r"A30-24GB: the driver has 2g\.12gb\+me \(id 6, 2 slices",
-    # H200 (mig-parted issue #120): 16.00 / 32.25 GiB, the tables estimated 17.18 / 34.81
-    r"H200-141GB: 1g\.18gb(\+me)? has 16\.00 GiB on the driver, [0-9.]+ GiB in the tables",
-    r"H200-141GB: (1g|2g)\.35gb has 32\.25 GiB on the driver, [0-9.]+ GiB in the tables",
-]
-
 
 @pytest.fixture(autouse=True)
 def _fresh():
@@ -50,13 +37,11 @@ def test_fake_serves_a_model_the_tables_know():
 
 
 @pytest.mark.parametrize("model", BOTH)
-def test_catalogue_equals_the_tables_or_names_the_difference(model):
+def test_catalogue_equals_the_tables(model):
     cat = read_catalogue(BOTH.index(model), fake)
     offline = geometry.MODELS[model]
-    unknown = [line for line in compare(offline, cat) if not any(re.search(k, line) for k in KNOWN)]
-    assert unknown == [], "\n".join(unknown)
-    # whatever else differs, the planner's profiles exist on the driver under their names
-    # and with their placements
+    assert compare(offline, cat) == []
+    # the planner's profiles exist on the driver under their names and placements
     for size in offline.planner_sizes:
         p = offline.profile_for_size(size)
         assert p.name in cat, f"{model}: the driver has no {p.name}"

@@ -16,14 +16,6 @@ from slurm_mig.devices.boards import detect_model  # noqa: E402
 from slurm_mig.devices.catalogue import compare, driver_wins, read_catalogue  # noqa: E402
 
 MIB = 1024**2
-# The only disagreement left: the MIG user guide lists the A30's media profiles but no
-# placements for them, so the tables leave them out and the driver's list wins.
-A30_MEDIA = [
-    "A30-24GB: the driver has 1g.6gb+me (id 21, 1 slices, 5.81 GiB, placements {0,1,2,3}:1), "
-    "the tables do not",
-    "A30-24GB: the driver has 2g.12gb+me (id 6, 2 slices, 11.69 GiB, placements {0,2}:2), "
-    "the tables do not",
-]
 
 
 def _read(chip: str):
@@ -42,12 +34,10 @@ def test_the_fake_has_a_chip_for_every_model_of_the_tables():
 def test_the_catalogue_read_from_the_driver_equals_the_tables(model):
     cat = _read(model)
     assert cat.model == model  # the board name (and memory) tell the model
-    assert compare(geometry.MODELS[model], cat) == (A30_MEDIA if model == "A30-24GB" else [])
+    assert compare(geometry.MODELS[model], cat) == []
     # and every profile is found by the name the driver gives, ids as the driver has them
     offline = geometry.MODELS[model]
     for p in cat:
-        if model == "A30-24GB" and p.name.endswith("+me"):
-            continue  # not in the tables (above)
         assert offline.profile(p.name).placements == p.placements
         assert p.profile_id >= 0
 

@@ -37,6 +37,7 @@ from slurm_mig.slurm.assignment import (
     valid_plan_id,
     verify,
 )
+from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 
 KEY = bytes(range(KEY_BYTES))
 OTHER_KEY = bytes(KEY_BYTES)
@@ -304,9 +305,28 @@ def test_forged_and_altered_tokens_are_refused_and_nothing_else_is_raised(data):
 # -- the record of an assignment ---------------------------------------------------------------
 
 
-def test_an_assignment_round_trips_through_json():
-    a = assignment("42", keep_for="43")
+def test_an_assignment_round_trips_through_json_and_the_admin_comment():
+    plain = assignment("42", keep_for="43")
+    a = replace(plain, plan=plan_id(plain))
     assert Assignment.from_json(json.loads(json.dumps(a.to_json()))) == a
+    assert parse_admin_comment(admin_comment_for(a)) == a
+
+
+def test_a_record_written_before_plan_ids_gets_the_one_plan_id_makes():
+    a = assignment("42")
+    record = {k: v for k, v in a.to_json().items() if k != "plan"}
+    assert Assignment.from_json(record) == replace(a, plan=plan_id(a))
+    assert parse_admin_comment("slurm-mig:" + json.dumps(record)) == replace(a, plan=plan_id(a))
+
+
+def test_fields_are_read_as_their_types_and_an_unreadable_record_is_no_assignment():
+    record = {**assignment("42").to_json(), "restart": "2", "gpu": 1.0, "job_id": 42}
+    a = Assignment.from_json(record)
+    assert (a.job_id, a.restart, a.gpu) == ("42", 2, 1)
+    deep = 'slurm-mig:{"placement":' + "[" * 100_000
+    huge = "slurm-mig:" + json.dumps({**assignment("42").to_json(), "gpu": 1e308 * 10})
+    for text in ("slurm-mig:{", "slurm-mig:{}", 'slurm-mig:{"colour": 1}', deep, huge, "note"):
+        assert parse_admin_comment(text) is None
 
 
 @pytest.mark.parametrize(
