@@ -29,11 +29,12 @@ import statistics
 import time
 from dataclasses import replace
 
+from slurm_mig import job as planner_job
 from slurm_mig.geometry import get_model
 from slurm_mig.planner.allotment import moldable_bound
 from slurm_mig.slurm.client import Job
 from slurm_mig.slurm.cycle import Estimate, Release, Snapshot, plan_cycle
-from slurm_mig.workload import Task, generate
+from slurm_mig.workload import generate
 
 MODEL = get_model("A100-40GB")
 NOW = 1_700_000_000.0
@@ -70,9 +71,11 @@ def held_job(jid: str) -> Job:
     )
 
 
-def snapshot(n: int, gpus: int, algorithm: str, seed: int = 0) -> tuple[Snapshot, list[Task]]:
+def snapshot(
+    n: int, gpus: int, algorithm: str, seed: int = 0
+) -> tuple[Snapshot, list[planner_job.Job]]:
     tasks = generate(n, MODEL, "MIXEDSCALING", "WIDETIMES", 0.0, seed)
-    tasks = [Task(t.id, {s: 60.0 * x for s, x in t.times.items()}) for t in tasks]
+    tasks = [planner_job.Job(t.id, 0.0, {s: 60.0 * x for s, x in t.times.items()}) for t in tasks]
     jobs = tuple(held_job(str(i + 1)) for i in range(n))
     estimates = {j.job_id: Estimate("bench", {MODEL.name: t.times}) for j, t in zip(jobs, tasks)}
     nodes = -(-gpus // PER_NODE)

@@ -18,12 +18,13 @@ from collections.abc import Callable
 from importlib import resources
 
 from .geometry import get_model
+from .job import Job
 from .plan import sigma
 from .planner import Batch, get_planner
 from .planner.concat import concat_batch, trivial_concat
 from .planner.far import far_schedule, time_assignment
 from .planner.far_planner import plan_far
-from .workload import Task, generate, parse_csv
+from .workload import generate, parse_csv
 
 SCALINGS = ("POORSCALING", "MIXEDSCALING", "GOODSCALING")
 CONFIGS = [(s, t) for s in SCALINGS for t in ("NARROWTIMES", "WIDETIMES")]
@@ -75,7 +76,7 @@ AUTHORS_CODE_PREF = {
 }
 
 
-def rodinia_tasks() -> list[Task]:
+def rodinia_tasks() -> list[Job]:
     """The embedded 16-kernel Rodinia A100 table (mean of 10 runs per size)."""
     text = resources.files("slurm_mig.data").joinpath("rodinia_a100.csv").read_text()
     return parse_csv(text, "rodinia_a100.csv")
@@ -85,7 +86,7 @@ def _mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else float("nan")
 
 
-def _far_makespan(tasks: list[Task], refine: bool = True) -> float:
+def _far_makespan(tasks: list[Job], refine: bool = True) -> float:
     model = get_model(MODEL)
     return plan_far(Batch(tuple(tasks), model), refine_phase=refine).makespan
 
@@ -167,7 +168,7 @@ def table7(reps: int) -> dict:
             for seed in range(reps):
                 a = generate(n, model, cfg[0], cfg[1], 0.0, 2 * seed)
                 b = [
-                    Task("b" + t.id, t.times)
+                    Job("b" + t.id, 0.0, t.times)
                     for t in generate(n, model, cfg[0], cfg[1], 0.0, 2 * seed + 1)
                 ]
                 ra = far_schedule(a, model)

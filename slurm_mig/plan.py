@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .geometry import GIB, GeometryError, GpuModel, Placement, Profile, Slot, get_model
-from .workload import Task
+from .job import Job
 
 EPS = 1e-6
 
@@ -133,9 +133,9 @@ class Plan:
 # Metrics
 
 
-def lower_bound(tasks: Iterable[Task], model: GpuModel, gpus: int = 1) -> float:
+def lower_bound(tasks: Iterable[Job], model: GpuModel, gpus: int = 1) -> float:
     """Area bound of Section 6.4: minimum work of every task spread over all slices.
-    (`Task.min_work` written out: this runs for every plan, 1,000 tasks included.)"""
+    (`Job.min_work` written out: this runs for every plan, 1,000 tasks included.)"""
     total = 0.0
     for t in tasks:
         low = math.inf
@@ -150,7 +150,7 @@ def lower_bound(tasks: Iterable[Task], model: GpuModel, gpus: int = 1) -> float:
 BOUND_NAMES = ("area", "longest", "dual")
 
 
-def makespan_bounds(tasks: Sequence[Task], model: GpuModel, gpus: int = 1) -> dict[str, float]:
+def makespan_bounds(tasks: Sequence[Job], model: GpuModel, gpus: int = 1) -> dict[str, float]:
     """The cheap lower bounds on the makespan of ``tasks`` on ``gpus`` idle GPUs:
 
     * ``area``: every task's least work spread over all compute slices (`lower_bound`);
@@ -170,7 +170,7 @@ def makespan_bounds(tasks: Sequence[Task], model: GpuModel, gpus: int = 1) -> di
 
 
 def tightest_bound(
-    tasks: Sequence[Task], model: GpuModel, gpus: int = 1
+    tasks: Sequence[Job], model: GpuModel, gpus: int = 1
 ) -> tuple[float, str, dict[str, float]]:
     """(value, name, all of them) of the tightest of `makespan_bounds`; on a tie (within
     a relative 1e-9) the first name of ``BOUND_NAMES`` that reaches it."""
@@ -342,18 +342,18 @@ def _read_runs(
     return runs
 
 
-def _memory_problem(run: _Run, task: Task) -> str | None:
+def _memory_problem(run: _Run, task: Job) -> str | None:
     """The message when the task needs more memory than its instance's profile has."""
     prof = run.profile
-    if task.memory_bytes and task.memory_bytes > prof.memory_bytes:
+    if task.memory and task.memory > prof.memory_bytes:
         return (
-            f"task {run.id!r}: needs {task.memory_bytes / GIB:.2f} GiB of memory, "
+            f"task {run.id!r}: needs {task.memory / GIB:.2f} GiB of memory, "
             f"{prof.name} has {prof.memory_bytes / GIB:.2f} GiB"
         )
     return None
 
 
-def _time_problem(run: _Run, task: Task) -> str | None:
+def _time_problem(run: _Run, task: Job) -> str | None:
     """The message when the run's length is not the task's time on its size."""
     size = run.slot.size
     want = task.times.get(size)
@@ -364,7 +364,7 @@ def _time_problem(run: _Run, task: Task) -> str | None:
     return None
 
 
-def _coverage_problems(runs: Sequence[_Run], tasks: Sequence[Task]) -> list[str]:
+def _coverage_problems(runs: Sequence[_Run], tasks: Sequence[Job]) -> list[str]:
     """Each batch task planned exactly once, for its time on its size, within memory."""
     problems: list[str] = []
     by_id = {t.id: t for t in tasks}
@@ -514,7 +514,7 @@ def _instance_problems(
     return problems
 
 
-def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) -> list[str]:
+def validate_plan(data: Mapping[str, Any], tasks: Sequence[Job] | None = None) -> list[str]:
     """Return every violation of the plan's constraints (empty list = valid).
 
     (1) tasks on a common compute slice never overlap in time; (2) live instances of
@@ -543,7 +543,7 @@ def validate_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) 
     return errors
 
 
-def check_plan(data: Mapping[str, Any], tasks: Sequence[Task] | None = None) -> None:
+def check_plan(data: Mapping[str, Any], tasks: Sequence[Job] | None = None) -> None:
     """Raise PlanError naming the first few violations, if any."""
     errors = validate_plan(data, tasks)
     if errors:

@@ -1,5 +1,6 @@
-"""Tasks with a runtime per instance size, their loaders, and the synthetic generator
-of the FAR paper (Section 6.3)."""
+"""Task files and the synthetic generator of the FAR paper (Section 6.3): a task is
+the planning core's `Job` (``slurm_mig.job``) with a runtime per instance size, arrived
+at 0."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import io
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from .geometry import GpuModel
 from .inputs import InputError, control_character, read_text
 from .inputs import parse_json as _load_json
+from .job import Job
 
 # Embedded task tables: name -> (file in slurm_mig/data, its GPU model).
 BUILTIN_TASKS = {"rodinia-a100": ("rodinia_a100.csv", "A100-40GB")}
@@ -24,31 +25,7 @@ class WorkloadError(ValueError):
     """Bad task input; the message names the file, the row or field, and the fix."""
 
 
-@dataclass(frozen=True)
-class Task:
-    """One job: seconds per instance size (compute slices). ``inf`` = cannot run there.
-
-    ``alpha`` and ``pcie_demand`` (GB/s) are its PCIe profile (Eq. 2 of Tang et al.; 0 =
-    not PCIe-bound), ``weight`` its weight in completion-time objectives."""
-
-    id: str
-    times: Mapping[int, float]
-    memory_bytes: int | None = None
-    alpha: float = field(default=1.0, compare=False, kw_only=True)
-    pcie_demand: float = field(default=0.0, compare=False, kw_only=True)
-    weight: float = field(default=1.0, compare=False, kw_only=True)
-
-    def time(self, size: int) -> float:
-        return self.times[size]
-
-    def work(self, size: int) -> float:
-        return size * self.times[size]
-
-    def min_work(self) -> float:
-        return min(s * t for s, t in self.times.items())
-
-
-def validate(tasks: Sequence[Task], model: GpuModel, source: str = "tasks") -> None:
+def validate(tasks: Sequence[Job], model: GpuModel, source: str = "tasks") -> None:
     """Raise WorkloadError unless every task has a finite-or-inf, positive time for
     exactly the model's instance sizes and ids are unique."""
     if not tasks:
@@ -162,7 +139,7 @@ def _task_id(value: object, where: str) -> str:
     return tid
 
 
-def parse_csv(text: str, source: str = "tasks") -> list[Task]:
+def parse_csv(text: str, source: str = "tasks") -> list[Job]:
     """Wide ``id,1,2,3,4,7`` or long ``kernel,size,seconds`` CSV (header required)."""
     rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
     if not rows:
@@ -187,13 +164,13 @@ def parse_csv(text: str, source: str = "tasks") -> list[Task]:
             s: _number(v, f"{source}:{lineno} (task {tid!r}, size {s})")
             for s, v in zip(sizes, row[1:])
         }
-        tasks.append(Task(tid, times))
+        tasks.append(Job(tid, 0.0, times))
     if not tasks:
         raise WorkloadError(f"{source}: header only, no tasks")
     return tasks
 
 
-def _parse_long(rows: list[list[str]], source: str) -> list[Task]:
+def _parse_long(rows: list[list[str]], source: str) -> list[Job]:
     times: dict[str, dict[int, float]] = {}
     for lineno, row in enumerate(rows[1:], start=2):
         if len(row) != 3:
@@ -206,10 +183,10 @@ def _parse_long(rows: list[list[str]], source: str) -> list[Task]:
         per[size] = _number(row[2], f"{source}:{lineno} (task {tid!r}, size {size})")
     if not times:
         raise WorkloadError(f"{source}: header only, no tasks")
-    return [Task(tid, per) for tid, per in times.items()]
+    return [Job(tid, 0.0, per) for tid, per in times.items()]
 
 
-def parse_json(text: str, source: str = "tasks") -> list[Task]:
+def parse_json(text: str, source: str = "tasks") -> list[Job]:
     """``[{"id": "a", "times": {"1": 10.0, ...}}, ...]`` or ``{"tasks": [...]}``."""
     try:
         data = _load_json(text, source)
@@ -244,11 +221,11 @@ def parse_json(text: str, source: str = "tasks") -> list[Task]:
             raise WorkloadError(
                 f"{where}: memory_bytes {mem!r} must be a whole number of bytes >= 0"
             )
-        tasks.append(Task(_task_id(item["id"], where), times, memory_bytes=mem))
+        tasks.append(Job(_task_id(item["id"], where), 0.0, times, mem or 0))
     return tasks
 
 
-def load_tasks(path: str | Path, model: GpuModel) -> list[Task]:
+def load_tasks(path: str | Path, model: GpuModel) -> list[Job]:
     """Load and validate a task file (CSV wide/long or JSON) for ``model``."""
     p = Path(path)
     try:
@@ -265,7 +242,7 @@ def load_tasks(path: str | Path, model: GpuModel) -> list[Task]:
     return tasks
 
 
-def load_task_source(source: str, model: GpuModel) -> list[Task]:
+def load_task_source(source: str, model: GpuModel) -> list[Job]:
     """Tasks from a file, or from the embedded table named ``source`` (``rodinia-a100``)."""
     key = source.strip().lower()
     if key in BUILTIN_TASKS and not Path(source).exists():
@@ -309,7 +286,7 @@ def generate(
     times: str | tuple[float, float] = "WIDETIMES",
     p_sup: float = 0.0,
     seed: int = 0,
-) -> list[Task]:
+) -> list[Job]:
     """Synthetic tasks: ``t(s+1) = (s + r)/(s + 1) * t(s)`` with r super-, near- or
     sub-linear per the task's scaling class; deterministic for a seed."""
     if isinstance(scaling, str) and scaling not in SCALING:
@@ -327,7 +304,7 @@ def generate(
     rng = random.Random(seed)
     sizes = model.planner_sizes
     top = model.compute_slices
-    tasks: list[Task] = []
+    tasks: list[Job] = []
     for scale_to, count in _counts(n, shares, sizes).items():
         memory_bound = math.floor(p_sup * count)
         for k in range(count):
@@ -344,11 +321,11 @@ def generate(
                     r = _clipped(rng, 0.1, 0.1, 0.0, 0.2)
                 t[s + 1] = (s + r) / (s + 1) * t[s]
             tid = f"t{len(tasks)}"
-            tasks.append(Task(tid, {s: t[s] for s in sizes}))
+            tasks.append(Job(tid, 0.0, {s: t[s] for s in sizes}))
     return tasks
 
 
-def tasks_to_csv(tasks: Iterable[Task], sizes: Sequence[int]) -> str:
+def tasks_to_csv(tasks: Iterable[Job], sizes: Sequence[int]) -> str:
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["id", *sizes])

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from slurm_mig import job as planner_job
 from slurm_mig.slurm.assignment import Assignment, generate_key
 from slurm_mig.slurm.client import Job, Node
 from slurm_mig.slurm.jobrecord import admin_comment_for
-from slurm_mig.workload import Task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,11 +56,11 @@ def shared_file(relative: str) -> Path:
 #   create 1g@2 [8.35, 8.46]; B [8.46, 14.46]; create 1g@3 [8.46, 8.57]; C [8.57, 13.57];
 #   destroy 2g@0 [11.35, 11.45]; create 1g@0 [11.45, 11.56]; E [11.56, 13.56].
 A30_FIVE = [
-    Task("A", {1: 40.0, 2: 20.0, 4: 8.0}),
-    Task("B", {1: 6.0, 2: 4.0, 4: 4.0}),
-    Task("C", {1: 5.0, 2: 3.0, 4: 3.0}),
-    Task("D", {1: 8.0, 2: 3.0, 4: 3.0}),
-    Task("E", {1: 2.0, 2: 1.5, 4: 1.5}),
+    planner_job.Job("A", 0.0, {1: 40.0, 2: 20.0, 4: 8.0}),
+    planner_job.Job("B", 0.0, {1: 6.0, 2: 4.0, 4: 4.0}),
+    planner_job.Job("C", 0.0, {1: 5.0, 2: 3.0, 4: 3.0}),
+    planner_job.Job("D", 0.0, {1: 8.0, 2: 3.0, 4: 3.0}),
+    planner_job.Job("E", 0.0, {1: 2.0, 2: 1.5, 4: 1.5}),
 ]
 
 

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from support import A30_FIVE, shared_file
 
 from slurm_mig.geometry import get_model
+from slurm_mig.job import Job
 from slurm_mig.plan import PlanError, check_plan, lower_bound, rho, sigma, validate_plan
 from slurm_mig.planner import Batch
 from slurm_mig.planner.far_planner import plan_far
-from slurm_mig.workload import Task, load_tasks
+from slurm_mig.workload import load_tasks
 
 A30 = get_model("A30-24GB")
 A100 = get_model("A100-40GB")
@@ -301,7 +302,7 @@ def test_wrong_duration(plan):
 
 
 def test_task_on_size_it_cannot_run(plan):
-    tasks = [Task(t.id, {**t.times, 1: math.inf}) if t.id == "B" else t for t in TASKS]
+    tasks = [Job(t.id, 0.0, {**t.times, 1: math.inf}) if t.id == "B" else t for t in TASKS]
     _errors_with(plan, "cannot run on size 1", tasks=tasks)
 
 
@@ -413,7 +414,7 @@ def test_overlapping_initial_instances():
 
 
 def test_lower_bound_rho_sigma():
-    tasks = [Task("a", {1: 10.0, 2: 4.0, 4: 3.0}), Task("b", {1: math.inf, 2: 6.0, 4: 2.0})]
+    tasks = [Job("a", 0.0, {1: 10.0, 2: 4.0, 4: 3.0}), Job("b", 0.0, {1: math.inf, 2: 6.0, 4: 2.0})]
     # min works: a 8 (size 2), b 8 (size 4); 4 slices per A30
     assert lower_bound(tasks, A30) == pytest.approx(4.0)
     assert lower_bound(tasks, A30, gpus=2) == pytest.approx(2.0)

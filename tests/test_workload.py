@@ -9,7 +9,7 @@ import pytest
 
 from slurm_mig.geometry import get_model
 from slurm_mig.workload import (
-    Task,
+    Job,
     WorkloadError,
     generate,
     load_tasks,
@@ -24,9 +24,9 @@ A30 = get_model("A30-24GB")
 INF = math.inf
 
 TASKS = [
-    Task("job-17", {1: 100.0, 2: 51.5, 3: 40.25, 4: 31.0, 7: 20.125}),
-    Task("bfs", {1: 0.2940401, 2: 0.2016588, 3: 0.0720898, 4: 0.0720898, 7: 0.0510713}),
-    Task("big", {1: INF, 2: INF, 3: 90.0, 4: 70.0, 7: 45.0}),
+    Job("job-17", 0.0, {1: 100.0, 2: 51.5, 3: 40.25, 4: 31.0, 7: 20.125}),
+    Job("bfs", 0.0, {1: 0.2940401, 2: 0.2016588, 3: 0.0720898, 4: 0.0720898, 7: 0.0510713}),
+    Job("big", 0.0, {1: INF, 2: INF, 3: 90.0, 4: 70.0, 7: 45.0}),
 ]
 
 
@@ -79,10 +79,10 @@ def test_load_tasks_three_forms_agree(tmp_path):
 
 def test_wide_csv_accepts_g_suffix_and_inf_and_json_strings():
     tasks = parse_csv("id,1g,2g,4g\na,inf,2.5,1\n")
-    assert tasks == [Task("a", {1: INF, 2: 2.5, 4: 1.0})]
+    assert tasks == [Job("a", 0.0, {1: INF, 2: 2.5, 4: 1.0})]
     validate(tasks, A30)
     tasks = parse_json('[{"id": 7, "times": {"1": "inf", "2g": "3", "4": 1}, "memory_bytes": 5}]')
-    assert tasks == [Task("7", {1: INF, 2: 3.0, 4: 1.0}, memory_bytes=5)]
+    assert tasks == [Job("7", 0.0, {1: INF, 2: 3.0, 4: 1.0}, memory=5)]
     validate(tasks, A30)
 
 
@@ -205,18 +205,18 @@ def test_row_number_in_csv_errors():
 
 
 def test_validate_task_objects():
-    good = Task("a", {1: 4.0, 2: INF, 4: 1.0})
+    good = Job("a", 0.0, {1: 4.0, 2: INF, 4: 1.0})
     validate([good], A30)
     cases = [
         ([], "no tasks"),
-        ([Task("a", {1: 4.0, 2: -1.0, 4: 1.0})], "> 0"),
-        ([Task("a", {1: 4.0, 2: 0.0, 4: 1.0})], "> 0"),
-        ([Task("a", {1: 4.0, 2: math.nan, 4: 1.0})], "not a number"),
-        ([Task("a", {1: 4.0, 2: "3", 4: 1.0})], "not a number"),
-        ([Task("a", {1: 4.0, 4: 1.0})], "no time for size 2"),
-        ([Task("a", {1: 4.0, 2: 2.0, 3: 1.5, 4: 1.0})], "size 3"),
-        ([Task("a", {1: INF, 2: INF, 4: INF})], "inf"),
-        ([good, Task("a", {1: 1.0, 2: 1.0, 4: 1.0})], "duplicate"),
+        ([Job("a", 0.0, {1: 4.0, 2: -1.0, 4: 1.0})], "> 0"),
+        ([Job("a", 0.0, {1: 4.0, 2: 0.0, 4: 1.0})], "> 0"),
+        ([Job("a", 0.0, {1: 4.0, 2: math.nan, 4: 1.0})], "not a number"),
+        ([Job("a", 0.0, {1: 4.0, 2: "3", 4: 1.0})], "not a number"),
+        ([Job("a", 0.0, {1: 4.0, 4: 1.0})], "no time for size 2"),
+        ([Job("a", 0.0, {1: 4.0, 2: 2.0, 3: 1.5, 4: 1.0})], "size 3"),
+        ([Job("a", 0.0, {1: INF, 2: INF, 4: INF})], "inf"),
+        ([good, Job("a", 0.0, {1: 1.0, 2: 1.0, 4: 1.0})], "duplicate"),
     ]
     for tasks, words in cases:
         with pytest.raises(WorkloadError, match=words):
@@ -250,7 +250,7 @@ def _steps(model):
     return list(zip(sizes, sizes[1:]))
 
 
-def _scaling_class(task: Task, model) -> int:
+def _scaling_class(task: Job, model) -> int:
     """The largest size up to which the task scales near- or super-linearly.
 
     Every visible step is either 'good' (all r <= 0.2) or 'sub' (all r >= 0.5), and

@@ -14,9 +14,10 @@ from typing import NoReturn
 
 from ..devices.base import DeviceError
 from ..geometry import MODELS, GeometryError, GpuModel, get_model
+from ..job import Job
 from ..plan import Plan, PlanError
 from ..planner import Batch, UnknownPlanner, get_planner
-from ..workload import BUILTIN_TASKS, Task, WorkloadError
+from ..workload import BUILTIN_TASKS, WorkloadError
 
 PROG = "slurm-mig"
 DEFAULT_PLANNER = "auto"
@@ -113,7 +114,7 @@ def model_for(source: str, name: str | None) -> GpuModel:
 
 def run_planner(
     name: str,
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     model: GpuModel,
     gpus: int,
     time_budget: float | None = None,

@@ -171,13 +171,9 @@ def run(args: argparse.Namespace) -> int:
         return run_onto(args)
     if args.tasks is None:
         args.usage_error("give TASKS (a task file or rodinia-a100), or --start STATE.json")
-    from ..planner.registry import policy_info
+    from ..planner.batch import get_planner
 
-    if policy_info(args.planner).kind == "online":
-        raise UnknownPlanner(
-            f"{args.planner!r} is an online policy: it places jobs onto running GPUs; give "
-            "the cluster's state with --start STATE.json, or choose a batch planner"
-        )
+    get_planner(args.planner)  # an online policy plans no batch: refused before TASKS is read
     model = model_for(args.tasks, args.gpu_model)
     tasks = load_task_source(args.tasks, model)
     check_counts(len(tasks), args.gpus, args.tasks)
@@ -310,7 +306,6 @@ def run_onto(args: argparse.Namespace) -> int:
     from ..planner.decisions import decisions_to_json
     from ..planner.driver import BatchSettings, step
     from ..planner.registry import get_policy
-    from ..planner.snapshot import Job
 
     snap, settings = load_state(args.start, args.gpu_model)
     name = args.planner
@@ -320,7 +315,7 @@ def run_onto(args: argparse.Namespace) -> int:
         for t in tasks:
             if t.id in jobs or t.id in snap.running:
                 raise ValueError(f"{args.tasks}: task {t.id!r} is already a job of the state")
-            jobs[t.id] = Job(t.id, snap.now, dict(t.times), t.memory_bytes or 0)
+            jobs[t.id] = replace(t, arrival=snap.now)
         snap = replace(snap, pending=MappingProxyType(jobs))
     check_counts(len(snap.pending) + len(snap.running), len(snap.gpus), args.start)
     options = {"time_budget": args.time_budget} if args.time_budget and name == "exact" else {}

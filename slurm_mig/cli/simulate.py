@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import textwrap
+from dataclasses import replace
 
 from ..argtypes import count_at_most, int_at_least, number_within, rate_multiplier
 from ..argtypes import positive_int as _positive_int
@@ -217,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     from ..sim.cluster import InvariantError
     from ..sim.engine import SimInputError, simulate
     from ..sim.jobs import build_workload
-    from ..sim.policies import UnknownPolicy, get_policy
+    from ..sim.policies import SIM_SETTINGS, UnknownPolicy, get_policy
     from ..sim.progress import Progress
 
     model = get_model(args.gpu_model)
@@ -231,19 +232,9 @@ def run(args: argparse.Namespace) -> int:
         why = BATCH_ONLY.get(policy_info(name).name)
         if why:
             raise UnknownPolicy(f"--policy {label}: {why}")
-    reorder = getattr(args, "reorder", None)
-    if reorder is not None:  # a policy's own reorder= option wins
-        specs = [
-            (
-                label,
-                name,
-                opts
-                if "reorder" in opts or policy_info(name).kind == "online"
-                else {**opts, "reorder": reorder},
-            )
-            for label, name, opts in specs
-        ]
-    policies = [(label, get_policy(name, **opts)) for label, name, opts in specs]
+    # --reorder: the batch driver's default (a policy's own reorder= option wins)
+    base = replace(SIM_SETTINGS, reorder=getattr(args, "reorder", None))
+    policies = [(label, get_policy(name, base, **opts)) for label, name, opts in specs]
     jobs = build_workload(
         args.workload,
         model,

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..geometry import Placement
+from ..job import Job
 from ..runtimes import RuntimeStore
 from ..slurm.assignment import Assignment, generate_key
 from ..slurm.client import SlurmClient
 from ..slurm.jobrecord import parse_admin_comment
-from ..workload import Task
 from .localslurm import LocalSlurm
 from .slurmroot import SlurmInstall
 
@@ -235,7 +235,7 @@ class LiveCluster:
         os.chmod(self.config_path, 0o644)
 
     # --- planner -------------------------------------------------------------------------
-    def learn(self, tasks: Sequence[Task], scale: float) -> None:
+    def learn(self, tasks: Sequence[Job], scale: float) -> None:
         """Seed the runtime store as if every kernel had run once on every size."""
         store = RuntimeStore(self.state_dir / "profiles.sqlite")
         now = time.time()

@@ -34,103 +34,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..hints import parse_hints
-from .modes import (
-    MODES,
-    Mode,
-    SlurmMode,
-    StandaloneMode,
-    job_comment,
-    record_need,
-    select_mode,
-    with_mem_hint,
-)
-from .options import (
-    EXIT_FAILED,
-    EXIT_REQUEUED,
-    EXIT_USAGE,
-    PROG,
-    Options,
-    UsageError,
-    build_parser,
-    parse_options,
-)
-from .runner import ENV_XLA_SET, FORWARDED, INJECT_DIR, POLL, STOPPING, Runner
-from .slices import RestartError, Slice, largest_profile, model_for, target_profile
-from .sources import (
-    FORECAST_DEPS,
-    NVML_GRACE,
-    NVML_SEEN,
-    UNSEEN,
-    ForecasterFactory,
-    ForecasterLike,
-    ProbeTail,
-    default_forecaster,
-    missing_forecast_deps,
-    parse_sample,
-    read_json,
-)
-from .trace import Sample, human
-from .watch import (
-    MAX_UPDATES,
-    OOM_FACTOR,
-    Outcome,
-    StderrTee,
-    TraceWriter,
-    merge_samples,
-    trace_path,
-)
+from .modes import job_comment
+from .options import EXIT_FAILED, EXIT_USAGE, PROG, UsageError, parse_options
+from .runner import Runner
+from .slices import RestartError
+from .sources import missing_forecast_deps
 
-__all__ = [
-    "ENV_XLA_SET",
-    "EXIT_FAILED",
-    "EXIT_REQUEUED",
-    "EXIT_USAGE",
-    "FORECAST_DEPS",
-    "FORWARDED",
-    "INJECT_DIR",
-    "MAX_UPDATES",
-    "MODES",
-    "NVML_GRACE",
-    "NVML_SEEN",
-    "OOM_FACTOR",
-    "POLL",
-    "PROG",
-    "STOPPING",
-    "UNSEEN",
-    "ForecasterFactory",
-    "ForecasterLike",
-    "Mode",
-    "Options",
-    "Outcome",
-    "ProbeTail",
-    "RestartError",
-    "Runner",
-    "Sample",
-    "Slice",
-    "SlurmMode",
-    "StandaloneMode",
-    "StderrTee",
-    "TraceWriter",
-    "UsageError",
-    "build_parser",
-    "default_forecaster",
-    "hinted_iterations",
-    "human",
-    "job_comment",
-    "largest_profile",
-    "main",
-    "merge_samples",
-    "missing_forecast_deps",
-    "model_for",
-    "parse_options",
-    "parse_sample",
-    "read_json",
-    "record_need",
-    "select_mode",
-    "target_profile",
-    "trace_path",
-    "with_mem_hint",
-]
+__all__ = ["hinted_iterations", "main"]
 
 
 def hinted_iterations(env: Mapping[str, str]) -> int | None:

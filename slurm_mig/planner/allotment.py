@@ -25,7 +25,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from ..workload import Task
+from ..job import Job
 
 __all__ = [
     "Allotments",
@@ -60,7 +60,7 @@ def canonical_size(times: dict[int, float] | object, sizes: Sequence[int], targe
     return fastest  # pragma: no cover - the loop above found ``least``
 
 
-def canonical_allotment(tasks: Sequence[Task], sizes: Sequence[int], target: float) -> list[int]:
+def canonical_allotment(tasks: Sequence[Job], sizes: Sequence[int], target: float) -> list[int]:
     """`canonical_size` of every task for ``target``."""
     return [canonical_size(t.times, sizes, target) for t in tasks]
 
@@ -70,7 +70,7 @@ class Allotments:
     ladder of a batch of 10,000 tasks evaluates ten of them. Same rule as
     `canonical_size` (an exact tie in work goes to the smaller size)."""
 
-    def __init__(self, tasks: Sequence[Task], sizes: Sequence[int]) -> None:
+    def __init__(self, tasks: Sequence[Job], sizes: Sequence[int]) -> None:
         import numpy as np
 
         self.tasks = tasks
@@ -115,7 +115,7 @@ class Staircase:
     allowed; ``steps[i]`` holds the times at which the task's canonical size changes,
     that size, and the least allowed work from there (built once, when first needed)."""
 
-    def __init__(self, tasks: Sequence[Task], sizes: Sequence[int]) -> None:
+    def __init__(self, tasks: Sequence[Job], sizes: Sequence[int]) -> None:
         self.tasks = tasks
         self.sizes = tuple(sizes)
         self._bounds: dict[tuple[int, float], float] = {}
@@ -163,7 +163,7 @@ class Staircase:
             self._steps = [self._task_steps(t) for t in self.tasks]
         return self._steps
 
-    def _task_steps(self, task: Task) -> tuple[list[float], list[int], list[float]]:
+    def _task_steps(self, task: Job) -> tuple[list[float], list[int], list[float]]:
         times = task.times
         opts = sorted((times[s], s) for s in self.sizes if times[s] < math.inf)
         at: list[float] = []
@@ -245,10 +245,10 @@ class Staircase:
             x = nxt
 
 
-_LAST: list[tuple[tuple[Task, ...], tuple[int, ...], Allotments | Staircase]] = []
+_LAST: list[tuple[tuple[Job, ...], tuple[int, ...], Allotments | Staircase]] = []
 
 
-def allotments(tasks: Sequence[Task], sizes: Sequence[int]) -> Allotments | Staircase:
+def allotments(tasks: Sequence[Job], sizes: Sequence[int]) -> Allotments | Staircase:
     """The table of canonical allotments for the batch: numpy's on large batches. The
     last table built for a tuple of tasks is kept: the planner and the plan's bound
     (``plan.makespan_bounds``) of one batch share it."""
@@ -262,7 +262,7 @@ def allotments(tasks: Sequence[Task], sizes: Sequence[int]) -> Allotments | Stai
 
 
 def moldable_bound(
-    tasks: Sequence[Task], sizes: Sequence[int], slices: int, backlog: float = 0.0
+    tasks: Sequence[Job], sizes: Sequence[int], slices: int, backlog: float = 0.0
 ) -> float:
     """T* of the module doc: the least makespan for which the canonical work, plus
     ``backlog`` slice-seconds already committed, fits ``slices`` slices. O(n log n):
@@ -273,7 +273,7 @@ def moldable_bound(
 
 
 def _moldable_bound_np(
-    tasks: Sequence[Task], sizes: Sequence[int], slices: int, backlog: float = 0.0
+    tasks: Sequence[Job], sizes: Sequence[int], slices: int, backlog: float = 0.0
 ) -> float:
     import numpy as np
 
@@ -309,7 +309,7 @@ def _moldable_bound_np(
 
 
 def ladder(
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     sizes: Sequence[int],
     bound: float,
     steps: int = 8,

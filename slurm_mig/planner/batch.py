@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..geometry import GpuModel
+from ..job import Job
 from ..plan import Plan
-from ..workload import Task
-from .registry import UnknownPolicy, get_policy, policy_info
+from .registry import UnknownPolicy, get_policy
 from .snapshot import ClusterSnapshot
 
 __all__ = ["Batch", "UnknownPlanner", "get_planner"]
@@ -21,7 +21,7 @@ class Batch:
     ``start.now`` (0 when there is no start); ``number`` goes into every planned task's
     ``batch``."""
 
-    tasks: tuple[Task, ...]
+    tasks: tuple[Job, ...]
     model: GpuModel
     gpus: int = 1
     seed: int = 0
@@ -49,16 +49,17 @@ class UnknownPlanner(UnknownPolicy):
 
 
 def get_planner(name: str, **options) -> Callable[[Batch], Plan]:
-    """The batch planner ``name`` as a function ``plan(batch) -> Plan``."""
+    """The batch planner ``name`` as a function ``plan(batch) -> Plan``; a policy that
+    plans no batch (an online one) is refused with one line."""
     try:
-        info = policy_info(name)
+        policy = get_policy(name, **options)
     except UnknownPolicy as exc:
         raise UnknownPlanner(str(exc)) from None
-    if info.kind != "batch":
+    plan = getattr(policy, "fn", None) or getattr(policy, "plan", None)
+    if not callable(plan):
         raise UnknownPlanner(
             f"{name!r} is an online policy: it places jobs as they arrive and plans no "
             "batch; use it with 'slurm-mig plan --start STATE.json', the simulator or "
             "the daemon"
         )
-    policy = get_policy(name, **options)
-    return getattr(policy, "fn", None) or policy.plan  # type: ignore[union-attr]
+    return plan

@@ -17,6 +17,7 @@ from ..geometry import (
     mask_tables,
     slot_mask,
 )
+from ..job import Job
 
 __all__ = [
     "MAX_PRIORITY",
@@ -43,35 +44,6 @@ MAX_PRIORITY = float(2**32)  # Slurm's priorities are 32-bit unsigned
 
 class SnapshotError(ValueError):
     """A snapshot (or its JSON) that does not describe a possible cluster."""
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A job as the planner knows it: seconds alone per instance size (compute slices;
-    missing or ``inf``: cannot run there), the memory it needs, its PCIe demand (GB/s
-    alone) and alpha (Eq. 2 of the PCIe paper), whether it may be restarted elsewhere,
-    the size its user asked for (``None``: the policy chooses), its deadline and its
-    priority (Slurm's: higher goes first)."""
-
-    id: str
-    arrival: float
-    times: Mapping[int, float] = field(hash=False)
-    memory: int = 0  # bytes (0: fits any profile)
-    pcie_demand: float = 0.0
-    alpha: float = 1.0
-    restartable: bool = False
-    size: int | None = None
-    kind: str = ""  # job kind (learning key; a label in reports)
-    deadline: float | None = None  # absolute time, or None
-    priority: float = 0.0  # Slurm's job priority: higher goes first
-
-    def time(self, size: int) -> float:
-        """Seconds on an instance of ``size`` compute slices alone (inf: cannot run)."""
-        return self.times.get(size, INF)
-
-    @property
-    def pcie_bound(self) -> bool:
-        return self.pcie_demand > 0.0
 
 
 def runnable_sizes(job: Job, model: GpuModel) -> tuple[int, ...]:

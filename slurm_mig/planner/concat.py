@@ -25,8 +25,8 @@ from itertools import permutations
 from typing import Any
 
 from ..geometry import GpuModel, Slot, get_model
+from ..job import Job
 from ..plan import Plan, tightest_bound
-from ..workload import Task
 from .batch import Batch
 from .far import FarResult, Forest, far_schedule, refine, time_assignment
 from .snapshot import Gpu
@@ -175,7 +175,7 @@ def mirror_to_fit(
 
 def concat_batch(
     start: Sequence[Gpu],
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     result: FarResult,
     reverse: bool = True,
     improve: bool = True,
@@ -224,7 +224,7 @@ def concat_batch(
 
 def trivial_concat(
     start: Sequence[Gpu],
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     result: FarResult,
     batch: int = 1,
     now: float = 0.0,
@@ -245,7 +245,7 @@ def trivial_concat(
 
 
 def match_gpus(
-    result: FarResult, tasks: Sequence[Task], live: Sequence[dict[Slot, float]]
+    result: FarResult, tasks: Sequence[Job], live: Sequence[dict[Slot, float]]
 ) -> list[list[int]]:
     """The batch's GPU schedules moved so that the longest run on the GPUs that free
     first (a new assignment; ``result`` is left as it is)."""
@@ -273,7 +273,7 @@ def match_gpus(
 
 
 def mirrored_per_gpu(
-    result: FarResult, assign: Sequence[Sequence[int]], tasks: Sequence[Task], prev: list[float]
+    result: FarResult, assign: Sequence[Sequence[int]], tasks: Sequence[Job], prev: list[float]
 ) -> list[list[int]]:
     """`mirror_to_fit` GPU by GPU (GPUs already matched): each GPU's tree relabelled onto
     equivalent instances to fit behind that GPU's own work (``prev``: slice free times)."""
@@ -329,7 +329,7 @@ def plan_onto(
 
 
 def plan_batches(
-    batches: Sequence[Sequence[Task]],
+    batches: Sequence[Sequence[Job]],
     model: GpuModel,
     gpus: int = 1,
     improve: bool = True,
@@ -339,7 +339,7 @@ def plan_batches(
     """Plan consecutive batches with FAR, concatenated reversed (Section 4)."""
     t0 = time.perf_counter()
     current: Sequence[Gpu] = tuple(start) if start else tuple(Gpu(g) for g in range(gpus))
-    all_tasks: list[Task] = []
+    all_tasks: list[Job] = []
     planned = []
     reconfs = []
     moves = swaps = 0

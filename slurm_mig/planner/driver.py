@@ -33,21 +33,22 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..geometry import Slot, mask_tables
 from ..jobids import job_sort_key
 from ..plan import Plan
-from ..workload import Task
 from .batch import Batch
 from .decisions import Decisions, Place
 from .gcpause import paused_gc
 from .projection import _extend, _projected, project, projected_end
-from .registry import BatchPlanner, Policy
+from .registry import BatchPlanner, Policy, UnknownPolicy
 from .release import gate
 from .snapshot import INF, ClusterSnapshot, Gpu, Job, Planned, runnable_sizes
 
 __all__ = [
+    "DRIVER_OPTIONS",
+    "driver_settings",
     "BatchSettings",
     "Deciding",
     "Driven",
@@ -91,9 +92,46 @@ class BatchSettings:
             )
 
 
-def task_of(
-    job: Job, snap: ClusterSnapshot, moldable: bool = True, only: int | None = None
-) -> Task:
+# The driver's own options, as a policy's options in the simulator and its tests.
+DRIVER_OPTIONS = ("window", "eager", "max_batch", "moldable", "reorder")
+
+
+def driver_settings(
+    name: str, policy: Policy, base: BatchSettings, options: Mapping[str, Any]
+) -> BatchSettings:
+    """``base`` changed by the driver's ``options`` (`DRIVER_OPTIONS`) for the policy
+    ``name``; UnknownPolicy names a bad value, or an option given to a policy that
+    decides for itself (an online one, which the driver does not drive)."""
+    if not options:
+        return base
+    if callable(getattr(policy, "decide", None)):
+        raise UnknownPolicy(
+            f"policy {name!r}: {', '.join(options)}: an option of the batch driver; "
+            f"{name} is an online policy and takes only its own options"
+        )
+    window = float(options.get("window", base.window))
+    if not window >= 0:
+        raise UnknownPolicy(f"policy {name!r}: window {window} must be seconds >= 0")
+    size = options.get("max_batch")
+    if size is not None and int(size) < 1:
+        raise UnknownPolicy(f"policy {name!r}: max_batch {size} must be at least 1")
+    reorder = options.get("reorder", base.reorder)
+    if reorder is not None and (
+        isinstance(reorder, bool) or not isinstance(reorder, int) or reorder < 0
+    ):
+        raise UnknownPolicy(
+            f"policy {name!r}: reorder {reorder!r} must be a whole number >= 0, or none"
+        )
+    return BatchSettings(
+        window=window,
+        size=base.size if size is None else int(size),
+        eager=bool(options.get("eager", base.eager)),
+        moldable=bool(options.get("moldable", base.moldable)),
+        reorder=reorder,
+    )
+
+
+def task_of(job: Job, snap: ClusterSnapshot, moldable: bool = True, only: int | None = None) -> Job:
     """The planner's task for a job on the snapshot's model: seconds per size, inf
     where it cannot run (no time, too little memory, not its size when not moldable, or
     not ``only`` when given and runnable)."""
@@ -105,7 +143,7 @@ def task_of(
     if only is not None and only in ok:
         ok = {only}
     times = {s: (max(job.time(s), MIN_RUNTIME) if s in ok else INF) for s in model.planner_sizes}
-    return Task(job.id, times, job.memory or None, alpha=job.alpha, pcie_demand=job.pcie_demand)
+    return replace(job, times=times)
 
 
 # ---------------------------------------------------------------------------

@@ -68,8 +68,8 @@ from collections.abc import Sequence
 from functools import partial
 
 from ..geometry import GpuModel
+from ..job import Job
 from ..plan import Plan
-from ..workload import Task
 from .auto import AUTO_MAX_TASKS, _onto, auto_budget, plan_auto
 from .auto import POLICIES as AUTO_POLICIES
 from .batch import Batch
@@ -96,7 +96,7 @@ log = logging.getLogger(__name__)
 
 
 def exact_schedule(
-    tasks: Sequence[Task], model: GpuModel, gpus: int = 1, time_budget: float = 10.0
+    tasks: Sequence[Job], model: GpuModel, gpus: int = 1, time_budget: float = 10.0
 ) -> tuple[list[list[int]], float, bool, int]:
     """The best task -> tree node assignment (see the module docstring).
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from ..geometry import GpuModel
-from ..workload import Task
+from ..job import Job
 from .exact_tree import _REL, _Tree
 from .far import Forest, far_schedule, time_assignment
 
@@ -43,7 +43,7 @@ def _before(tree: _Tree, v: int, siblings: list[int]) -> float:
 class _Search:
     """Branch and bound over task -> forest node maps (see the module docstring)."""
 
-    def __init__(self, tasks: Sequence[Task], forest: Forest) -> None:
+    def __init__(self, tasks: Sequence[Job], forest: Forest) -> None:
         self.tasks, self.forest = tasks, forest
         self.tree = tree = _Tree(forest.model)
         T, G = tree.T, forest.gpus
@@ -420,7 +420,7 @@ def _better_neighbour(
 # The planners
 
 
-def _far(tasks: Sequence[Task], model: GpuModel, gpus: int) -> tuple[list[list[int]], float]:
+def _far(tasks: Sequence[Job], model: GpuModel, gpus: int) -> tuple[list[list[int]], float]:
     """FAR's assignment and makespan (an empty batch: nothing, 0)."""
     if not tasks:
         return [[] for _ in range(Forest.build(model, gpus).nodes)], 0.0
@@ -441,7 +441,7 @@ def searchable(tasks: int, nodes: int) -> bool:
 
 
 def _solve(
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     model: GpuModel,
     gpus: int,
     time_budget: float,

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..geometry import GpuModel
-from ..workload import Task
+from ..job import Job
 from .far_phases import (  # noqa: F401 - re-exported: tests and callers import them from here
     _TIE,
     LADDER_STEPS,
@@ -250,7 +250,7 @@ def gpu_ends(timeline: Timeline, gpus: int) -> list[float]:
 
 def refine_gpus(
     forest: Forest,
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     assign: Sequence[Sequence[int]],
     ends: Sequence[float],
     rounds: int = PAIR_ROUNDS,
@@ -325,7 +325,7 @@ def refine_gpus(
 
 
 def far_schedule(
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     model: GpuModel,
     gpus: int = 1,
     refine_phase: bool = True,

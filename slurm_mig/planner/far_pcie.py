@@ -20,8 +20,8 @@ is applied:
 Every candidate is replayed (``replay``, in ``planner.pcie_replay``) exactly as the
 simulator executes a plan under policy ``far``: each GPU starts its planned tasks in
 plan order as their slices free up, with Table 1's create/destroy times and Eq. 2
-applied while PCIe-bound tasks overlap (the engine's own re-pacing,
-``planner.pacing.repace``), from empty GPUs or from the GPUs as the batch finds them
+applied while PCIe-bound tasks overlap (on the engine's own GPU state model,
+``planner.gpustate``), from empty GPUs or from the GPUs as the batch finds them
 (``start``, what the simulator policy passes). ``objective`` ranks the replays:
 ``makespan`` (FAR's, the default; ties by the sum of end times), ``jct`` (sum of end times),
 ``start`` (when the batch's last task starts: policy ``far`` plans the next batch
@@ -46,9 +46,9 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from ..job import Job
 from ..pcie import PcieError, pcie_max_for
 from ..plan import Plan
-from ..workload import Task
 from .batch import Batch
 from .far import Forest, far_schedule, time_assignment
 from .far_planner import plan_far
@@ -66,7 +66,7 @@ ITERATIONS = 3  # inflation rounds, one FAR run each
 
 
 def pcie_inputs(
-    tasks: Sequence[Task], pcie: Mapping[str, object] | None = None
+    tasks: Sequence[Job], pcie: Mapping[str, object] | None = None
 ) -> list[tuple[float, float]]:
     """(alpha, demand) per task, from ``pcie`` by id, else the task's alpha and
     pcie_demand (defaults 1, 0: not PCIe-bound). PcieError names a task with unusable
@@ -209,7 +209,7 @@ def gated_schedule(
 # The planner
 
 
-def _inflated(tasks: Sequence[Task], f: Sequence[float]) -> list[Task]:
+def _inflated(tasks: Sequence[Job], f: Sequence[float]) -> list[Job]:
     """Copies of ``tasks`` with every duration multiplied by its factor in ``f``."""
     return [replace(t, times={s: x * k for s, x in t.times.items()}) for t, k in zip(tasks, f)]
 
@@ -254,7 +254,7 @@ class _Candidates:
         self.scored.append((rep.makespan, rep.end_sum, len(self.scored), name, timeline, rep))
         return rep
 
-    def onto(self, batch_tasks: Sequence[Task]) -> Timeline:
+    def onto(self, batch_tasks: Sequence[Job]) -> Timeline:
         """FAR's plan of ``batch_tasks`` (durations as given) onto the start, re-timed
         with the real durations."""
         batch, tasks, start = self.batch, self.tasks, self.start
@@ -264,7 +264,7 @@ class _Candidates:
         index = {t.id: i for i, t in enumerate(tasks)}
         return retime_onto(plan, tasks, start, batch.number, index)
 
-    def timeline(self, assign: list[list[int]], batch_tasks: Sequence[Task]) -> Timeline:
+    def timeline(self, assign: list[list[int]], batch_tasks: Sequence[Job]) -> Timeline:
         """The FAR assignment ``assign`` timed with the real durations from idle GPUs,
         or, from a busy start, FAR's plan of ``batch_tasks`` onto it."""
         if self.start is None:

@@ -11,7 +11,7 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 
 from ..geometry import GpuModel
-from ..workload import Task
+from ..job import Job
 from .allotment import allotments, ladder
 from .far_tree import Availability, Forest
 
@@ -37,7 +37,7 @@ def _best_size(times: dict[int, float], sizes: Sequence[int], above: int = 0) ->
     return best
 
 
-def allocation_family(tasks: Sequence[Task], model: GpuModel) -> list[list[int]]:
+def allocation_family(tasks: Sequence[Job], model: GpuModel) -> list[list[int]]:
     """All allocations of Section 3.1 (for tests and reports; FAR walks it lazily)."""
     sizes = model.planner_sizes
     a = [_best_size(t.times, sizes) for t in tasks]
@@ -123,7 +123,7 @@ def list_schedule(
 
 
 def _phase2(
-    tasks: Sequence[Task], forest: Forest, prune: bool, avail: Availability | None = None
+    tasks: Sequence[Job], forest: Forest, prune: bool, avail: Availability | None = None
 ) -> tuple[list[int], list[list[int]], float, int, int, int]:
     """The family walk (Section 3.1 + Algorithm 1); returns (allocation, assignment,
     makespan, allocations walked, evaluated, index of the chosen one)."""
@@ -185,7 +185,7 @@ def _groups(alloc: Sequence[int], dur: Sequence[float], sizes: Sequence[int]) ->
 
 
 def _phase2_ladder(
-    tasks: Sequence[Task], forest: Forest, avail: Availability | None = None
+    tasks: Sequence[Job], forest: Forest, avail: Availability | None = None
 ) -> tuple[list[int], list[list[int]], float, int, int, int]:
     """Phase 2 on large batches: the canonical allotment of every target of the ladder
     from the moldable bound (module doc); same return as `_phase2`."""

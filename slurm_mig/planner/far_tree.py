@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..geometry import GpuModel
-from ..workload import Task
+from ..job import Job
 from .snapshot import Gpu
 from .timeline import Timeline, Use, run_uses
 
@@ -116,7 +116,7 @@ class Availability:
 
 def time_assignment(
     forest: Forest,
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     assign: Sequence[Sequence[int]],
     start: Sequence[Gpu] | None = None,
     batch: int = 0,

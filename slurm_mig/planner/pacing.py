@@ -1,6 +1,5 @@
-"""Eq. 2 re-pacing, shared by the simulator (``sim.engine``) and the PCIe-aware FAR
-replay (``planner.pcie_replay``), so that the replay's predictions are the simulator's
-outcome to the last bit.
+"""Eq. 2 re-pacing of one job, for the GPU state model (``planner.gpustate``) that
+the simulator and the PCIe-aware FAR replay share.
 
 A job runs at rate ``1 / (T * sd)`` of its work per second, ``T`` its seconds alone on
 its instance and ``sd`` its slowdown (Eq. 2 over the PCIe-bound jobs on its GPU). When

@@ -1,8 +1,8 @@
 """Replay of a plan under the PCIe contention model (Eq. 2) for PCIe-aware FAR
 (``planner.far_pcie``): the plan executed exactly as the simulator executes it under
 policy ``far``. Each GPU starts its planned tasks in plan order as their slices free up,
-with Table 1's create/destroy times and Eq. 2 applied while PCIe-bound tasks overlap
-(the engine's own re-pacing, ``planner.pacing.repace``), from empty GPUs or from the
+with Table 1's create/destroy times and Eq. 2 applied while PCIe-bound tasks overlap,
+on the simulator's own GPU state model (``planner.gpustate``), from empty GPUs or from the
 GPUs as the batch finds them (``start``, what the simulator policy passes).
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..geometry import GpuModel, Slot, slot_mask
+from ..job import Job
 from ..plan import Plan
-from ..workload import Task
-from .pacing import repace
+from .gpustate import GpuState, JobRun, LiveInstance
 from .snapshot import INF, ClusterSnapshot, Gpu
 
 __all__ = ["Replay", "replay"]
@@ -86,39 +86,17 @@ class Replay:
         return max((e - x for e, x in zip(self.end, self.exec_s)), default=0.0)
 
 
-class _Run:
-    __slots__ = ("idx", "T", "rem", "sd", "t0", "ver", "finish", "pcie", "alpha", "demand",
-                 "inst", "started")  # fmt: skip
-
-    def __init__(self, idx, T, alpha, demand, inst, now, rem=1.0):
-        self.idx, self.T, self.rem, self.sd, self.t0 = idx, T, rem, 0.0, now
-        self.ver, self.finish, self.alpha, self.demand = 0, math.inf, alpha, demand
-        self.pcie = demand > 0.0
-        self.inst, self.started = inst, now
-
-
-class _Inst:
-    __slots__ = ("slot", "mask", "ready_at", "job", "live")
-
-    def __init__(self, slot: Slot, mask: int, ready_at: float) -> None:
-        self.slot, self.mask, self.ready_at, self.job = slot, mask, ready_at, -1
-        self.live: _Live | None = None  # the job of a previous batch bound to it
-
-
 class _GpuReplay:
-    """One GPU's replay state: its instances, running jobs, event heap and the queue of
-    planned tasks not started yet (the engine's state, reduced to one GPU)."""
+    """One GPU's replay: the planner's GPU state (``planner.gpustate``, the engine's
+    own), its event heap and the queue of planned tasks not started yet."""
 
     def __init__(
         self, model: GpuModel, tasks, info, entries, pmax: float, end, exec_s, channel: float
     ) -> None:
         self.model, self.tasks, self.info, self.pmax = model, tasks, info, pmax
-        self.end, self.exec_s, self.channel = end, exec_s, channel
+        self.end, self.exec_s = end, exec_s
+        self.gpu = GpuState(0, channel)
         self.now = 0.0
-        self.insts: dict[tuple[int, int], _Inst] = {}
-        self.busy = self.held = 0
-        self.runs: list[_Run] = []
-        self.n_pcie = 0
         self.heap: list = []
         self.seq = 0
         self.queue = list(entries)
@@ -129,58 +107,35 @@ class _GpuReplay:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, obj, tok))
 
-    def pace(self) -> None:
-        """Re-predict the end of every PCIe-bound run after their count changed."""
-        now, n, pmax = self.now, self.n_pcie, self.pmax
-        for r in self.runs:
-            if not r.pcie:
-                continue
-            paced = repace(now, n, pmax, r.alpha, r.demand, r.T, r.rem, r.t0, r.sd)
-            if paced is None:
-                continue
-            r.sd, r.rem, r.t0, r.finish = paced
-            r.ver += 1
+    def ends(self, runs: list[JobRun]) -> None:
+        """Put the new ends of ``runs`` on the heap (their earlier ones are stale)."""
+        for r in runs:
             self.push(r.finish, _FINISH, r, r.ver)
 
-    def begin(self, inst: _Inst) -> None:
+    def begin(self, inst: LiveInstance) -> None:
         """The job bound to ``inst`` (a planned task, or one of an earlier batch) starts."""
         now, i = self.now, inst.job
         if i >= 0:
             alpha, demand = self.info[i]
-            run = _Run(i, self.tasks[i].times[inst.slot.size], alpha, demand, inst, now)
+            run = JobRun(i, inst, self.tasks[i].times[inst.slot.size], 1.0, now, alpha, demand)
         else:
             lj = inst.live
-            run = _Run(i, lj.seconds, lj.alpha, lj.demand, inst, now, lj.remaining)
-        self.runs.append(run)
-        if run.pcie:
-            self.n_pcie += 1
-            self.pace()
-        else:
-            run.sd = 1.0
-            run.finish = now + run.rem * run.T
-            self.push(run.finish, _FINISH, run, run.ver)
+            run = JobRun(i, inst, lj.seconds, lj.remaining, now, lj.alpha, lj.demand)
+        self.ends(self.gpu.start(run, now, self.pmax))
 
-    def finish(self, run: _Run) -> None:
+    def finish(self, run: JobRun) -> None:
         """``run`` ends now: free its instance, record its end, re-pace the others."""
-        self.runs.remove(run)
-        inst = run.inst
-        inst.job = -1
-        inst.live = None
-        self.busy &= ~inst.mask
         if run.idx >= 0:
             self.exec_s[run.idx] = self.now - run.started
             self.end[run.idx] = self.now
         else:
             self.live_ends.append(self.now)
-        run.ver += 1
-        if run.pcie:
-            self.n_pcie -= 1
-            self.pace()
+        self.ends(self.gpu.stop(run, self.now, self.pmax))
 
     def startable(self) -> list:
         """Take off the queue the planned tasks whose slices are free and not claimed by
         an earlier queued task (plan order per slice), in queue order."""
-        b, blocked = self.busy, 0
+        b, blocked = self.gpu.busy, 0
         kept, starts = [], []
         for e in self.queue:
             if e[2] & (b | blocked):
@@ -195,29 +150,23 @@ class _GpuReplay:
     def destroy_idle(self, mask: int, key: tuple[int, int]) -> None:
         """Destroy the idle instances (other than ``key``) overlapping ``mask``, one
         after another on the GPU's reconfiguration channel."""
-        now, insts = self.now, self.insts
-        for k in sorted(insts):
-            inst = insts[k]
+        gpu = self.gpu
+        for k in sorted(gpu.insts):
+            inst = gpu.insts[k]
             if inst.job == -1 and inst.mask & mask and k != key:
-                s0 = max(now, self.channel, inst.ready_at)
-                self.channel = s0 + self.model.destroy_time(inst.slot.size)
-                del insts[k]
-                self.held &= ~inst.mask
+                gpu.destroy(k, self.now, self.model.destroy_time(inst.slot.size))
 
     def place(self, i: int, slot: Slot, mask: int) -> None:
         """Bind planned task ``i`` to its instance (created if missing) and start it
         when the instance is ready."""
-        now, key = self.now, (slot.placement.start, slot.size)
-        if mask & self.held:
+        now, key, gpu = self.now, (slot.placement.start, slot.size), self.gpu
+        if mask & gpu.held:
             self.destroy_idle(mask, key)
-        inst = self.insts.get(key)
+        inst = gpu.insts.get(key)
         if inst is None:
-            s0 = now if now > self.channel else self.channel
-            self.channel = s0 + self.model.create_time(slot.size)
-            inst = self.insts[key] = _Inst(slot, mask, self.channel)
-            self.held |= mask
+            inst = gpu.create(key, slot, mask, now, self.model.create_time(slot.size))
         inst.job = i
-        self.busy |= mask
+        gpu.busy |= mask
         t = inst.ready_at if inst.ready_at > now else now
         if t <= now:
             self.begin(inst)
@@ -231,21 +180,16 @@ class _GpuReplay:
 
     def seed(self, live_insts) -> None:
         """Load the instances found on the GPU and the jobs of earlier batches on them."""
-        now = self.now
+        now, gpu = self.now, self.gpu
         for slot, ready_at, lj in live_insts:
-            inst = _Inst(slot, slot_mask(slot), ready_at)
-            self.insts[(slot.placement.start, slot.size)] = inst
-            self.held |= inst.mask
+            inst = gpu.found((slot.placement.start, slot.size), slot, slot_mask(slot), ready_at)
             if lj is None:
                 continue
             inst.job, inst.live = -2, lj  # -2: a job of an earlier batch
-            self.busy |= inst.mask
+            gpu.busy |= inst.mask
             if lj.sd > 0.0:
-                run = _Run(-2, lj.seconds, lj.alpha, lj.demand, inst, now, lj.remaining)
-                run.sd = lj.sd
-                run.finish = now + run.rem * run.T * run.sd
-                self.runs.append(run)
-                self.n_pcie += run.pcie
+                run = JobRun(-2, inst, lj.seconds, lj.remaining, now, lj.alpha, lj.demand)
+                gpu.resume(run, lj.sd)
                 self.push(run.finish, _FINISH, run, run.ver)
             else:
                 self.push(max(lj.begin_at, ready_at, now), _START, inst, -2)
@@ -265,7 +209,7 @@ class _GpuReplay:
                 else:
                     self.begin(obj)
             self.scan()
-        if self.queue or self.runs:  # pragma: no cover - every planned task fits an empty GPU
+        if self.queue or self.gpu.runs:  # pragma: no cover - every planned task fits
             raise AssertionError("replay left planned tasks unstarted")
         return self.live_ends
 
@@ -283,7 +227,7 @@ def _replay_gpu(
 
 def replay(
     plan: Plan,
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     info: Sequence[tuple[float, float]],
     pcie_max: float,
     start: ClusterSnapshot | None = None,

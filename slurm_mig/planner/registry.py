@@ -134,14 +134,14 @@ _ENTRIES = (
         "FAR Section 6.5's reading of MISO's optimizer, for batches (plan, bench): per "
         "step the partition that maximises summed speedup; not MISO's online scheduler, "
         "so simulate refuses it (README: Baselines)",
-        _P + "baselines",
+        _P + "far_baselines",
     ),
     PolicyInfo(
         "fixpart-best",
         "batch",
         "the best fixed partition for each batch (FAR's FIXPARTBEST); in simulate it "
         "repartitions between batches, so not a static site: see static",
-        _P + "baselines",
+        _P + "far_baselines",
     ),
     PolicyInfo(
         "fixpart-SIZES",
@@ -149,7 +149,7 @@ _ENTRIES = (
         "one fixed partition, sizes left to right: fixpart-7, fixpart-4-3, "
         "fixpart-1-1-1-1-1-1-1; planned per batch (each appended behind the last), so in "
         "simulate not a static site's scheduler: see static",
-        _P + "baselines",
+        _P + "far_baselines",
     ),
     PolicyInfo(
         "adaptive",

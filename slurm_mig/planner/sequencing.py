@@ -54,8 +54,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..geometry import Slot
+from ..job import Job
 from ..plan import Plan
-from ..workload import Task
 from .sequencing_tree import _EPS, SEARCH_EVALS, _State, _tree, _tree_assignment
 from .snapshot import ClusterSnapshot
 
@@ -133,7 +133,7 @@ def objective_options(name: str, objective: str | None) -> dict[str, str]:
 
 def sequence_plan(
     plan: Plan,
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     objective: str = DEFAULT_OBJECTIVE,
     *,
     slack: float | None = None,
@@ -211,7 +211,7 @@ def sequence_plan(
     return replace(best, stats=stats)
 
 
-def _weights(tasks: Sequence[Task], given: Mapping[str, float] | None) -> dict[str, float]:
+def _weights(tasks: Sequence[Job], given: Mapping[str, float] | None) -> dict[str, float]:
     out = {}
     for t in tasks:
         raw = given.get(t.id) if given is not None else None

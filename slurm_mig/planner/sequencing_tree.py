@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..geometry import GpuModel, Slot
+from ..job import Job
 from ..plan import Plan, PlannedTask
-from ..workload import Task
 from .snapshot import ClusterSnapshot
 from .timeline import Use, run_uses
 
@@ -130,7 +130,7 @@ class _State:
         self,
         model: GpuModel,
         tree: _Tree,
-        tasks: Sequence[Task],
+        tasks: Sequence[Job],
         w: Sequence[float],
         assign: Sequence[Mapping[int, Sequence[int]]],
         start: ClusterSnapshot | None = None,

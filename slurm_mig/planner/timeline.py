@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..geometry import GpuModel, Slot
+from ..job import Job
 from ..plan import Plan, PlannedTask, Reconfiguration, tightest_bound
-from ..workload import Task
 from .snapshot import ClusterSnapshot, Gpu, Instance
 
 
@@ -94,7 +94,7 @@ def start_clocks(
 
 def run_uses(
     model: GpuModel,
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     uses: Sequence[Use],
     gpus: int,
     start: Sequence[Gpu] | None = None,
@@ -171,7 +171,7 @@ def run_uses(
 
 def to_plan(
     model: GpuModel,
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     timeline: Timeline,
     gpus: int,
     planner: str,
@@ -226,7 +226,7 @@ def plan_uses(plan: Plan) -> list[Use]:
 
 def retime_onto(
     plan: Plan,
-    tasks: Sequence[Task],
+    tasks: Sequence[Job],
     start: ClusterSnapshot | None,
     number: int,
     index: dict[str, int] | None = None,

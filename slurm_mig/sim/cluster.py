@@ -1,6 +1,7 @@
-"""The simulated cluster's state: live instances per GPU as memory-slice bitmasks,
-the running jobs, the per-GPU reconfiguration channel, and the invariants that must
-hold after every event (checked in ``check`` mode).
+"""The simulated cluster's state: per GPU the planner's one state model
+(``planner.gpustate``: live instances as memory-slice bitmasks, the running jobs, the
+reconfiguration channel) with what only the simulator keeps (energy, when each slice
+was freed), and the invariants that must hold after every event (``check`` mode).
 
 Bit ``i`` of a mask is memory slice ``i`` (a 3g instance at 0 holds 0b1111).
 """
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from ..geometry import MaskTables, Slot, compute_mask, mask_tables
+from ..geometry import MaskTables, compute_mask, mask_tables
+from ..planner.gpustate import GpuState, LiveInstance
 from ..planner.snapshot import Gpu as GpuView
 from ..planner.snapshot import Instance as InstanceView
 from ..planner.snapshot import default_size, runnable_sizes  # noqa: F401 (re-exported)
@@ -26,73 +28,16 @@ geometry_for = mask_tables  # the model's slot/mask tables (``geometry.MaskTable
 
 
 # ---------------------------------------------------------------------------
-# Mutable state, owned by the engine
+# Mutable state, owned by the engine: the planner's one GPU state model
 
 
-class Inst:
-    """A live instance. ``job`` is the index of the job bound to it (-1 = idle)."""
+class Gpu(GpuState):
+    """A simulated GPU: the shared state, plus where it is, its PCIe-bound jobs bound
+    or running, its busy compute slices and energy, and when each memory slice was
+    last freed."""
 
     __slots__ = (
-        "gpu",
-        "order",
-        "slot",
-        "mask",
-        "ready_at",
-        "job",
-        "run",
-        "rem",
-        "start_at",
-        "view",
-    )
-
-    def __init__(self, gpu: int, order: int, slot: Slot, mask: int, ready_at: float) -> None:
-        self.gpu = gpu
-        self.order = order  # the slot's number in SimGeometry
-        self.slot = slot
-        self.mask = mask
-        self.ready_at = ready_at
-        self.job = -1
-        self.run: Run | None = None
-        self.rem = 1.0  # fraction of work left for a bound job that has not started
-        self.start_at = ready_at
-        self.view: InstanceView | None = None  # cached; None after any change
-
-
-class Run:
-    """A job running on an instance at rate 1 / (T * slowdown) of its work per second."""
-
-    __slots__ = ("idx", "job", "inst", "T", "rem", "sd", "t0", "ver", "finish", "pcie", "started")
-
-    def __init__(self, idx: int, job: SimJob, inst: Inst, T: float, rem: float, now: float):
-        self.idx = idx
-        self.job = job
-        self.inst = inst
-        self.T = T
-        self.rem = rem  # fraction of work left at time t0
-        self.sd = 0.0  # 0 until the first pacing
-        self.t0 = now
-        self.ver = 0
-        self.finish = math.inf
-        self.pcie = job.pcie_demand > 0.0
-        self.started = now
-
-    def remaining_at(self, now: float) -> float:
-        if self.sd <= 0.0:
-            return self.rem
-        r = self.rem - (now - self.t0) / (self.T * self.sd)
-        return r if r > 0.0 else 0.0
-
-
-class Gpu:
-    __slots__ = (
-        "index",
         "node",
-        "insts",
-        "held",
-        "busy",
-        "channel",
-        "runs",
-        "pcie_n",
         "pcie_held",
         "busy_slices",
         "energy",
@@ -103,14 +48,8 @@ class Gpu:
     )
 
     def __init__(self, index: int, node: int, memory_slices: int, t0: float) -> None:
-        self.index = index
+        super().__init__(index, t0)
         self.node = node
-        self.insts: dict[int, Inst] = {}  # by slot number
-        self.held = 0  # memory slices of live instances
-        self.busy = 0  # memory slices of instances with a job bound
-        self.channel = t0  # reconfiguration channel free from
-        self.runs: list[Run] = []
-        self.pcie_n = 0  # PCIe-bound jobs running (Eq. 2's n)
         self.pcie_held = 0  # PCIe-bound jobs running or bound
         self.busy_slices = 0  # compute slices running a job
         self.energy = 0.0  # J up to last_t
@@ -146,7 +85,7 @@ def build_view(g: Gpu, jobs: list[SimJob], per_node: int) -> GpuView:
     )
 
 
-def _instance_view(inst: Inst, jobs: list[SimJob]) -> InstanceView:
+def _instance_view(inst: LiveInstance, jobs: list[SimJob]) -> InstanceView:
     if inst.job < 0:
         return InstanceView(inst.slot, None, inst.ready_at)
     job = jobs[inst.job]

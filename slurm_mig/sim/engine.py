@@ -4,8 +4,9 @@ heap, a policy asked what to do after each instant at which something happened.
 Jobs progress at rate ``1 / (T_size * slowdown)`` of their work per second, where
 the slowdown is Eq. 2 of the PCIe paper over the PCIe-bound jobs running on the same
 GPU; whenever that number changes, the remaining work of every PCIe-bound job there
-is brought up to date and its end re-predicted (``planner.pacing.repace``, which the
-PCIe-aware FAR replay shares; stale end events are skipped).
+is brought up to date and its end re-predicted (stale end events are skipped). The
+state of each GPU is the planner's model (``planner.gpustate``), which the PCIe-aware
+FAR replay executes on too.
 Create and destroy operations take Table 1's times and run one after another per
 GPU. Energy integrates the power curve over each GPU's busy compute slices.
 Deterministic: ties are broken by arrival order and event sequence number.
@@ -23,19 +24,11 @@ from types import MappingProxyType
 from ..geometry import GpuModel, Slot, get_model
 from ..pcie import PCIE_MAX_A100
 from ..planner.decisions import Create, Destroy, Move, Place
-from ..planner.pacing import repace
+from ..planner.gpustate import JobRun, LiveInstance
 from ..planner.snapshot import ClusterSnapshot
 from ..planner.snapshot import Gpu as GpuView
 from .api import PolicyError, RunningView, SimJob
-from .cluster import (
-    EPS,
-    Gpu,
-    Inst,
-    InvariantError,
-    Run,
-    build_view,
-    geometry_for,
-)
+from .cluster import EPS, Gpu, InvariantError, build_view, geometry_for
 from .energy import power_curve
 from .inputcheck import SimInputError, validate_jobs
 from .invariants import DONE, HELD, PENDING, check_end, check_instant
@@ -134,7 +127,7 @@ class Engine:
         self.first_start = [math.nan] * n
         self.finish_t = [math.nan] * n
         self.exec_s = [0.0] * n
-        self.held: dict[int, Inst] = {}  # job index -> its instance
+        self.held: dict[int, LiveInstance] = {}  # job index -> its instance
         self._pending: dict[str, SimJob] = {}
         self.pending = MappingProxyType(self._pending)
         self.heap: list = []
@@ -308,66 +301,42 @@ class Engine:
             self.util_t.append(self.now)
             self.util_busy.append(self.total_busy)
 
-    def _pace(self, g: Gpu) -> None:
-        """Re-predict the end of every PCIe-bound job on ``g`` after its count changed."""
-        now, n, pmax = self.now, g.pcie_n, self.pcie_max
-        for r in g.runs:
-            if not r.pcie:
-                continue
-            job = r.job
-            paced = repace(now, n, pmax, job.alpha, job.pcie_demand, r.T, r.rem, r.t0, r.sd)
-            if paced is None:
-                continue
-            r.sd, r.rem, r.t0, r.finish = paced
+    def _ends(self, g: Gpu, runs: list[JobRun]) -> None:
+        """Put the new ends of ``runs`` on the heap (their earlier ones are stale)."""
+        for r in runs:
             r.inst.view = None
-            r.ver += 1
             self._push(r.finish, _FINISH, r, r.ver)
         self._touch(g)
 
-    def _begin(self, inst: Inst) -> None:
+    def _begin(self, inst: LiveInstance) -> None:
         """The bound job starts running on its (now existing) instance."""
         now = self.now
         idx = inst.job
         job = self.jobs[idx]
         g = self.gpu_state[inst.gpu]
-        run = Run(idx, job, inst, job.times[inst.slot.size], inst.rem, now)
-        inst.run = run
+        run = JobRun(
+            idx, inst, job.times[inst.slot.size], inst.rem, now, job.alpha, job.pcie_demand, job
+        )
         inst.view = None
-        g.runs.append(run)
         if math.isnan(self.first_start[idx]):
             self.first_start[idx] = now
         self._busy_change(g, inst.slot.size)
-        if run.pcie:
-            g.pcie_n += 1
-            self._pace(g)
-        else:
-            run.sd = 1.0
-            run.finish = now + run.rem * run.T
-            self._push(run.finish, _FINISH, run, run.ver)
-            self._touch(g)
+        self._ends(g, g.start(run, now, self.pcie_max))
 
-    def _release(self, run: Run) -> Inst:
+    def _release(self, run: JobRun) -> LiveInstance:
         """Take a running job off its instance (it finished or migrates)."""
         inst = run.inst
         g = self.gpu_state[inst.gpu]
-        g.runs.remove(run)
-        inst.run = None
-        inst.job = -1
         inst.view = None
-        g.busy &= ~inst.mask
         self.exec_s[run.idx] += self.now - run.started
-        run.ver += 1  # any pending end event is now stale
         self._busy_change(g, -inst.slot.size)
         if run.pcie:
-            g.pcie_n -= 1
             g.pcie_held -= 1
-            self._pace(g)
-        else:
-            self._touch(g)
+        self._ends(g, g.stop(run, self.now, self.pcie_max))
         del self.held[run.idx]
         return inst
 
-    def _finish(self, run: Run) -> None:
+    def _finish(self, run: JobRun) -> None:
         idx = run.idx
         if self.state[idx] != HELD:
             raise InvariantError(f"job {run.job.id!r} finished twice")
@@ -377,7 +346,7 @@ class Engine:
         self.done += 1
         self._finished.append((run.job.id, run.inst.gpu))
 
-    def _bind(self, g: Gpu, inst: Inst, idx: int, rem: float, not_before: float) -> None:
+    def _bind(self, g: Gpu, inst: LiveInstance, idx: int, rem: float, not_before: float) -> None:
         job = self.jobs[idx]
         inst.job = idx
         inst.rem = rem
@@ -395,7 +364,7 @@ class Engine:
             self._push(t, _START, inst, idx)
             self._touch(g)
 
-    def _create(self, g: Gpu, order: int, cmd) -> Inst:
+    def _create(self, g: Gpu, order: int, cmd) -> LiveInstance:
         slot, mask = self.geom.slots[order], self.geom.masks[order]
         if mask & g.held:
             others = [str(i.slot) for i in g.insts.values() if i.mask & mask]
@@ -404,19 +373,15 @@ class Engine:
                 f"its memory slices overlap live instance(s) {', '.join(others)} on gpu "
                 f"{g.index}; destroy idle ones first (planner.baseline.start_ops does)",
             )
-        start = self.now if self.now > g.channel else g.channel
-        end = start + self.model.create_time(slot.size)
         if self.check:
+            start = self.now if self.now > g.channel else g.channel
             for m in range(slot.placement.start, slot.placement.end):
                 if start < g.released[m] - EPS:
                     raise InvariantError(
                         f"gpu {g.index}: memory slice {m} re-used at {start} before its "
                         f"previous instance was destroyed at {g.released[m]}"
                     )
-        g.channel = end
-        g.held |= mask
-        inst = Inst(g.index, order, slot, mask, end)
-        g.insts[order] = inst
+        inst = g.create(order, slot, mask, self.now, self.model.create_time(slot.size))
         self.creates += 1
         return inst
 
@@ -438,7 +403,7 @@ class Engine:
             )
         return order
 
-    def _target(self, cmd, idx: int) -> tuple[Gpu, Inst | None, int]:
+    def _target(self, cmd, idx: int) -> tuple[Gpu, LiveInstance | None, int]:
         g = self._gpu(cmd, cmd.dst if type(cmd) is Move else cmd.gpu)
         order = self._order(cmd, cmd.slot)
         job = self.jobs[idx]
@@ -479,11 +444,7 @@ class Engine:
             self._bad(c, f"gpu {c.gpu} has no instance at {c.slot}")
         if inst.job >= 0:
             self._bad(c, f"the instance holds job {self.jobs[inst.job].id!r}")
-        start = max(self.now, g.channel, inst.ready_at)
-        end = start + self.model.destroy_time(c.slot.size)
-        g.channel = end
-        del g.insts[order]
-        g.held &= ~inst.mask
+        end = g.destroy(order, self.now, self.model.destroy_time(c.slot.size))
         for m in range(c.slot.placement.start, c.slot.placement.end):
             g.released[m] = end
         self.destroys += 1

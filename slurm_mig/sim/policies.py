@@ -21,15 +21,16 @@ from types import MappingProxyType
 from typing import Any
 
 from ..planner.decisions import Decisions
-from ..planner.driver import BatchSettings, as_online
+from ..planner.driver import DRIVER_OPTIONS, BatchSettings, as_online, driver_settings
 from ..planner.registry import Policy, UnknownPolicy, policy_info, policy_names
 from ..planner.registry import get_policy as _registry_policy
 from ..planner.snapshot import ClusterSnapshot, Planned
 
-__all__ = ["SimPolicy", "UnknownPolicy", "get_policy", "policy_names"]
+__all__ = ["SIM_SETTINGS", "SimPolicy", "UnknownPolicy", "get_policy", "policy_names"]
 
 KEEP_PLANS = 64
-_DRIVER_OPTIONS = ("window", "eager", "max_batch", "moldable", "reorder")
+# The simulator's batches form when the previous one has started in full.
+SIM_SETTINGS = BatchSettings(window=math.inf, eager=True)
 # The simulator forms the next batch once the previous one has started in full, so
 # far-pcie ranks its candidates by when their last task starts unless told otherwise.
 _SIM_DEFAULTS: dict[str, dict[str, Any]] = {"far-pcie": {"objective": "start"}}
@@ -46,7 +47,7 @@ class SimPolicy:
         self.policy = policy
         self.name = policy.name
         self.kind = policy.kind
-        self.settings = settings or BatchSettings(window=math.inf, eager=True)
+        self.settings = settings or SIM_SETTINGS
         self.planned: Mapping[str, Planned] = MappingProxyType({})
         self.batches = 0  # batches formed so far; the next one's number
         self.plan_seconds = 0.0
@@ -75,32 +76,12 @@ class SimPolicy:
         return got
 
 
-def get_policy(name: str, **options: Any) -> SimPolicy:
-    """A fresh `SimPolicy` for the registry name ``name`` (module doc for options);
-    UnknownPolicy lists the valid names or names a bad option."""
+def get_policy(name: str, base: BatchSettings = SIM_SETTINGS, **options: Any) -> SimPolicy:
+    """A fresh `SimPolicy` for the registry name ``name`` (module doc for options), a
+    batch planner driven with ``base`` changed by the driver's options; UnknownPolicy
+    lists the valid names or names a bad option."""
     info = policy_info(name)
-    if info.kind == "online":
-        return SimPolicy(_registry_policy(name, **options))
     options = {**_SIM_DEFAULTS.get(info.name, {}), **options}
-    driver = {k: options.pop(k) for k in _DRIVER_OPTIONS if k in options}
-    window = float(driver.get("window", math.inf))
-    if not window >= 0:
-        raise UnknownPolicy(f"policy {name!r}: window {window} must be seconds >= 0")
-    size = driver.get("max_batch")
-    if size is not None and int(size) < 1:
-        raise UnknownPolicy(f"policy {name!r}: max_batch {size} must be at least 1")
-    reorder = driver.get("reorder")
-    if reorder is not None and (
-        isinstance(reorder, bool) or not isinstance(reorder, int) or reorder < 0
-    ):
-        raise UnknownPolicy(
-            f"policy {name!r}: reorder {reorder!r} must be a whole number >= 0, or none"
-        )
-    settings = BatchSettings(
-        window=window,
-        size=0 if size is None else int(size),
-        eager=bool(driver.get("eager", True)),
-        moldable=bool(driver.get("moldable", True)),
-        reorder=reorder,
-    )
-    return SimPolicy(_registry_policy(name, **options), settings)
+    driver = {k: options.pop(k) for k in DRIVER_OPTIONS if k in options}
+    policy = _registry_policy(name, **options)
+    return SimPolicy(policy, driver_settings(name, policy, base, driver))

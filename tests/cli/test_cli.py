@@ -635,6 +635,13 @@ def test_batch_size_with_a_baseline_planner_is_refused(capsys):
     assert "--batch-size" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("name", ["adaptive", "first-fit", "smart-mig"])
+def test_plan_refuses_an_online_policy_without_a_state(capsys, name):
+    code, out, err = run(capsys, "plan", "rodinia-a100", "--planner", name)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{name!r} is an online policy" in err and "--start STATE.json" in err
+
+
 def test_time_budget_bounds_the_exact_search_and_says_if_it_proved_optimality(capsys):
     # 16 kernels cannot be proven optimal in a quarter second: the plan is the best found
     code, out, _ = run(

@@ -14,10 +14,10 @@ import pytest
 from slurm_mig.cli import main
 from slurm_mig.cli import plan as plan_cli
 from slurm_mig.geometry import get_model
+from slurm_mig.job import Job
 from slurm_mig.planner import Batch, exact_search, get_planner
 from slurm_mig.planner import exact as exact_mod
 from slurm_mig.planner.far import Forest
-from slurm_mig.workload import Task
 
 GRES_MODES = [[], ["--make-nodes"], ["--check-ids"], ["--caps-major", "240"]]
 
@@ -82,12 +82,12 @@ def test_gres_conf_check_ids_without_permission(no_driver, capsys):
     assert "run as root" in _one_error_line(capsys)
 
 
-def _tasks(n: int, seed: int = 1) -> list[Task]:
+def _tasks(n: int, seed: int = 1) -> list[Job]:
     rng = random.Random(seed)
     out = []
     for i in range(n):
         b = rng.uniform(50, 500)
-        out.append(Task(f"t{i}", {1: b, 2: b / 1.8, 3: b / 2.5, 4: b / 3.1, 7: b / 4.5}))
+        out.append(Job(f"t{i}", 0.0, {1: b, 2: b / 1.8, 3: b / 2.5, 4: b / 3.1, 7: b / 4.5}))
     return out
 
 
@@ -126,8 +126,8 @@ def test_exact_search_is_the_same_as_before_it_was_a_loop():
     """The explicit stack visits the nodes the recursive search visited, in order: the
     makespans, proofs and node counts the recursive search gave (measured before the
     change) for one batch on one and on two GPUs."""
-    tasks = [Task("a", {1: 9.0, 2: 5.0, 3: 3.5, 4: 2.8, 7: 2.0}), *_tasks(7, seed=5)]
-    tasks = [Task(f"x{i}", dict(t.times)) for i, t in enumerate(tasks)]
+    tasks = [Job("a", 0.0, {1: 9.0, 2: 5.0, 3: 3.5, 4: 2.8, 7: 2.0}), *_tasks(7, seed=5)]
+    tasks = [Job(f"x{i}", 0.0, dict(t.times)) for i, t in enumerate(tasks)]
     model = get_model("A100-40GB")
     for gpus, want_ms, want_explored in ((1, 395.540705013835, 780), (2, 226.94616916920194, 1303)):
         assign, ms, optimal, explored = exact_mod.exact_schedule(tasks, model, gpus)

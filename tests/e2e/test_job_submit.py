@@ -23,7 +23,7 @@ from slurm_mig.hints import (
     parse_hints,
 )
 from slurm_mig.jobcomment import without_tokens
-from slurm_mig.memory.wrapper import with_mem_hint
+from slurm_mig.memory.modes import with_mem_hint
 from slurm_mig.sitefiles import site_file
 from slurm_mig.slurm import gres
 from slurm_mig.slurm.assignment import Assignment, sign

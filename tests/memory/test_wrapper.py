@@ -16,16 +16,11 @@ from pathlib import Path
 import pytest
 
 from slurm_mig.geometry import get_model
-from slurm_mig.memory.trace import Sample, read_trace
-from slurm_mig.memory.wrapper import (
-    Options,
-    UsageError,
-    human,
-    merge_samples,
-    parse_options,
-    target_profile,
-    with_mem_hint,
-)
+from slurm_mig.memory.modes import with_mem_hint
+from slurm_mig.memory.options import Options, UsageError, parse_options
+from slurm_mig.memory.slices import target_profile
+from slurm_mig.memory.trace import Sample, human, read_trace
+from slurm_mig.memory.watch import merge_samples
 from slurm_mig.runtimes import RuntimeStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_mig.geometry import get_model
+from slurm_mig.job import Job
 from slurm_mig.plan import lower_bound
 from slurm_mig.planner import Batch, get_planner
 from slurm_mig.planner.allotment import (
@@ -22,7 +23,7 @@ from slurm_mig.planner.allotment import (
     ladder,
     moldable_bound,
 )
-from slurm_mig.workload import Task, generate
+from slurm_mig.workload import generate
 
 A100 = get_model("A100-40GB")
 SIZES = A100.planner_sizes
@@ -123,7 +124,7 @@ def test_the_pure_python_staircase_is_the_numpy_table(case, target):
 
 
 def test_staircase_ties_and_sizes_a_task_cannot_use():
-    tie = Task("tie", {1: 10.0, 2: 5.0, 3: math.inf, 4: math.inf, 7: 2.0})  # work 10, 10, 14
+    tie = Job("tie", 0.0, {1: 10.0, 2: 5.0, 3: math.inf, 4: math.inf, 7: 2.0})  # work 10, 10, 14
     stairs = Staircase([tie], SIZES)
     assert stairs.at(1.0) == [7]  # none within: the fastest
     assert stairs.at(5.0) == [2]
@@ -144,5 +145,5 @@ def test_the_ladder_runs_from_the_bound_to_the_least_work_allotment():
     assert steps[0] == bound and steps == sorted(steps) and len(steps) <= 10
     least = [canonical_size(t.times, SIZES, math.inf) for t in tasks]
     assert canonical_allotment(tasks, SIZES, steps[-1]) == least
-    one = [Task("a", {1: 5.0, 2: 5.0, 3: 5.0, 4: 5.0, 7: 5.0})]
+    one = [Job("a", 0.0, {1: 5.0, 2: 5.0, 3: 5.0, 4: 5.0, 7: 5.0})]
     assert ladder(one, SIZES, 5.0) == [5.0]

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_mig.geometry import MODELS, get_model
+from slurm_mig.job import Job
 from slurm_mig.plan import validate_plan
 from slurm_mig.planner.concat import (
     concat_batch,
@@ -15,7 +16,7 @@ from slurm_mig.planner.concat import (
     trivial_concat,
 )
 from slurm_mig.planner.far import far_schedule, time_assignment
-from slurm_mig.workload import Task, generate
+from slurm_mig.workload import generate
 
 A100 = get_model("A100-40GB")
 
@@ -23,7 +24,7 @@ A100 = get_model("A100-40GB")
 def _batches(model, k, n, seed):
     return [
         [
-            Task(f"b{b}-{t.id}", t.times)
+            Job(f"b{b}-{t.id}", 0.0, t.times)
             for t in generate(n, model, "MIXEDSCALING", "WIDETIMES", 0.0, seed + b)
         ]
         for b in range(k)
@@ -60,7 +61,10 @@ def test_reversed_uses_run_bottom_up():
 
 def test_second_batch_waits_for_the_slices_of_the_first():
     a = generate(10, A100, "POORSCALING", "WIDETIMES", 0.0, 1)
-    b = [Task("b" + t.id, t.times) for t in generate(10, A100, "POORSCALING", "WIDETIMES", 0.0, 2)]
+    b = [
+        Job("b" + t.id, 0.0, t.times)
+        for t in generate(10, A100, "POORSCALING", "WIDETIMES", 0.0, 2)
+    ]
     ra = far_schedule(a, A100)
     first, _ = time_assignment(ra.forest, a, ra.assign)
     free = slice_free_times(ra.forest, first.live)
@@ -74,7 +78,7 @@ def test_reversed_concatenation_beats_trivial_on_average():
     for seed in range(30):
         a = generate(10, A100, "MIXEDSCALING", "WIDETIMES", 0.0, 2 * seed)
         b = [
-            Task("b" + t.id, t.times)
+            Job("b" + t.id, 0.0, t.times)
             for t in generate(10, A100, "MIXEDSCALING", "WIDETIMES", 0.0, 2 * seed + 1)
         ]
         ra = far_schedule(a, A100)
@@ -92,8 +96,8 @@ def test_reversed_concatenation_beats_trivial_on_average():
 def test_identical_instance_at_the_junction_is_reused():
     # One 1-slice task per batch on a 1-slice-only GPU shape: the second batch reuses the
     # instance the first left behind, so it needs no create at all.
-    t1 = Task("a", {1: 10.0, 2: 9.9, 3: 9.8, 4: 9.7, 7: 9.6})
-    t2 = Task("b", {1: 10.0, 2: 9.9, 3: 9.8, 4: 9.7, 7: 9.6})
+    t1 = Job("a", 0.0, {1: 10.0, 2: 9.9, 3: 9.8, 4: 9.7, 7: 9.6})
+    t2 = Job("b", 0.0, {1: 10.0, 2: 9.9, 3: 9.8, 4: 9.7, 7: 9.6})
     plan = plan_batches([[t1], [t2]], A100, 1)
     creates = [r for r in plan.reconfigurations if r.op == "create"]
     assert len(creates) == 1

@@ -32,7 +32,6 @@ from slurm_mig.planner.snapshot import (
 )
 from slurm_mig.runtimes import estimate_times
 from slurm_mig.slurm.cycle.slots import legal_slot
-from slurm_mig.workload import Task
 
 H100 = get_model("H100-80GB")
 # 15 GiB: more than 1g.10gb (9.75 GiB), less than 1g.20gb (19.62 GiB)
@@ -150,7 +149,7 @@ def test_a_double_memory_instance_is_a_planner_instance_in_snapshots_and_cycles(
     assert inst.slot == Slot(Placement(6, 2), 1)
 
 
-def _plan(profile: str, start: int, size: int, memory: int) -> tuple[dict, list[Task]]:
+def _plan(profile: str, start: int, size: int, memory: int) -> tuple[dict, list[Job]]:
     plan = {
         "gpu_model": "H100-80GB",
         "gpus": 1,
@@ -176,7 +175,7 @@ def _plan(profile: str, start: int, size: int, memory: int) -> tuple[dict, list[
             }
         ],
     }
-    return plan, [Task("t", {1: 100.0}, memory)]
+    return plan, [Job("t", 0.0, {1: 100.0}, memory)]
 
 
 def test_the_plan_validator_accepts_a_double_memory_1g_and_refuses_too_little_memory():

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from slurm_mig.geometry import get_model
+from slurm_mig.job import Job
 from slurm_mig.plan import validate_plan
 from slurm_mig.planner import Batch, get_planner
 from slurm_mig.planner.exact import (
@@ -24,7 +25,7 @@ from slurm_mig.planner.exact import (
 )
 from slurm_mig.planner.far import Forest, far_schedule, time_assignment
 from slurm_mig.planner.far_planner import plan_far
-from slurm_mig.workload import Task, generate
+from slurm_mig.workload import generate
 
 A30 = get_model("A30-24GB")
 A100 = get_model("A100-40GB")
@@ -49,13 +50,13 @@ def far_makespan(tasks, model, gpus: int = 1) -> float:
     return makespan(res.forest, tasks, res.assign)
 
 
-def tricky_tasks(n: int, model, rng: random.Random) -> list[Task]:
+def tricky_tasks(n: int, model, rng: random.Random) -> list[Job]:
     """Short tasks (so reconfiguration times matter), some sizes impossible, and some
     tasks identical to the previous one."""
-    tasks: list[Task] = []
+    tasks: list[Job] = []
     for i in range(n):
         if tasks and rng.random() < 0.3:
-            tasks.append(Task(f"t{i}", dict(tasks[-1].times)))
+            tasks.append(Job(f"t{i}", 0.0, dict(tasks[-1].times)))
             continue
         times = {
             s: rng.choice([0.05, 0.2, 0.5, 1.0, 3.0]) / s ** rng.random()
@@ -63,7 +64,7 @@ def tricky_tasks(n: int, model, rng: random.Random) -> list[Task]:
         }
         if rng.random() < 0.3:
             times[rng.choice(model.planner_sizes[:-1])] = INF
-        tasks.append(Task(f"t{i}", times))
+        tasks.append(Job(f"t{i}", 0.0, times))
     return tasks
 
 
@@ -227,9 +228,9 @@ def test_exact_equals_brute_force_on_tiny_batches(model, gpus, n, kind, seed):
     if kind == "tricky":
         tasks = tricky_tasks(n, model, rng)
     elif kind == "identical":  # best all on the whole GPU, one after the other
-        tasks = [Task(f"t{i}", {1: 8.0, 2: 4.0, 4: 1.0}) for i in range(n)]
+        tasks = [Job(f"t{i}", 0.0, {1: 8.0, 2: 4.0, 4: 1.0}) for i in range(n)]
     elif kind == "whole":  # best one task per GPU
-        tasks = [Task(f"t{i}", {1: 10.0, 2: 5.0, 4: 1.0 + i / 10}) for i in range(n)]
+        tasks = [Job(f"t{i}", 0.0, {1: 10.0, 2: 5.0, 4: 1.0 + i / 10}) for i in range(n)]
     else:
         scaling = {"mixed": "MIXEDSCALING", "poor": "POORSCALING", "good": "GOODSCALING"}
         tasks = generate(n, model, scaling[kind], "NARROWTIMES", 0.3, rng.randrange(1000))
@@ -326,7 +327,7 @@ TEN = [
 def test_a_known_optimum_at_n_10():
     """FAR leaves about 15 % on this batch (111.34 s when written); the optimum of
     its space is 96.88 s (rounded times), found and proven by the exact planner and by auto."""
-    tasks = [Task(f"t{i}", dict(zip((1, 2, 3, 4, 7), row))) for i, row in enumerate(TEN)]
+    tasks = [Job(f"t{i}", 0.0, dict(zip((1, 2, 3, 4, 7), row))) for i, row in enumerate(TEN)]
     batch = Batch(tuple(tasks), A100)
     plan = plan_exact(batch)
     assert plan.stats["optimal"] is True
@@ -393,7 +394,7 @@ def test_empty_and_single_task_batches():
     assert exact_schedule([], A100)[1:3] == (0.0, True)
     assert plan_auto(Batch((), A100)).tasks == ()
     assert plan_exact(Batch((), A100)).stats["optimal"] is True
-    one = [Task("a", {1: 10.0, 2: 6.0, 3: 4.0, 4: 3.5, 7: 2.0})]
+    one = [Job("a", 0.0, {1: 10.0, 2: 6.0, 3: 4.0, 4: 3.5, 7: 2.0})]
     assign, ms, optimal, _ = exact_schedule(one, A100)
     assert optimal and assign[0] == [0]  # the whole GPU, created first
     assert ms == pytest.approx(A100.create_s[7] + 2.0)
@@ -401,11 +402,11 @@ def test_empty_and_single_task_batches():
 
 def test_non_positive_times_are_refused():
     with pytest.raises(ValueError, match="must be > 0"):
-        exact_schedule([Task("a", {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0, 7: 1.0})], A100)
+        exact_schedule([Job("a", 0.0, {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0, 7: 1.0})], A100)
 
 
 def test_tasks_never_land_on_an_impossible_size():
-    tasks = [Task(f"t{i}", {1: INF, 2: INF, 3: 5.0 + i, 4: 4.0 + i, 7: 30.0}) for i in range(6)]
+    tasks = [Job(f"t{i}", 0.0, {1: INF, 2: INF, 3: 5.0 + i, 4: 4.0 + i, 7: 30.0}) for i in range(6)]
     plan = plan_exact(Batch(tuple(tasks), A100))
     assert plan.stats["optimal"]
     assert {t.slot.size for t in plan.tasks} <= {3, 4, 7}

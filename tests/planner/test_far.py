@@ -10,6 +10,7 @@ import pytest
 from support import A30_FIVE, shared_file
 
 from slurm_mig.geometry import get_model
+from slurm_mig.job import Job
 from slurm_mig.plan import lower_bound, validate_plan
 from slurm_mig.planner import Batch
 from slurm_mig.planner.far import (
@@ -20,7 +21,7 @@ from slurm_mig.planner.far import (
     time_assignment,
 )
 from slurm_mig.planner.far_planner import plan_far
-from slurm_mig.workload import Task, generate, load_tasks
+from slurm_mig.workload import generate, load_tasks
 
 A30 = get_model("A30-24GB")
 A100 = get_model("A100-40GB")
@@ -28,9 +29,9 @@ H100 = get_model("H100-80GB")
 INF = math.inf
 
 
-def pinned(tid: str, size: int, t: float, model=A30) -> Task:
+def pinned(tid: str, size: int, t: float, model=A30) -> Job:
     """A task that can run on one size only: FAR's allocation is forced."""
-    return Task(tid, {s: (t if s == size else INF) for s in model.planner_sizes})
+    return Job(tid, 0.0, {s: (t if s == size else INF) for s in model.planner_sizes})
 
 
 def _valid(plan, tasks):
@@ -89,10 +90,10 @@ def test_rodinia_chosen_allocation_is_in_the_family(rodinia):
 
 # works (s * t(s)) in comments
 PHASE1 = [
-    Task("T0", {1: 9.0, 2: 6.0, 4: 2.5}),  # 9, 12, 10: size 1; next above 1 is 4 (10 < 12)
-    Task("T1", {1: 8.0, 2: 4.2, 4: 3.0}),  # 8, 8.4, 12: size 1
-    Task("T2", {1: 3.0, 2: 1.5, 4: 1.5}),  # 3, 3, 6: tie -> the smaller size, 1
-    Task("T3", {1: 20.0, 2: 7.9, 4: 5.0}),  # 20, 15.8, 20: size 2 (not the smallest)
+    Job("T0", 0.0, {1: 9.0, 2: 6.0, 4: 2.5}),  # 9, 12, 10: size 1; next above 1 is 4 (10 < 12)
+    Job("T1", 0.0, {1: 8.0, 2: 4.2, 4: 3.0}),  # 8, 8.4, 12: size 1
+    Job("T2", 0.0, {1: 3.0, 2: 1.5, 4: 1.5}),  # 3, 3, 6: tie -> the smaller size, 1
+    Job("T3", 0.0, {1: 20.0, 2: 7.9, 4: 5.0}),  # 20, 15.8, 20: size 2 (not the smallest)
 ]
 
 
@@ -299,9 +300,9 @@ def _random_batches(count, seed):
             for i, t in enumerate(tasks):
                 k = rng.randint(0, len(sizes) - 1)
                 times = {s: (INF if j < k else t.times[s]) for j, s in enumerate(sizes)}
-                tasks[i] = Task(t.id, times)
+                tasks[i] = Job(t.id, 0.0, times)
         if rng.random() < 0.2:  # duplicated jobs: exact ties everywhere
-            tasks = tasks + [Task(t.id + "-dup", t.times) for t in tasks]
+            tasks = tasks + [Job(t.id + "-dup", 0.0, t.times) for t in tasks]
         yield tasks, model, gpus
 
 
@@ -345,7 +346,9 @@ def test_pruning_exact_on_ties():
     """Identical tasks give many equal makespans: the earliest best allocation wins."""
     for n in (1, 2, 3, 7, 8, 14):
         for model in (A30, A100):
-            tasks = [Task(f"t{i}", {s: 10.0 / s for s in model.planner_sizes}) for i in range(n)]
+            tasks = [
+                Job(f"t{i}", 0.0, {s: 10.0 / s for s in model.planner_sizes}) for i in range(n)
+            ]
             for gpus in (1, 2):
                 a = far_schedule(tasks, model, gpus, refine_phase=False, prune=True)
                 b = far_schedule(tasks, model, gpus, refine_phase=False, prune=False)

@@ -26,7 +26,6 @@ from slurm_mig.planner.timeline import to_plan
 from slurm_mig.sim import simulate
 from slurm_mig.sim.jobs import build_workload
 from slurm_mig.sim.policies import get_policy
-from slurm_mig.workload import Task
 
 A100 = get_model("A100-40GB")
 B7B1 = (1.07, 17.65)
@@ -45,8 +44,9 @@ def _batch(gpus, n, share, seed):
     jobs = build_workload("pcie-paper", A100, gpus, jobs=n, seed=seed, pcie_bound=share)
     jobs = [dataclasses.replace(j, arrival=0.0) for j in jobs]
     tasks = tuple(
-        Task(
+        Job(
             j.id,
+            0.0,
             {s: j.time(s) for s in A100.planner_sizes},
             alpha=j.alpha,
             pcie_demand=j.pcie_demand,
@@ -119,7 +119,7 @@ def test_replay_from_a_busy_gpu_by_hand():
         gpus=(Gpu(0, (Instance(slot_old, "old", -10.0, 50.0, True),), 0.0, 1),),
         running={"old": Running(old, 0, slot_old, -50.0, 0.5, 1.0, 50.0)},
     )
-    tasks = [Task("new", times)]
+    tasks = [Job("new", 0.0, times)]
     batch = Batch(tuple(tasks), A100, 1, start=start)
     plan = plan_far_pcie(batch, pcie={"new": B7B1})
     new_task = next(t for t in plan.tasks if not t.running)
@@ -150,8 +150,8 @@ def test_the_gated_list_schedule_spreads_bloom7b1_over_time():
     """Three 2g nodes free at 0; LPT alone starts the three longest tasks, all
     Bloom7b1 (Eq. 2: 1.88 each); the gate at 1.3 starts two (1.26) and a ResNet."""
     inf = math.inf
-    tasks = [Task(f"b{i}", {1: inf, 2: 60.0, 3: 60.0, 4: 60.0, 7: 60.0}) for i in range(3)]
-    tasks += [Task(f"r{i}", {1: inf, 2: 50.0, 3: 50.0, 4: 50.0, 7: 50.0}) for i in range(3)]
+    tasks = [Job(f"b{i}", 0.0, {1: inf, 2: 60.0, 3: 60.0, 4: 60.0, 7: 60.0}) for i in range(3)]
+    tasks += [Job(f"r{i}", 0.0, {1: inf, 2: 50.0, 3: 50.0, 4: 50.0, 7: 50.0}) for i in range(3)]
     info = [B7B1] * 3 + [(1.0, 0.0)] * 3
     forest = Forest.build(A100, 1)
     alloc = [2] * 6
@@ -162,7 +162,7 @@ def test_the_gated_list_schedule_spreads_bloom7b1_over_time():
     assert sum(1 for i in firsts if i < 3) == 2  # two Bloom7b1 side by side, not three
     assert sorted(i for a in assign for i in a) == list(range(6))  # every task once
     # and its plan replays faster than the same allocation without the gate
-    plain = far_schedule([Task(t.id, dict(t.times)) for t in tasks], A100, 1)
+    plain = far_schedule([Job(t.id, 0.0, dict(t.times)) for t in tasks], A100, 1)
     gated_plan = to_plan(A100, tasks, time_assignment(forest, tasks, assign)[0], 1, "x")
     plain_plan = to_plan(A100, tasks, time_assignment(plain.forest, tasks, plain.assign)[0], 1, "x")
     assert (
@@ -183,13 +183,13 @@ def test_the_gate_starvation_rule_bounds_a_nodes_wait():
 
 
 def test_pcie_inputs_come_from_the_map_then_meta_and_are_checked():
-    tasks = [Task("a", {1: 1.0}, alpha=1.25, pcie_demand=5.7), Task("b", {1: 1.0})]
+    tasks = [Job("a", 0.0, {1: 1.0}, alpha=1.25, pcie_demand=5.7), Job("b", 0.0, {1: 1.0})]
     assert pcie_inputs(tasks) == [(1.25, 5.7), (1.0, 0.0)]
     assert pcie_inputs(tasks, {"b": B7B1}) == [(1.25, 5.7), B7B1]
     with pytest.raises(PcieError, match="task 'a'.*alpha"):
-        pcie_inputs([Task("a", {1: 1.0}, alpha=0)])
+        pcie_inputs([Job("a", 0.0, {1: 1.0}, alpha=0)])
     with pytest.raises(PcieError, match="pcie_demand"):
-        pcie_inputs([Task("a", {1: 1.0})], {"a": (1.0, -2.0)})
+        pcie_inputs([Job("a", 0.0, {1: 1.0})], {"a": (1.0, -2.0)})
 
 
 def test_far_pcie_policy_runs_an_online_workload_to_the_end():

@@ -13,6 +13,7 @@ import pytest
 
 from slurm_mig.cli.plan import format_plan
 from slurm_mig.geometry import get_model
+from slurm_mig.job import Job
 from slurm_mig.plan import BOUND_NAMES, lower_bound, makespan_bounds, tightest_bound, validate_plan
 from slurm_mig.planner import Batch
 from slurm_mig.planner.concat import plan_batches
@@ -28,7 +29,7 @@ from slurm_mig.planner.far import (
 )
 from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.planner.timeline import to_plan
-from slurm_mig.workload import Task, generate
+from slurm_mig.workload import generate
 
 A100 = get_model("A100-40GB")
 SIZES = A100.planner_sizes
@@ -45,8 +46,8 @@ def _timed_plan(forest, tasks, assign):
     return to_plan(A100, tasks, timeline, forest.gpus, "far")
 
 
-def pinned(tid: str, size: int, t: float) -> Task:
-    return Task(tid, {s: (t if s == size else INF) for s in SIZES})
+def pinned(tid: str, size: int, t: float) -> Job:
+    return Job(tid, 0.0, {s: (t if s == size else INF) for s in SIZES})
 
 
 # ---------------------------------------------------------------------------
@@ -186,7 +187,7 @@ def test_area_bound_wins_on_a_full_gpu():
 
 
 def test_longest_task_bound_on_two_gpus():
-    tasks = [Task("t", {1: 100.0, 2: 60.0, 3: 45.0, 4: 40.0, 7: 30.0})]
+    tasks = [Job("t", 0.0, {1: 100.0, 2: 60.0, 3: 45.0, 4: 40.0, 7: 30.0})]
     got = makespan_bounds(tasks, A100, gpus=2)
     assert got["area"] == pytest.approx(100 / 14)
     assert got["longest"] == pytest.approx(30.0)
@@ -198,7 +199,7 @@ def test_dual_bound_above_both():
     """Two tasks with least work on 1g (70 s) but only 7g within 28 s: each must run
     on 4g or 7g (work 100 or 98) for a makespan below 30, so T* = 196 / 7 = 28."""
     times = {1: 70.0, 2: 40.0, 3: 30.0, 4: 25.0, 7: 14.0}
-    tasks = [Task("a", dict(times)), Task("b", dict(times))]
+    tasks = [Job("a", 0.0, dict(times)), Job("b", 0.0, dict(times))]
     got = makespan_bounds(tasks, A100)
     assert got == {
         "area": pytest.approx(20.0),
@@ -223,7 +224,7 @@ def test_bounds_never_above_a_plan():
 
 def test_plan_json_names_its_bound_and_keeps_the_old_keys():
     times = {1: 70.0, 2: 40.0, 3: 30.0, 4: 25.0, 7: 14.0}
-    tasks = [Task("a", dict(times)), Task("b", dict(times))]
+    tasks = [Job("a", 0.0, dict(times)), Job("b", 0.0, dict(times))]
     plan = plan_batches([tasks[:1], tasks[1:]], A100, 1)
     data = plan.to_json()
     assert {"makespan", "lower_bound", "rho", "tasks", "reconfigurations"} <= set(data)

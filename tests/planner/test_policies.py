@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from slurm_mig.geometry import Placement, Slot, get_model, mask_tables
@@ -20,6 +22,7 @@ from slurm_mig.planner.registry import get_policy as registry_policy
 from slurm_mig.planner.snapshot import Gpu, Instance
 from slurm_mig.sim import SimJob, get_policy, simulate
 from slurm_mig.sim.jobs import pcie_paper
+from slurm_mig.sim.policies import SIM_SETTINGS
 
 A100 = get_model("A100-40GB")
 G1 = [Slot(Placement(i, 1), 1) for i in range(7)]
@@ -69,6 +72,22 @@ def test_unknown_names_and_options_list_what_exists():
         get_policy("far", max_batch=0)
     with pytest.raises(UnknownPolicy, match="pcie-aware.*colour"):
         registry_policy("pcie-aware", colour="blue")
+
+
+def test_driver_options_are_for_batch_planners_only():
+    with pytest.raises(UnknownPolicy, match="'adaptive': window: an option of the batch driver"):
+        get_policy("adaptive", window=5)
+    with pytest.raises(UnknownPolicy, match="reorder -1 must be a whole number"):
+        get_policy("far", reorder=-1)
+    far = get_policy("far", window=5, reorder=2, max_batch=3)
+    assert (far.settings.window, far.settings.reorder, far.settings.size) == (5.0, 2, 3)
+    assert far.settings.eager and far.settings.moldable  # the simulator's own defaults
+    base = replace(SIM_SETTINGS, reorder=1)  # simulate --reorder 1
+    assert get_policy("far", base).settings.reorder == 1
+    assert get_policy("far", base, reorder=4).settings.reorder == 4  # its own option wins
+    jobs = pcie_paper(6, 0.5, 1, A100, seed=2)
+    result = simulate(jobs, get_policy("adaptive", base), 1, 1, A100)
+    assert result.jobs == 6 and all(f > 0 for f in result.finish)
 
 
 def test_register_policy_adds_a_name():

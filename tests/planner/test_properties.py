@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from slurm_mig.geometry import MODELS, partition_name, valid_partitions
+from slurm_mig.job import Job
 from slurm_mig.plan import lower_bound, validate_plan
 from slurm_mig.planner import Batch, UnknownPlanner, get_planner
 from slurm_mig.planner.far import far_schedule
 from slurm_mig.planner.far_planner import plan_far
-from slurm_mig.workload import Task, validate
+from slurm_mig.workload import validate
 
 MODEL_NAMES = sorted(MODELS)
 ID_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-_.:"
@@ -49,14 +50,14 @@ _HOME = {
     "far": ("far", "plan_far", False),
     "auto": ("exact", "plan_auto", False),
     "exact": ("exact", "plan_exact", False),
-    "miso-opt": ("baselines", "plan_miso_opt", False),
-    "fixpart-best": ("baselines", "plan_fixpart_best", False),
+    "miso-opt": ("far_baselines", "plan_miso_opt", False),
+    "fixpart-best": ("far_baselines", "plan_fixpart_best", False),
 }
 
 
 def _direct(name):
     if name.startswith("fixpart-") and name != "fixpart-best":
-        mod_name, attr, factory = "baselines", "fixpart_planner", True
+        mod_name, attr, factory = "far_baselines", "fixpart_planner", True
     else:
         mod_name, attr, factory = _HOME[name]
     mod = _module(mod_name)
@@ -127,7 +128,7 @@ def batches(draw, max_n=8, allow_inf=True, with_partition=False):
     ids = draw(
         st.lists(st.text(ID_CHARS, min_size=1, max_size=6), min_size=n, max_size=n, unique=True)
     )
-    tasks = tuple(Task(tid, draw(task_times(sizes, max_inf))) for tid in ids)
+    tasks = tuple(Job(tid, 0.0, draw(task_times(sizes, max_inf))) for tid in ids)
     validate(tasks, model)
     batch = Batch(tasks, model, gpus)
     return (batch, partition) if with_partition else batch

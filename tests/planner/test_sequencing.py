@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_mig.geometry import get_model
+from slurm_mig.job import Job
 from slurm_mig.plan import validate_plan
 from slurm_mig.planner.batch import Batch, get_planner
 from slurm_mig.planner.concat import plan_batches
@@ -26,7 +27,7 @@ from slurm_mig.planner.sequencing import (
     objective_options,
     sequence_plan,
 )
-from slurm_mig.workload import Task, load_task_source
+from slurm_mig.workload import load_task_source
 
 A100 = get_model("A100-40GB")
 RODINIA = tuple(load_task_source("rodinia-a100", A100))
@@ -36,7 +37,7 @@ def wsum(plan, weights=None):
     return sum((weights or {}).get(t.id, 1.0) * t.end for t in plan.tasks if not t.running)
 
 
-def synthetic(n: int, seed: int = 0) -> tuple[Task, ...]:
+def synthetic(n: int, seed: int = 0) -> tuple[Job, ...]:
     """Jobs from seconds to hours that speed up on larger slices by varying amounts."""
     import random
 
@@ -44,7 +45,7 @@ def synthetic(n: int, seed: int = 0) -> tuple[Task, ...]:
     out = []
     for i in range(n):
         base, par = rng.lognormvariate(5, 1.2), rng.random()
-        out.append(Task(f"t{i}", {s: base * (7 / s) ** par for s in A100.planner_sizes}))
+        out.append(Job(f"t{i}", 0.0, {s: base * (7 / s) ** par for s in A100.planner_sizes}))
     return tuple(out)
 
 
@@ -129,7 +130,7 @@ def test_weights_put_heavy_jobs_first():
     plain = sequence_plan(far, tasks, "jct")
     end = {t.id: t.end for t in plan.tasks}
     assert end[heavy] <= {t.id: t.end for t in plain.tasks}[heavy]
-    weighted = tuple(Task(t.id, t.times, None, weight=weights[t.id]) for t in tasks)
+    weighted = tuple(Job(t.id, 0.0, t.times, weight=weights[t.id]) for t in tasks)
     assert sequence_plan(far, weighted, "jct").to_json() == plan.to_json()
     with pytest.raises(ValueError, match="positive"):
         sequence_plan(far, tasks, "jct", weights={tasks[0].id: 0.0})
@@ -206,7 +207,7 @@ def batches(draw):
         par = draw(st.floats(0.0, 1.0))
         sizes = draw(st.sets(st.sampled_from(A100.planner_sizes), min_size=1))
         times = {s: (base * (7 / s) ** par if s in sizes else math.inf) for s in A100.planner_sizes}
-        tasks.append(Task(f"j{i}", times))
+        tasks.append(Job(f"j{i}", 0.0, times))
     return tuple(tasks), gpus
 
 

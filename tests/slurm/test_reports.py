@@ -537,7 +537,7 @@ def test_the_daemon_starts_the_receiver_and_logs_what_arrived(state, caplog):
 def test_mig_run_writes_its_need_into_the_jobs_need_file(tmp_path):
     from test_hooks import make_site
 
-    from slurm_mig.memory.wrapper import Runner
+    from slurm_mig.memory.runner import Runner
 
     site = make_site(tmp_path)
     (site.run_dir / "task").mkdir(parents=True)

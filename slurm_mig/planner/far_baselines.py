@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..geometry import GpuModel, Slot, partition_name, valid_partitions
+from ..job import Job
 from ..plan import Plan
-from ..workload import Task
 from .batch import Batch, UnknownPlanner
 from .registry import BatchPolicy
 from .snapshot import Gpu, Instance
@@ -56,7 +56,7 @@ class InfeasiblePartition(ValueError):
 
 
 def _fixpart_assign(
-    tasks: Sequence[Task], partition: Partition, gpus: int, model: GpuModel
+    tasks: Sequence[Job], partition: Partition, gpus: int, model: GpuModel
 ) -> tuple[dict[tuple[int, Slot], list[int]], float]:
     """FIFO first-free assignment on P replicated on ``gpus`` GPUs; returns (tasks per
     instance, makespan), so FIXPARTBEST can rank partitions without building plans."""
@@ -197,7 +197,7 @@ def plan_fixpart_best(batch: Batch) -> Plan:
 # MISO-OPT
 
 
-def _speedups(task: Task) -> dict[int, float]:
+def _speedups(task: Job) -> dict[int, float]:
     """speedup(s) = t(1)/t(s) over the sizes the task can run on (reference: the
     smallest finite size when t(1) is inf)."""
     finite = {s: t for s, t in task.times.items() if not math.isinf(t)}

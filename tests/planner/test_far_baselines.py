@@ -8,15 +8,16 @@ import pytest
 from support import shared_file
 
 from slurm_mig.geometry import Placement, Slot, get_model, partition_name, valid_partitions
+from slurm_mig.job import Job
 from slurm_mig.plan import validate_plan
 from slurm_mig.planner import Batch, UnknownPlanner
-from slurm_mig.planner.baselines import (
+from slurm_mig.planner.far_baselines import (
     fixpart_planner,
     plan_fixpart,
     plan_fixpart_best,
     plan_miso_opt,
 )
-from slurm_mig.workload import Task, generate, load_tasks
+from slurm_mig.workload import generate, load_tasks
 
 INF = math.inf
 A30 = get_model("A30-24GB")
@@ -24,9 +25,9 @@ A100 = get_model("A100-40GB")
 H100 = get_model("H100-80GB")
 
 
-def task(tid: str, times: dict[int, float], model=A100) -> Task:
+def task(tid: str, times: dict[int, float], model=A100) -> Job:
     """A task with ``times`` given for some sizes and 1000 s on the others."""
-    return Task(tid, {s: times.get(s, 1000.0) for s in model.planner_sizes})
+    return Job(tid, 0.0, {s: times.get(s, 1000.0) for s in model.planner_sizes})
 
 
 def by_id(plan):
@@ -188,11 +189,11 @@ def test_fixpart_best_says_so_when_no_partition_fits_the_batch():
 
 def test_miso_opt_picks_the_partition_with_the_largest_speedup_sum():
     tasks = (
-        Task("t0", {1: 10.0, 2: 2.0, 4: 1.5}),  # speedups 1, 5, 6.67
-        Task("t1", {1: 10.0, 2: 9.0, 4: 9.0}),  # 1, 1.11, 1.11
-        Task("t2", {1: 10.0, 2: 10.0, 4: 10.0}),  # flat
-        Task("t3", {1: 4.0, 2: 4.0, 4: 4.0}),  # flat
-        Task("t4", {1: 3.0, 2: 3.0, 4: 3.0}),  # flat
+        Job("t0", 0.0, {1: 10.0, 2: 2.0, 4: 1.5}),  # speedups 1, 5, 6.67
+        Job("t1", 0.0, {1: 10.0, 2: 9.0, 4: 9.0}),  # 1, 1.11, 1.11
+        Job("t2", 0.0, {1: 10.0, 2: 10.0, 4: 10.0}),  # flat
+        Job("t3", 0.0, {1: 4.0, 2: 4.0, 4: 4.0}),  # flat
+        Job("t4", 0.0, {1: 3.0, 2: 3.0, 4: 3.0}),  # flat
     )
     # round 1: 4 -> 6.67, 2-2 -> 6.11, 2-1-1 -> 7, 1-1-2 -> 3, 1-1-1-1 -> 3
     # round 2 (t3, t4): every partition with two instances sums 2: the first, 2-2, wins
@@ -225,8 +226,8 @@ def test_miso_opt_picks_the_partition_with_the_largest_speedup_sum():
 
 def test_miso_opt_uses_the_smallest_runnable_size_as_reference_and_never_an_inf_size():
     tasks = (
-        Task("only1", {1: 5.0, 2: INF, 4: INF}),
-        Task("no1", {1: INF, 2: 4.0, 4: 1.0}),  # reference t(2): speedup 4 on 4g
+        Job("only1", 0.0, {1: 5.0, 2: INF, 4: INF}),
+        Job("no1", 0.0, {1: INF, 2: 4.0, 4: 1.0}),  # reference t(2): speedup 4 on 4g
     )
     # No partition fits both (the second instance is 1g whenever the first is):
     # 1-1-2 takes only 'only1'; then 'no1' alone goes where its speedup is 4.
@@ -261,7 +262,7 @@ def test_every_baseline_plan_is_valid(model, gpus, scaling):
     for seed in range(3):
         plain = tuple(generate(10, model, scaling, "WIDETIMES", p_sup=0.5, seed=seed))
         # the same batch with one task that cannot run on one slice
-        odd = (Task(plain[0].id, {**plain[0].times, 1: INF}), *plain[1:])
+        odd = (Job(plain[0].id, 0.0, {**plain[0].times, 1: INF}), *plain[1:])
         runs = [(plan_miso_opt, plain), (plan_fixpart_best, plain), (ones, plain), (full, plain)]
         runs += [(plan_miso_opt, odd), (plan_fixpart_best, odd), (full, odd)]
         for planner, tasks in runs:

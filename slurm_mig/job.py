@@ -1,0 +1,49 @@
+"""The one job type of the planning core: what a policy, a batch planner, the
+simulator and a task table all know of a job."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["Job"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as the planner knows it: seconds alone per instance size (compute slices;
+    missing or ``inf``: cannot run there), the memory it needs, its PCIe demand (GB/s
+    alone) and alpha (Eq. 2 of the PCIe paper; demand 0: not PCIe-bound), whether it
+    may be restarted elsewhere, the size its user asked for (``None``: the policy
+    chooses), its deadline, its priority (Slurm's: higher goes first) and its weight in
+    completion-time objectives. A batch's task is a job that arrived at 0."""
+
+    id: str
+    arrival: float
+    times: Mapping[int, float] = field(hash=False)
+    memory: int = 0  # bytes (0: fits any profile)
+    pcie_demand: float = 0.0
+    alpha: float = 1.0
+    restartable: bool = False
+    size: int | None = None
+    kind: str = ""  # job kind (learning key; a label in reports)
+    deadline: float | None = None  # absolute time, or None
+    priority: float = 0.0  # Slurm's job priority: higher goes first
+    weight: float = 1.0  # its weight in completion-time objectives
+
+    def time(self, size: int) -> float:
+        """Seconds on an instance of ``size`` compute slices alone (inf: cannot run)."""
+        return self.times.get(size, math.inf)
+
+    def work(self, size: int) -> float:
+        """Slice-seconds on an instance of ``size``."""
+        return size * self.time(size)
+
+    def min_work(self) -> float:
+        """The fewest slice-seconds over the sizes it has a time for."""
+        return min(s * t for s, t in self.times.items())
+
+    @property
+    def pcie_bound(self) -> bool:
+        return self.pcie_demand > 0.0
