@@ -10,7 +10,9 @@ full), ``max_batch`` (jobs per batch; default all), ``moldable`` (default true; 
 runs each job on its requested size only), ``reorder`` (jobs a batch may reorder past
 a job of higher priority; default none: unbounded, 0: strict priority order); every
 other option goes to the planner.
-Online policies take their own options.
+Online policies take their own options only (the driver's are refused for them, one
+line); ``base`` (the driver's settings before the options) is what online policies
+never use, as ``simulate --reorder`` sets it.
 """
 
 from __future__ import annotations

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 
 from slurm_mig.geometry import Placement, Slot, get_model, mask_tables
+from slurm_mig.job import Job
 from slurm_mig.planner.baseline import Baseline, place_exact, start_ops
+from slurm_mig.planner.batch import Batch, UnknownPlanner, get_planner
 from slurm_mig.planner.decisions import Destroy, Place
 from slurm_mig.planner.registry import (
     PolicyInfo,
@@ -88,6 +91,16 @@ def test_driver_options_are_for_batch_planners_only():
     jobs = pcie_paper(6, 0.5, 1, A100, seed=2)
     result = simulate(jobs, get_policy("adaptive", base), 1, 1, A100)
     assert result.jobs == 6 and all(f > 0 for f in result.finish)
+
+
+def test_get_planner_refuses_every_online_policy_and_gives_every_batch_planner():
+    for name in policy_names("online"):
+        with pytest.raises(UnknownPlanner, match=re.escape(f"'{name}' is an online policy")):
+            get_planner(name)
+    for name in policy_names("batch"):
+        plan = get_planner("fixpart-7" if name == "fixpart-SIZES" else name)
+        job = Job("a", 0.0, {1: 30.0, 2: 16.0, 3: 11.0, 4: 9.0, 7: 5.0})
+        assert plan(Batch((job,), A100)).makespan >= 5.0
 
 
 def test_register_policy_adds_a_name():
