@@ -19,13 +19,14 @@ The runtime model is Amdahl's law on compute slices:
   the job, other sizes by the same prior;
 - a size whose instance memory is below the job's memory need is ``inf`` (cannot run).
 
-Whose runs count (`estimate_for_job`): runs are kept per owner (the job's user) and
+Whose runs count (`estimate_for_job`): runs are kept per owner (the job's uid) and
 kind, so one user's jobs never change another user's plans, whatever they are named.
 Runs stored without an owner (written before schema 3, or seeded by the site) are the
 site-wide prior: used only for a job whose owner has no runs of the kind, and never
 for a job with a ``time=`` hint (the hint wins over it). A job's own ``time=`` hint
 bounds what its owner's runs may make of it: each size's estimate stays within
-[hint / `HINT_FLOOR`, hint] on the hint's curve (see `bounded_by_hint`).
+[hint / `HINT_FLOOR`, hint] on the hint's curve (see `bounded_by_hint`), unless an
+overrun of the owner's counts against their hints (`slurm_mig.overruns`).
 """
 
 from __future__ import annotations
@@ -43,13 +44,18 @@ from pathlib import Path
 
 from . import storeschema
 from .geometry import GpuModel
+from .overruns import SCHEMA_SQL as _V5
+from .overruns import GuardedOverruns, OverrunRecords
+from .owner import names_to_uids
 from .safefs import make_private
 
 # Schema versions (``PRAGMA user_version``; ``storeschema`` migrates and refuses newer):
 # 0: a new, empty file; 1: runtimes and memory; 2: the pcie and pcie_alpha tables (PCIe
 # model, slurm_mig.pcie); 3: runs and memory needs have an owner (the job's user; '' for
-# older records: the site-wide prior).
-SCHEMA_VERSION = 3
+# older records: the site-wide prior); 4: the owner is the job's uid, ``uid:<n>``
+# (`slurm_mig.owner`: the nodes' memory reports and the planner's jobs agree on it);
+# 5: the overruns table (runs past their time= hint, slurm_mig.overruns).
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_S = 30.0
 DAEMON_BUSY_TIMEOUT_S = 0.25  # the planner daemon waits no longer for a locked store
 STATE_DIR_MODE = 0o750  # root's state: learned runtimes, the planner's status file
@@ -113,6 +119,8 @@ SCHEMA = storeschema.Schema(
             storeschema.add_column("memory", "owner", "TEXT NOT NULL DEFAULT ''"),
             storeschema.script(_V3_INDEXES),
         ),
+        4: names_to_uids,
+        5: storeschema.script(_V5),
     },
 )
 
@@ -121,7 +129,7 @@ class StoreError(RuntimeError):
     """The runtime store cannot be opened or is of a newer schema; names the file."""
 
 
-class RuntimeStore:
+class RuntimeStore(OverrunRecords):
     """Runtimes and memory needs in one SQLite file (WAL mode, mode 0600), safe for
     several processes; the file and its parent directories (0750) are created on first
     use. ``busy_timeout``: seconds an operation waits for a lock held by another process."""
@@ -155,20 +163,12 @@ class RuntimeStore:
             raise ValueError(f"size must be a whole number of compute slices >= 1, got {size!r}")
         if not (math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
+        row = (str(job_id), int(restart), key, model, size, float(seconds), float(finished))
         with self._connect(write=True) as db:
             cur = db.execute(
                 "INSERT OR IGNORE INTO runtimes (job_id, restart, key, model, size, seconds, "
                 "finished, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    str(job_id),
-                    int(restart),
-                    key,
-                    model,
-                    size,
-                    float(seconds),
-                    float(finished),
-                    owner,
-                ),
+                (*row, owner),
             )
             return cur.rowcount == 1
 
@@ -342,7 +342,7 @@ def prepare_state_dir(path: Path) -> None:
         os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o007)
 
 
-class GuardedStore:
+class GuardedStore(GuardedOverruns):
     """The runtime store as the planner daemon reads it: while the store cannot be read
     (locked past its busy timeout, corrupt, missing), reads answer "nothing learned" so
     that jobs are planned from hints and defaults, the store is tried again only after
@@ -567,7 +567,8 @@ def bounded_by_hint(learned: Mapping[int, float], hinted: Mapping[int, float]) -
     at most 4-fold: a run planned too short makes the planner hand its slices to the next
     job too early, and the re-plan when it runs late delays those jobs. Nor do they
     lengthen it past the hint: the hint then stands for this run, like Slurm's time
-    limit, and a run that outlasts it re-plans as any late job does."""
+    limit, and a run that outlasts it re-plans as any late job does (its overrun then
+    counts against its owner's hints: `slurm_mig.overruns`)."""
     return {
         s: min(max(t, hinted[s] / HINT_FLOOR), hinted[s]) if s in hinted else t
         for s, t in learned.items()

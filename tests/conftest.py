@@ -4,3 +4,20 @@
 
 The shared helpers (``support``, ``fake_pynvml``) live in this folder; pytest puts it
 on ``sys.path`` for this conftest, so every test imports them by name."""
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _need_area_without_mount(request, monkeypatch):
+    """The Prolog's per-job need area is a tmpfs mount (`slurm_mig.slurm.needarea`): in
+    the unit tests a plain directory, so that no test leaves a mount behind whoever runs
+    it; a test marked ``real_mount`` keeps the kernel's (the e2e hooks always do)."""
+    if request.node.get_closest_marker("real_mount") is None:
+        from slurm_mig.slurm import needarea
+
+        monkeypatch.setattr(needarea, "mount_area", lambda path: None)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "real_mount: the need area's real tmpfs mount (root)")

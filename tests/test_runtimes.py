@@ -465,7 +465,7 @@ def test_a_store_of_schema_2_keeps_its_runs_as_the_prior(tmp_path):
     assert store.observations("resnet50", "A100-40GB", "alice") == {7: [90.0]}
     db = sqlite3.connect(path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     finally:
         db.close()
     # an old record never shortens a hinted job of anyone

@@ -79,7 +79,7 @@ def test_a_profiles_store_of_schema_1_is_migrated_with_its_rows(tmp_path, stampe
     store = RuntimeStore(path)
     assert store.observations("resnet50", "A100-40GB") == {3: [180.0], 7: [100.0]}
     assert store.memory_need("resnet50") == 1 << 30
-    assert _version(path) == SCHEMA_VERSION == SCHEMA.version == 3
+    assert _version(path) == SCHEMA_VERSION == SCHEMA.version == 5
     # the later steps are there: owners (old rows are the site-wide prior) and PCIe
     assert store.observations("resnet50", "A100-40GB", "") == {3: [180.0], 7: [100.0]}
     store.record_pcie_demand("resnet50", "A100-40GB", 12.5, "41")

@@ -26,9 +26,10 @@ def add_parser(sub) -> None:
         help="take slurm-mig out: release held jobs, destroy instances, list what to remove",
         description=wrap(
             "Without an action, print the steps of an uninstall in order: stop the "
-            "planner, take the hooks and job_submit.lua out of slurm.conf, release the held "
-            "jobs, destroy each node's leftover MIG instances, then remove the gres.conf "
-            "records, the Gres= terms, the units and the files (printed, never edited). "
+            "planner, let the MIG jobs end, destroy each node's leftover MIG instances, "
+            "remove the gres.conf records and the Gres= terms, and only then take the "
+            "hooks and job_submit.lua out of slurm.conf, release the held jobs and remove "
+            "the units and the files (printed, never edited). "
             "--release-jobs (on the controller, the planner stopped) releases every job "
             "the planner holds in the MIG partition; --destroy-instances (on a GPU node) "
             "destroys the MIG instances no process uses. --dry-run prints what either "

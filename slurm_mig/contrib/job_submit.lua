@@ -26,6 +26,8 @@ For jobs submitted to the MIG partition:
     its own, known to the planner and the hooks as <array id>_<task>);
   * a job that would run as root is rejected (ALLOW_ROOT_JOBS): root can leave its
     device cgroup and open every instance;
+  * a job name or comment that is not UTF-8 is rejected (the planner reads them as
+    UTF-8), and so is a job on more than one node (-N 2, -N 1-2: a MIG slice is on one);
   * the job is held (priority 0) so that the slurm-mig planner decides where and when
     it runs. Slurm records this as a *user* hold (JobHeldUser); slurm_job_modify
     refuses a release (`scontrol release`, which sets the priority) of a MIG job by
@@ -48,6 +50,12 @@ between the planner's update and the move. (Refusing is simpler to reason about 
 clearing its GRES: nothing a user writes can leave a record outside the partition.)
 Nor can a user move a job into a partition that may hold MIG nodes from one of
 NON_MIG_PARTITIONS (Slurm does not show job_modify whether it was --exclusive).
+Every way into the partition is checked at an update too, for every user (the planner
+never moves a job nor sets its nodes or nice): a heterogeneous job cannot move into it,
+nor a job on more than one node, NumNodes cannot go above 1, and nice cannot change
+while the job is held (under priority/basic Slurm sets a held job's priority to 2 on a
+nice change, which lifts the hold); a user's new name or comment must be UTF-8, and
+the time= of a job the planner has released (or that runs) cannot change.
 Other jobs in other partitions pass untouched. slurm_job_modify does the same to an update
 of a MIG job's comment (`scontrol update JobId=.. Comment=..`, or a job moved into the
 partition) by anyone but the planner (PLANNER_UIDS): tokens are removed, so a user
@@ -97,6 +105,12 @@ local RELEASE_REFUSED = "slurm-mig: jobs of the MIG partition are released by th
 local HETJOB_REFUSED = "slurm-mig: heterogeneous jobs cannot run in the " .. MIG_PARTITION
 	.. " partition (the planner gives each job one MIG slice); submit each component as "
 	.. "a job of its own (sbatch without ':' or '#SBATCH hetjob')"
+
+local HETJOB_MOVED = "slurm-mig: a heterogeneous job cannot move to the " .. MIG_PARTITION
+	.. " partition (the planner gives each job one MIG slice); scancel it and submit each "
+	.. "component to " .. MIG_PARTITION .. " as a job of its own"
+local NICE_REFUSED = "slurm-mig: nice cannot change while the slurm-mig planner holds the job "
+	.. "(Slurm would lift its hold); scancel it and submit it again with --nice=N"
 
 local PREFIX = "mig:"
 local KEYS = "key, mem, iters, time, pcie, alpha, restartable, deadline"
@@ -472,6 +486,38 @@ local function check_comment(comment, at_submit, limit)
 	end
 end
 
+-- The value of the `time=` setting of the comment's mig: word ("" when none).
+local function hint_time(comment)
+	for w in (comment or ""):gmatch("%S+") do
+		if w:sub(1, #PREFIX) == PREFIX then
+			for setting in w:sub(#PREFIX + 1):gmatch("[^,]+") do
+				local key, value = setting:match("^([^=]*)=(.*)$")
+				if key == "time" then
+					return value
+				end
+			end
+		end
+	end
+	return ""
+end
+
+-- nil unless a user changes the time= hint of a job the planner has released (or that
+-- runs): it was planned with that time, and judging its run against a time= raised
+-- afterwards would hide an overrun (issue 34, hole 3); mem= may still change (mig-run
+-- writes the need it measured before it requeues the job).
+local function check_time_change(comment, job_rec)
+	if comment == nil or job_rec.priority == 0 then
+		return nil
+	end
+	local before = hint_time(job_rec.comment)
+	if hint_time(comment) == before then
+		return nil
+	end
+	return "slurm-mig: time= cannot change once the planner has released the job (it was " ..
+		"planned with time=" .. (before == "" and "none" or before) .. "); a job that " ..
+		"runs longer is planned from what it ran next time"
+end
+
 -- The comment without planner tokens.
 local function strip_tokens(comment)
 	local rest = (" " .. comment):gsub("%smigplan=%S*", "")
@@ -627,6 +673,92 @@ local function check_exclusive(shared)
 	return nil
 end
 
+-- The position of the first byte of `text` that is not well-formed UTF-8 (RFC 3629:
+-- what the planner's strict decoder takes), or nil.
+local function bad_utf8(text)
+	local i, n = 1, #text
+	while i <= n do
+		local c = text:byte(i)
+		local more, lo, hi = 0, 0x80, 0xBF
+		if c >= 0xC2 and c <= 0xDF then
+			more = 1
+		elseif c >= 0xE0 and c <= 0xEF then
+			more = 2
+			if c == 0xE0 then
+				lo = 0xA0
+			elseif c == 0xED then
+				hi = 0x9F
+			end
+		elseif c >= 0xF0 and c <= 0xF4 then
+			more = 3
+			if c == 0xF0 then
+				lo = 0x90
+			elseif c == 0xF4 then
+				hi = 0x8F
+			end
+		elseif c >= 0x80 then
+			return i
+		end
+		for k = 1, more do
+			local b = text:byte(i + k)
+			if b == nil or b < lo or b > hi then
+				return i
+			end
+			lo, hi = 0x80, 0xBF
+		end
+		i = i + more + 1
+	end
+	return nil
+end
+
+-- nil when the job's name and comment (nil: not given) are UTF-8, else the message
+-- naming the field: one byte that is not stopped every plan of the partition.
+local function check_utf8(name, comment, how)
+	for _, field in ipairs({ { "job name", name, how[1] }, { "comment", comment, how[2] } }) do
+		local at = field[2] and bad_utf8(field[2])
+		if at then
+			return "slurm-mig: the " .. field[1] .. " is not UTF-8 (byte " .. at .. " is 0x" ..
+				string.format("%02x", field[2]:byte(at)) .. "); write it in UTF-8 (" .. field[3] .. ")"
+		end
+	end
+	return nil
+end
+
+-- True for a node count a job gives that is more than one (nil, 0 and NO_VAL: unset).
+local function many(n)
+	return n ~= nil and n ~= NO_VAL and n > 1
+end
+
+-- nil unless the job asks for more than one node, else the message (`fix`: what to do).
+local function check_nodes(min_nodes, max_nodes, fix)
+	if many(min_nodes) or many(max_nodes) then
+		return "slurm-mig: a job of the " .. MIG_PARTITION .. " partition runs on one node " ..
+			"(the planner gives each job one MIG slice); " .. fix
+	end
+	return nil
+end
+
+-- nil when an update leaves a job of the MIG partition one the planner can plan (not
+-- heterogeneous, on one node, its hold in place), else the message; for every user,
+-- the planner's included (it never moves a job nor sets its nodes or nice).
+local function check_update_shape(job_desc, job_rec)
+	local moved = job_desc.partition ~= nil and job_desc.partition ~= job_rec.partition
+	local het = job_rec.het_job_id
+	if moved and het ~= nil and het ~= 0 and het ~= NO_VAL then
+		return HETJOB_MOVED
+	end
+	local fix = "leave NumNodes at 1 (or scancel it and submit one job per node)"
+	local problem = check_nodes(job_desc.min_nodes, job_desc.max_nodes, fix)
+	if problem == nil and moved then
+		problem = check_nodes(job_rec.min_nodes, job_rec.max_nodes, fix)
+	end
+	if problem == nil and job_desc.nice ~= nil and job_desc.nice ~= NO_VAL and job_rec.priority == 0 then
+		-- under priority/basic Slurm sets a held job's priority to at least 2 on nice
+		problem = NICE_REFUSED
+	end
+	return problem
+end
+
 -- The job's user: the job's own uid, else who submits it.
 local function job_uid(job_desc, submit_uid)
 	if job_desc.user_id ~= nil and job_desc.user_id ~= NO_VAL then
@@ -677,7 +809,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 			"submit as another user")
 		return slurm.ERROR
 	end
-	local clean, problem = user_comment(job_desc.comment, true)
+	local problem = check_utf8(job_desc.name, job_desc.comment, { "--job-name", "--comment" })
+		or check_nodes(job_desc.min_nodes, job_desc.max_nodes, "remove -N/--nodes (or submit one job per node)")
+	local clean
+	if problem == nil then
+		clean, problem = user_comment(job_desc.comment, true)
+	end
 	problem = problem or check_tres(job_desc) or check_exclusive(job_desc.shared)
 	if problem then
 		slurm.log_user("%s", problem)
@@ -742,9 +879,15 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 	if mig_partition(target) == nil then
 		return slurm.SUCCESS
 	end
-	local comment = job_desc.comment
-	if comment == nil and job_desc.partition ~= nil then
-		comment = job_rec.comment -- a job moved into the MIG partition keeps its comment
+	local shape = check_update_shape(job_desc, job_rec)
+	if shape then
+		slurm.log_user("%s", shape)
+		return slurm.ERROR
+	end
+	local comment, name = job_desc.comment, job_desc.name
+	if job_desc.partition ~= nil then -- a job moved into the MIG partition keeps them
+		comment = comment or job_rec.comment
+		name = name or job_rec.name
 	end
 	if not user then
 		local problem = check_comment(comment, false)
@@ -761,8 +904,13 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
 		slurm.log_user("%s", RELEASE_REFUSED)
 		return slurm.ERROR
 	end
-	local clean, problem = user_comment(comment, false)
-	problem = problem or check_tres(tres_after(job_desc, job_rec)) or check_exclusive(job_desc.shared)
+	local problem = check_utf8(name, comment, { "scontrol update JobName=", "scontrol update Comment=" })
+	local clean
+	if problem == nil then
+		clean, problem = user_comment(comment, false)
+	end
+	problem = problem or check_time_change(job_desc.comment, job_rec)
+		or check_tres(tres_after(job_desc, job_rec)) or check_exclusive(job_desc.shared)
 	if problem then
 		slurm.log_user("%s", problem)
 		return slurm.ERROR

@@ -553,7 +553,9 @@ class LocalSlurm(JobCommands, AccountCommands):
     ) -> subprocess.CompletedProcess:
         """Run a client command against this cluster (as ``user`` via runuser if given)."""
         cmd = self._argv(argv, user)
-        res = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        res = subprocess.run(
+            cmd, env=self.env, capture_output=True, text=True, errors="replace", timeout=timeout
+        )
         if check and res.returncode != 0:
             shown = " ".join(argv) + (f" (as {user})" if user else "")
             raise ClusterError(f"{shown} exited {res.returncode}: {res.stderr.strip()}")
@@ -563,7 +565,9 @@ class LocalSlurm(JobCommands, AccountCommands):
         """Run a host program as on node ``node`` (as root, with `env`; see `node_argv`),
         as an admin logged in there would; ClusterError if it fails."""
         cmd = self.node_argv(node, argv)
-        res = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
+        res = subprocess.run(
+            cmd, env=self.env, capture_output=True, text=True, errors="replace", timeout=timeout
+        )
         if res.returncode != 0:
             raise ClusterError(f"{' '.join(argv)} on {node} exited {res.returncode}: {res.stderr}")
         return res

@@ -252,6 +252,7 @@ def record_need(
     `slurm.reports`); else RuntimeStore.record_memory when the store is there."""
     try:
         from ..config import load_config
+        from ..owner import owner_of
         from ..runtimes import RuntimeStore
         from ..slurm.reports import need_path, write_need
 
@@ -261,6 +262,7 @@ def record_need(
         if path is not None and os.path.lexists(path):
             write_need(path, key, need)
             return
-        RuntimeStore(config.state_dir / "profiles.sqlite").record_memory(key, need, job)
+        store = RuntimeStore(config.state_dir / "profiles.sqlite")
+        store.record_memory(key, need, job, owner=owner_of(os.getuid()))  # never the prior
     except Exception as exc:  # the hint in the comment carries the need anyway
         say(f"warning: memory need not recorded for {key!r}: {' '.join(str(exc).split())}")

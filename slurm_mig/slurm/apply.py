@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from .. import jobcomment as comments
 from ..geometry import get_model
+from ..overruns import overran
 from .assignment import AssignmentError, sign
 from .cycle import Action, Hold, Learn, Note, Release, Requeue
 from .cyclereport import ApplyReport
@@ -140,7 +141,7 @@ def _holds_and_moves(
     report = w.report
     moved = [a for a in releases if a.in_place]
     releases = [a for a in releases if not a.in_place]
-    _apply_holds(holds, w.client, report, w.fail)
+    _apply_holds(holds, w)
     if not report.failed:
         _apply_in_place(moved, w)
     elif moved:
@@ -217,30 +218,48 @@ class _Pool:
             self._executor.shutdown(wait=True)
 
 
-def _apply_holds(holds: Sequence[Hold], client: Client, report: ApplyReport, fail) -> None:
-    """Every hold in one list call, then the dependencies the planner set, cleared."""
+def _apply_holds(holds: Sequence[Hold], w: _Writes) -> None:
+    """The plain holds in one list call; a hold that also clears something (the
+    planner's dependency, an earlier plan's token and GRES record) as one update each."""
     if not holds:
         return
-    errors = _write_errors()
-    failed = _list_or_all_failed(
-        client, "hold", list(dict.fromkeys(h.job_id for h in holds)), report
-    )
+    report = w.report
+    plain = [h for h in holds if not (h.clear_dependency or h.scrub)]
+    failed = {}
+    if plain:
+        ids = list(dict.fromkeys(h.job_id for h in plain))
+        failed = _list_or_all_failed(w.client, "hold", ids, report)
     for h in holds:
         if h.job_id in failed:
-            fail(h.job_id, h.describe(), RuntimeError(failed[h.job_id]))
-            continue
-        if h.clear_dependency:  # "0": Slurm's word for none (an empty value is ignored)
-            try:
-                report.calls += 1
-                client.update_job(h.job_id, Dependency="0")
-            except errors as exc:
-                # a job Slurm started since squeue was read: its afterany was met and
-                # its hold only set its priority; nothing to clear, nothing failed
-                if "no longer pending" not in str(exc).lower():
-                    fail(h.job_id, h.describe(), exc)
-                    continue
-        report.applied += 1
-        log.info("%s", h.describe())
+            w.fail(h.job_id, h.describe(), RuntimeError(failed[h.job_id]))
+        elif not (h.clear_dependency or h.scrub) or _hold_update(h, w):
+            report.applied += 1
+            log.info("%s", h.describe())
+
+
+def _hold_update(h: Hold, w: _Writes) -> bool:
+    """``scontrol update JobId=.. Priority=0`` (what ``scontrol hold`` sends) with what
+    the hold clears, in one call; False when it failed (logged)."""
+    fields_ = {"Priority": "0"}
+    if h.comment is not None:
+        fields_["Comment"] = h.comment
+    if h.scrub:
+        # "": no GRES record (none where [slurm] gres is off: job_submit.lua refuses a
+        # user's). Pending-only: Slurm refuses all of the update of a job it started
+        # meanwhile, whose token then stays that of the slice it runs on.
+        fields_["TresPerNode"] = ""
+    if h.clear_dependency:  # "0": Slurm's word for none (an empty value is ignored)
+        fields_["Dependency"] = "0"
+    try:
+        w.report.calls += 1
+        w.client.update_job(h.job_id, **fields_)
+    except _write_errors() as exc:
+        # a job Slurm started since squeue was read: its afterany was met and it runs
+        # on its plan; nothing to hold or clear, nothing failed
+        if "no longer pending" not in str(exc).lower():
+            w.fail(h.job_id, h.describe(), exc)
+            return False
+    return True
 
 
 def _apply_in_place(moved: Sequence[Release], w: _Writes) -> None:
@@ -370,11 +389,22 @@ def _release_fields(
 
 
 def _learn(action: Learn, store: Any, report: ApplyReport) -> None:
-    """A finished run's runtime into the store (sqlite errors are logged, not raised)."""
+    """A finished run's runtime into the store, and its overrun of its time= hint
+    (slurm_mig.overruns; sqlite errors are logged, not raised)."""
     if store is None:
         return
     try:
-        if store.record(
+        if overran(action.seconds, action.hint) and store.record_overrun(
+            action.key,
+            action.job_id,
+            action.restart,
+            action.seconds,
+            action.hint,
+            action.finished,
+            owner=action.owner,
+        ):
+            log.warning("%s: counts against its owner's hints", action.describe())
+        if action.ok and store.record(
             action.key,
             action.model,
             action.size,

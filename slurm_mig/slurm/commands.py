@@ -38,9 +38,14 @@ class SlurmUnavailable(SlurmError):
 
 def run_command(cmd: list[str], env: Mapping[str, str] | None, text: bool, timeout: float) -> Any:
     """``cmd``'s standard output (str or bytes); SlurmError when it fails,
-    SlurmUnavailable when it is missing or runs past ``timeout`` seconds."""
+    SlurmUnavailable when it is missing or runs past ``timeout`` seconds. As text, a byte
+    that is not UTF-8 (a job name in Latin-1, say) reads as U+FFFD: it costs the record
+    that holds it its exact text, never the whole output (issue 34)."""
+    errors = "replace" if text else None
     try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=text, timeout=timeout)
+        res = subprocess.run(
+            cmd, env=env, capture_output=True, text=text, errors=errors, timeout=timeout
+        )
     except FileNotFoundError:
         raise SlurmUnavailable(
             f"'{cmd[0]}' not found: Slurm's client tools are not installed or not on "

@@ -43,12 +43,13 @@ def build_snapshot(
     learned: AbstractSet[tuple[str, int]] = frozenset(),
     policy: Any = None,
     limited: Mapping[str, str] | None = None,
+    throttles: Mapping[str, int] | None = None,
 ) -> Snapshot:
     """The cycle's input from what squeue and sinfo said and the learned runtimes;
     ``learned``: the finished runs the store already holds (no learn action again)."""
     configured = {name: tuple(models) for name, models in config.nodes.items()}
     all_models = sorted({get_model(m).name for ms in configured.values() for m in ms})
-    estimator = Estimator(config, store)
+    estimator = Estimator(config, store, now=now, jobs=jobs)
     estimates = {}
     for job in jobs:
         if job.partition and not in_partition(job, config.partition):
@@ -76,4 +77,5 @@ def build_snapshot(
         reorder=config.reorder,
         objective=config.objective,
         limited=dict(limited or {}),
+        throttles=dict(throttles or {}),
     )

@@ -20,7 +20,7 @@ OSError (out of descriptors, memory or processes) fails alone, with one log line
 hint; the next cycle runs as usual.
 
 After every cycle it writes ``<state_dir>/planner-status.json`` (cycle count, when it
-finished, what it did) for monitoring and tests.
+finished, what it did) for monitoring and tests, 0640: it names every job's owner.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -38,14 +37,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..config import Config
+from ..safefs import write_atomic
 from .applier import Applier, DryRunApplier, SlurmApplier
 from .apply import RELEASE_CHUNK, Client, apply_actions
 from .assignment import load_key
-from .cycle import CycleResult, Learn, Snapshot, plan_cycle
+from .cycle import BACKOFF_BASE, Backoff, CycleResult, Learn, Snapshot, plan_cycle
 from .cycleinput import build_snapshot, usable_nodes
 from .cyclereport import ApplyReport, CycleReport
 from .estimates import Estimator
-from .jobrecord import parse_admin_comment
+from .jobrecord import job_phase, parse_admin_comment
 from .serving import METRICS_TYPE, listen, serve
 
 if TYPE_CHECKING:
@@ -72,7 +72,8 @@ __all__ = [
 log = logging.getLogger("slurm_mig.planner")
 
 STATUS_FILE = "planner-status.json"
-LIMIT_RETRY = 60.0  # seconds a job Slurm kept pending for a limit waits to be planned again
+STATUS_MODE = 0o640  # every job's instances, comments and owners: root (and its group) only
+LIMIT_RETRY = BACKOFF_BASE  # seconds a job Slurm kept pending first waits to be planned again
 
 
 def _planner_metrics(config: Config) -> PlannerMetrics:
@@ -195,9 +196,9 @@ class PlannerDaemon:
         # finished runs whose runtime the store holds: squeue shows a finished job for
         # minutes (MinJobAge), and each cycle would offer it to the store again
         self.stored: set[tuple[str, int]] = set()
-        # released jobs Slurm kept pending for a limit: job id -> (limit, when seen);
-        # deferred for LIMIT_RETRY seconds, then planned again
-        self.limited: dict[str, tuple[str, float]] = {}
+        # released jobs Slurm kept pending (a limit, licenses, not started), deferred
+        # for a back-off that doubles each time; array throttles learned
+        self.limited = Backoff()
         self.receiver = None  # `receiver.Receiver` of node reports while the daemon runs
         self.notify_refused = None  # refused notifications: a Counter (`serving.listen`)
         # where actions go, chosen once: Slurm, or printed in a dry run
@@ -254,7 +255,6 @@ class PlannerDaemon:
             self.completing = any(j.state == "COMPLETING" for j in jobs)
             nodes = self.client.nodes()
             policy = self._site_policy()
-            limited = {j: r for j, (r, t) in self.limited.items() if now - t < LIMIT_RETRY}
             snap = build_snapshot(
                 self.config,
                 jobs,
@@ -265,7 +265,8 @@ class PlannerDaemon:
                 self.plans,
                 self.stored,
                 policy,
-                limited,
+                self.limited.waiting(now),
+                self.limited.throttles(now),
             )
             result = plan_cycle(snap)
         except (SlurmError, StoreError) as exc:
@@ -287,12 +288,10 @@ class PlannerDaemon:
         jobs squeue still shows (the others are forgotten: the memory stays bounded)."""
         seen = {j.job_id for j in jobs}
         self.stored = {r for r in self.stored if r[0] in seen} | done
-        self.limited = {
-            j: v for j, v in self.limited.items() if j in seen and now - v[1] < LIMIT_RETRY
-        }
+        pending = {j.job_id for j in jobs if job_phase(j.state) == "pending"}
+        self.limited.update(result.limited, result.throttles, pending, now)
         for jid, reason in result.limited.items():
-            self.limited[jid] = (reason, now)
-            log.info("job %s: Slurm keeps it pending for %s; planned again later", jid, reason)
+            log.info("job %s: Slurm keeps it pending (%s); planned again later", jid, reason)
 
     def publish(self, report: CycleReport) -> None:
         """What a cycle that wrote to Slurm leaves: the status file, the public summary,
@@ -369,7 +368,7 @@ class PlannerDaemon:
             "drift": drift,
             "next_batch_at": next_batch_at(r.decisions, now),
         }
-        learned = {getattr(a, "job_id", "") for a in r.actions if isinstance(a, Learn)}
+        learned = {a.job_id for a in r.actions if isinstance(a, Learn) and a.ok}
         planned = {}
         for job in jobs:
             if job.job_id in learned:
@@ -422,12 +421,11 @@ class PlannerDaemon:
             return
         path = self.status_path()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
             # compact: json's C encoder (indent= falls back to the pure-Python one, the
             # costliest step of a cycle at 10,000 jobs); `slurm-mig status --json` pretty-prints
-            tmp.write_text(json.dumps(report.to_json(), separators=(",", ":")) + "\n")
-            tmp.replace(path)
+            text = json.dumps(report.to_json(), separators=(",", ":")) + "\n"
+            write_atomic(path, text, STATUS_MODE)  # root's: users read the public summary
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
 

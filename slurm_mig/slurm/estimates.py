@@ -1,29 +1,36 @@
 """Each job's `Estimate` for the cycle: its kind, its owner and its runtime estimate
-from the learned runs of that owner and kind (`profiles.estimate_for_job`).
+from the learned runs of that owner and kind (`profiles.estimate_for_job`), or, while
+an overrun of its owner's counts against their ``time=`` hints, from what they ran
+(`slurm_mig.overruns`: read once per cycle, and from the runs squeue shows).
 
 A job's kind is its hint ``key=``, else its name, else ``job-<id>``; its owner is its
-Slurm user. Runs are learned and read per (owner, kind): one user's jobs cannot change
+Slurm uid (``uid:<n>``, `slurm_mig.owner`). Runs are learned and read per (owner, kind): one user's jobs cannot change
 another user's plans, whatever they are named. Both are bounded: a kind is the name
 itself only when it is 1 to `profiles.MAX_KEY` characters of the hint key's alphabet
 (``[A-Za-z0-9_.-]``, what ``mig-run`` may report a memory need under), else a cleaned
 prefix and a digest of the whole name (no newline or escape reaches a log line, and two
-names of one user stay apart); an owner that is empty, too long or not printable learns
-nothing and is planned from hints, the prior and defaults.
+names of one user stay apart); a job whose uid is unknown learns nothing and is planned
+from hints, the prior and defaults.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
 from ..geometry import get_model
-from ..runtimes import MAX_KEY, MAX_OWNER, PRIOR
+from ..overruns import OVERRUN_MEMORY_S, live_overruns, merge
+from ..owner import owner_of
+from ..runtimes import MAX_KEY, estimate_for_job, memory_for_job
 from .cycle import Estimate
+from .jobrecord import in_partition, job_phase
 
-__all__ = ["Estimator", "job_kind", "job_owner"]
+__all__ = ["Estimator", "distrusted_times", "job_kind", "job_owner"]
 
 _KIND_RE = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_KEY}}}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -44,12 +51,10 @@ def job_kind(name: str, job_id: str, hint_key: str | None = None) -> str:
 
 
 def job_owner(job: Any) -> str:
-    """Whose runs a job's are: its Slurm user; `profiles.PRIOR` ("") when unknown or
-    unusable (then it learns nothing and reads only the prior)."""
-    user = getattr(job, "user", "")
-    if not isinstance(user, str) or len(user) > MAX_OWNER or not user.isprintable():
-        return PRIOR
-    return PRIOR if any(c.isspace() for c in user) else user
+    """Whose runs a job's are: its Slurm uid (`slurm_mig.owner`, the rule the nodes'
+    memory reports follow); `profiles.PRIOR` ("") when unknown (then it learns nothing
+    and reads only the prior)."""
+    return owner_of(getattr(job, "uid", None))
 
 
 class _CycleStore:
@@ -90,12 +95,42 @@ def _hints_of(comment: str) -> Any:
 class Estimator:
     """Runtime estimates of jobs (`profiles.estimate_for_job`: the learned runs of the
     job's owner and kind within its ``time=`` hint, else the hint, else the site-wide
-    prior, else its time limit, else default_runtime)."""
+    prior, else its time limit, else default_runtime), for one cycle at ``now`` (epoch
+    seconds) over squeue's ``jobs``: a hint of an owner with an overrun that counts
+    (`overruns`) is not read (`distrusted_times`)."""
 
-    def __init__(self, config: Any, store: Any) -> None:
+    def __init__(
+        self, config: Any, store: Any, *, now: float | None = None, jobs: Iterable[Any] = ()
+    ) -> None:
         self.config = config
         self.store = _CycleStore(store) if store is not None else None
+        self.now = time.time() if now is None else float(now)
+        self._jobs = tuple(jobs)
+        self._overruns: dict[str, dict[str, float]] | None = None
         self._memo: dict[tuple, Estimate] = {}
+
+    def overruns(self) -> Mapping[str, Mapping[str, float]]:
+        """Owner -> kind -> longest overrun counting this cycle: the store's of the last
+        `OVERRUN_MEMORY_S` and those of the runs squeue shows; read once, when the first
+        job with a ``time=`` hint is estimated."""
+        if self._overruns is None:
+            read = getattr(self.store.store, "overruns_since", None) if self.store else None
+            stored = read(self.now - OVERRUN_MEMORY_S) if read is not None else {}
+            self._overruns = merge(stored, live_overruns(self._runs(), self.now))
+        return self._overruns
+
+    def _runs(self) -> Iterator[tuple[str, str, float | None, float | None, float | None]]:
+        """(owner, kind, hint, start, end or None) of the jobs that started or ran."""
+        for job in self._jobs:
+            phase = job_phase(job.state)
+            if phase == "pending" or (
+                job.partition and not in_partition(job, self.config.partition)
+            ):
+                continue
+            key, hints = self.key_of(job)
+            if not isinstance(hints, Exception) and hints.time is not None:
+                end = job.end_time if phase == "done" else None
+                yield job_owner(job), key, hints.time, job.start_time, end
 
     @staticmethod
     def key_of(job: Any) -> tuple[str, Any]:
@@ -107,7 +142,9 @@ class Estimator:
     def identity(self, job: Any) -> Estimate:
         """The estimate of a running or finished job: its kind and owner only (what
         its runtime is learned under)."""
-        return Estimate(self.key_of(job)[0], owner=job_owner(job))
+        key, hints = self.key_of(job)
+        hint = None if isinstance(hints, Exception) else hints.time
+        return Estimate(key, owner=job_owner(job), hint=hint)
 
     def __call__(self, job: Any, models: Iterable[str]) -> Estimate:
         key, hints = self.key_of(job)
@@ -137,9 +174,46 @@ class Estimator:
     def _estimate(
         self, job: Any, key: str, owner: str, hints: Any, names: tuple[str, ...]
     ) -> Estimate:
-        from ..runtimes import estimate_for_job, memory_for_job
+        if hints.time is not None and owner in self.overruns():
+            times = self._distrusted(job, key, owner, hints, names)
+        else:
+            times = self._trusted(job, key, owner, hints, names)
+        mem = memory_for_job(self.store, key, owner, hints.mem)
+        return Estimate(
+            key,
+            times,
+            mem,
+            pcie=hints.pcie or 0.0,
+            alpha=hints.alpha if hints.alpha is not None else 1.0,
+            restartable=bool(hints.restartable),
+            owner=owner,
+        )
 
-        times = {
+    def _distrusted(
+        self, job: Any, key: str, owner: str, hints: Any, names: tuple[str, ...]
+    ) -> dict[str, dict[int, float]]:
+        """Seconds per size per model without the job's hint (`distrusted_times`)."""
+        longest = self.overruns().get(owner, {}).get(key)
+        return {
+            name: distrusted_times(
+                self.store,
+                key,
+                get_model(name),
+                owner=owner,
+                longest=longest,
+                time_limit=job.time_limit,
+                min_memory=hints.mem,
+                default_runtime=self.config.default_runtime,
+                serial_fraction=self.config.serial_fraction,
+            )
+            for name in names
+        }
+
+    def _trusted(
+        self, job: Any, key: str, owner: str, hints: Any, names: tuple[str, ...]
+    ) -> dict[str, dict[int, float]]:
+        """Seconds per size per model (`profiles.estimate_for_job`)."""
+        return {
             name: estimate_for_job(
                 self.store,
                 key,
@@ -153,13 +227,39 @@ class Estimator:
             )
             for name in names
         }
-        mem = memory_for_job(self.store, key, owner, hints.mem)
-        return Estimate(
-            key,
-            times,
-            mem,
-            pcie=hints.pcie or 0.0,
-            alpha=hints.alpha if hints.alpha is not None else 1.0,
-            restartable=bool(hints.restartable),
-            owner=owner,
-        )
+
+
+def distrusted_times(
+    store: Any,
+    key: str | None,
+    model: Any,
+    *,
+    owner: str,
+    longest: float | None,
+    time_limit: float | None,
+    min_memory: int | None,
+    default_runtime: float,
+    serial_fraction: float,
+) -> dict[int, float]:
+    """Seconds per size for a job whose owner's ``time=`` hints do not count
+    (`slurm_mig.overruns`): its owner's runs of its kind, unbounded by the hint, else its
+    time limit, else ``default_runtime`` (never the site-wide prior); each size at least
+    ``longest`` (the owner's longest overrun of the kind), at most up to the limit."""
+    limit = time_limit if time_limit is not None and 0 < time_limit < math.inf else None
+    own = bool(store is not None and key and owner and store.observations(key, model.name, owner))
+    memory = memory_for_job(store, key, owner, min_memory)
+    times = estimate_for_job(
+        store if own else None,
+        key if own else None,
+        model,
+        owner=owner,
+        hint_seconds=None,
+        time_limit=limit,
+        min_memory=memory,
+        default_runtime=default_runtime,
+        serial_fraction=serial_fraction,
+    )
+    if longest is None or not math.isfinite(longest):
+        return times
+    floor = min(longest, limit) if limit is not None else longest
+    return {s: max(t, floor) for s, t in times.items()}

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .jobparse import exit_code, time_limit_seconds
+from .jobparse import exit_code, node_count_value, time_limit_seconds
 from .jobrecord import job_sort_key
 from .jobtypes import (
     HELD_REASONS,
@@ -46,6 +46,9 @@ __all__ = [
 # the man page but in squeue's opts.c of all three). The fields squeue prints with no
 # cut (TimeLimit, ReqNodes, NodeList: never a newline in them) come last, so one that
 # overflows its width moves only its own record's newline, which is then missing.
+# No field shows an array's throttle (``%N``): with -r squeue drops it from ArrayTaskId
+# and JobArrayID (22.05, 24.11, 26.05), so `Job.array_throttle` is None here and the
+# cycle learns it from the tasks Slurm keeps pending for JobArrayTaskLimit.
 FAST_FIELDS: tuple[tuple[str, int], ...] = (
     ("JobID", 12),  # the job's own numeric id (what the JSON's job_id is)
     ("JobArrayID", 24),  # an array task's <array id>_<task> (`_fast_job_id`)
@@ -63,6 +66,7 @@ FAST_FIELDS: tuple[tuple[str, int], ...] = (
     ("EligibleTime", 16),
     ("Deadline", 16),
     ("Nice", 12),
+    ("NumNodes", 12),  # what it asks for while pending
     ("Account", 64),
     ("QOS", 64),
     ("Reservation", 64),
@@ -275,10 +279,8 @@ def _job_from_record(n: int, raw: bytes, layout: FixedWidthLayout) -> Job:
     cells = items[0::2]
     if items[1::2] != _PADS or cells[-1] != b"\n":
         _misfit(n, items, layout)
-    try:
-        values = [c.rstrip(b" ").decode() for c in cells[:-1]]
-    except UnicodeDecodeError:
-        raise FastReadError(f"record {n} is not UTF-8") from None
+    # a byte that is not UTF-8 costs its own field its exact text (U+FFFD), never the read
+    values = [c.rstrip(b" ").decode("utf-8", "replace") for c in cells[:-1]]
     return _job_from_fields(values)
 
 
@@ -303,7 +305,7 @@ def _misfit(n: int, items: tuple[bytes, ...], layout: FixedWidthLayout) -> None:
 
 (
     _JOB_ID, _ARRAY_ID, _UID, _USER, _PARTITION, _STATE, _REASON, _PRIORITY, _RESTARTS, _EXIT,
-    _SUBMIT, _START, _END, _ELIGIBLE, _DEADLINE, _NICE, _ACCOUNT, _QOS, _RESERVATION,
+    _SUBMIT, _START, _END, _ELIGIBLE, _DEADLINE, _NICE, _NODE_COUNT, _ACCOUNT, _QOS, _RESERVATION,
     _DEPENDENCY, _NAME, _COMMENT, _ADMIN,
     _TIME_LIMIT, _REQ_NODES, _NODES,
 ) = range(len(FAST_FIELDS))  # fmt: skip
@@ -324,7 +326,7 @@ def _job_from_fields(v: Sequence[str]) -> Job:
     if not _STATE_RE.fullmatch(state):
         raise FastReadError(f"State {state!r} is not a job state")
     reason, detail = _fast_reason(v[_REASON])
-    for i in (_PRIORITY, _RESTARTS, _UID):
+    for i in (_PRIORITY, _RESTARTS, _UID, _NODE_COUNT):
         if not _DIGITS_RE.fullmatch(v[i]):
             raise FastReadError(f"{FAST_FIELDS[i][0]} {v[i]!r} is not a number")
     user = v[_USER]
@@ -363,4 +365,6 @@ def _job_from_fields(v: Sequence[str]) -> Job:
         reservation=_text_field(v[_RESERVATION]),
         priority=int(v[_PRIORITY]),
         uid=int(v[_UID]),
+        het_job=_HET_ID_RE.fullmatch(v[_ARRAY_ID]) is not None,
+        node_count=node_count_value(v[_NODE_COUNT]),
     )

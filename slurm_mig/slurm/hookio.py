@@ -68,7 +68,9 @@ def array_task_of(
     argv = [exe, "-h", "--states=all", "-r", f"--jobs={job_id}", "-O", "JobID:12,JobArrayID:24"]
     clean = {k: v for k, v in env.items() if not k.startswith("SQUEUE_")}
     try:
-        done = subprocess.run(argv, env=clean, capture_output=True, text=True, timeout=20)
+        done = subprocess.run(
+            argv, env=clean, capture_output=True, text=True, errors="replace", timeout=20
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"{exe}: {exc}"
     if done.returncode != 0:
@@ -89,7 +91,13 @@ def run_scontrol(
     exe = scontrol or scontrol_path(env)
     try:
         done = subprocess.run(
-            [exe, *args], env=dict(env), capture_output=True, text=True, timeout=20, check=False
+            [exe, *args],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            errors="replace",  # a reply naming a job whose name is not UTF-8
+            timeout=20,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{exe}: {exc}"

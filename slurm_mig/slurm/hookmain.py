@@ -103,6 +103,12 @@ def _ask_slurm(
 def _record(hook: str, job: JobEnv, config: Config, out: Outcome, env: Mapping[str, str]) -> None:
     """The Prolog's or Epilog's node metrics, accounting record and reports (none of them
     ever fails the hook)."""
+    from . import reports  # stdlib only (first: a full spool is an event in the metrics)
+
+    hint = hint_key(job.comment) if hook == "epilog" else None
+    own = replace(job, job_id=job.own_id)  # its need file is named as mig-run knows it
+    reports.after_hook(hook, config, job.node, out, env, own, hint)
+
     from .nodemetrics import record  # stdlib and geometry only
 
     try:
@@ -116,11 +122,6 @@ def _record(hook: str, job: JobEnv, config: Config, out: Outcome, env: Mapping[s
         failed = f"metrics not written: {type(exc).__name__}: {exc}"
     if failed:
         out.warn(failed)
-    from . import reports  # stdlib only
-
-    hint = hint_key(job.comment) if hook == "epilog" else None
-    own = replace(job, job_id=job.own_id)  # its need file is named as mig-run knows it
-    reports.after_hook(hook, config, job.node, out, env, own, hint)
 
 
 def _spawn_reclaim(env: Mapping[str, str], node: str, delay: float, out: Outcome) -> None:

@@ -153,7 +153,25 @@ def job_from_json(data: Mapping[str, Any]) -> Job:
         reservation=_text(data.get("resv_name")),
         priority=int(priority or 0),
         uid=_uid(data.get("user_id")),
+        array_throttle=_throttle(data),
+        het_job=bool(_number(data.get("het_job_id"))),
+        node_count=node_count_value(data.get("node_count")),
     )
+
+
+def node_count_value(value: Any) -> int:
+    """A job's node count (1 when unset or out of Slurm's range)."""
+    n = _number(value)
+    return int(n) if n is not None and 1 <= n < _NO_VAL32 else 1
+
+
+def _throttle(data: Mapping[str, Any]) -> int | None:
+    """``array_max_tasks`` (every task of an array shows its array's ``%N``; 0: no
+    limit), None when the record has none (not an array task, or not squeue's JSON)."""
+    if data.get("array_max_tasks") is None or not _number(data.get("array_job_id")):
+        return None
+    n = _number(data.get("array_max_tasks"))
+    return int(n) if n is not None and 0 <= n < _MAX_ARRAY_TASKS else 0
 
 
 def _json_job_id(data: Mapping[str, Any]) -> str:
@@ -315,6 +333,8 @@ def pyslurm_job_records(pyslurm: Any) -> list[dict[str, Any]]:
                 "nice": getattr(j, "nice", 0),
                 "resv_name": getattr(j, "reservation", ""),
                 "user_id": getattr(j, "user_id", None),
+                "het_job_id": getattr(j, "het_job_id", None),
+                "node_count": getattr(j, "num_nodes", None),
             }
         )
     return records

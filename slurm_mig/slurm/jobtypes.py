@@ -123,6 +123,11 @@ class Job:
     reservation: str = ""  # the reservation it asked for ("" when none)
     priority: int = 0  # Slurm's priority (0 while held: Slurm does not compute it then)
     uid: int | None = None  # the job's user id (None when unknown)
+    # the most tasks of its job array Slurm runs at once (``--array=...%N``; 0: no
+    # limit); None when unknown: squeue's fixed-width output does not show it
+    array_throttle: int | None = None
+    het_job: bool = False  # a component of a heterogeneous job (sbatch ... : ...)
+    node_count: int = 1  # the nodes it asks for (pending) or holds
 
     @property
     def finished(self) -> bool:

@@ -36,6 +36,7 @@ EVENTS = {
     "fault": ("device_faults", "node faults that drained the node", "hook"),
     "refusal": ("refusals", "jobs the Prolog refused an instance", "action"),
     "restart": ("job_restarts", "job runs prepared after a requeue (restart count > 0)", "cause"),
+    "report_drop": ("reports_dropped", "undelivered reports a full spool dropped", "kind"),
 }
 TIMED = frozenset({"create", "destroy"})
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TypeVar
 
 from ..config import Config, ConfigError
@@ -42,19 +41,15 @@ def prolog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time
     if not in_partition(job, config):
         return not_ours(job, config)
     out = Outcome()
-    for retry in (True, False):
-        try:
-            _prolog_locked(job, config, backend, clock, out)
-        except NodeStateError as exc:
-            if not out_of_room(exc):
-                out.fault(str(exc))
-            elif not (retry and _trimmed(config.run_dir_for(job.node), out)):
-                _requeue_out_of_room(str(exc), out)
-            else:
-                continue  # what it prepared is undone: once more, with room
-        except (ConfigError, AssignmentError) as exc:
+    try:
+        _prolog_locked(job, config, backend, clock, out)
+    except NodeStateError as exc:
+        if out_of_room(exc):
+            _requeue_out_of_room(str(exc), out)
+        else:
             out.fault(str(exc))
-        return out
+    except (ConfigError, AssignmentError) as exc:
+        out.fault(str(exc))
     return out
 
 
@@ -71,17 +66,6 @@ def _prolog_locked(
     except LockBusyError as exc:
         # Per-job files only, no lock needed; the planner plans the job again.
         _refuse(state, Refusal(job.job_id, "requeue", str(exc)), job, out)
-
-
-def _trimmed(run_dir: Path, out: Outcome) -> bool:
-    """Truncate the oversized memory-need files of jobs on the node (a user filling the
-    run directory's disk through theirs); True when there were any."""
-    from .reports import trim_need_files  # stdlib only
-
-    count = trim_need_files(run_dir)
-    if count:
-        out.warn(f"the run directory was full: truncated {count} oversized memory-need file(s)")
-    return count > 0
 
 
 def _requeue_out_of_room(text: str, out: Outcome) -> None:

@@ -7,8 +7,10 @@ placement), its projected start and end, when the slices it waits for are free, 
 batch and place in the order, and why a deferred job is not planned yet; plus the
 policy, its batch window and when the next batch is due; and per usable GPU (node, index,
 model) its free compute slices and the profiles that could start on it now, for
-``slurm-mig avail`` (`capacity`). No user names, no MIG UUIDs,
-no comments, nothing of running jobs beyond what waiting jobs wait for. Written 0644
+``slurm-mig avail`` (`capacity`). No user or account names, no MIG UUIDs,
+no comments, nothing of running jobs beyond what waiting jobs wait for: a deferred job's
+reason is its category (`public_reason`: the limit's kind and value, the QOS by name,
+never an association, account, reservation or dependency by name). Written 0644
 through a temporary file and a rename; its directory is made 0755.
 
 A cycle projects only what it plans; a job still waiting keeps the projection last
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,7 +60,7 @@ def summary(report: Any, previous: Mapping[str, Any] | None = None) -> dict[str,
             if isinstance(p, dict) and p.get("state") in WAITING:
                 jobs[job_id] = {k: p.get(k) for k in FIELDS if k in p}
         for job_id, why in r.deferred.items():
-            jobs.setdefault(job_id, {"state": "deferred", "why": str(why)[:300]})
+            jobs.setdefault(job_id, {"state": "deferred", "why": public_reason(str(why))})
         _priorities(jobs, getattr(r, "priority", {}) or {})
         if previous:
             waiting = _still_waiting(r, projected)
@@ -81,6 +84,40 @@ def summary(report: Any, previous: Mapping[str, Any] | None = None) -> dict[str,
         "jobs": dict(list(jobs.items())[:MAX_JOBS]),
         "gpus": capacity(r.snapshots, projected) if r is not None else [],
     }
+
+
+_LIMIT = re.compile(
+    r"waits for a limit: (?:QOS ([\w.-]{1,64})|(association|account) \S{1,300}) "
+    r"(\w{1,32})(=[\w/:.=-]{1,64})? reached \((\d{1,12}) in use\)"
+)
+_HOLDERS = {"association": "its association", "account": "an account it runs under"}
+_SLURM_KEPT = re.compile(r"waits for a limit: Slurm kept it pending for ([A-Za-z]{1,64}) after")
+_BEGIN = re.compile(r"waits for its begin time \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\)")
+_CATEGORIES = (  # (how the planner's reason starts, what the summary says)
+    ("waits for its dependency", "waits for its dependency"),
+    ("waits for its reservation", "waits for its reservation to start"),
+    ("its reservation", "its reservation holds no usable node of the partition"),
+    ("waits for a limit", "waits for a limit"),
+)
+UNNAMED = "kept back by the planner (its status, for administrators, says why)"
+
+
+def public_reason(why: str) -> str:
+    """What anyone may read of why a job is deferred: its category, with the limit's
+    kind and value (a QOS by name), never an association's, account's, user's,
+    reservation's or other job's name; an unknown reason says only that it waits."""
+    m = _LIMIT.match(why)
+    if m:
+        qos, holder, kind, value, used = m.groups()
+        scope = f"QOS {qos}" if qos else _HOLDERS[holder]
+        return f"waits for a limit: {scope} {kind}{value or ''} reached ({used} in use)"
+    m = _SLURM_KEPT.match(why)
+    if m:
+        return f"waits for a limit: Slurm kept it pending for {m.group(1)} after its release"
+    m = _BEGIN.match(why)
+    if m:
+        return m.group(0)
+    return next((said for start, said in _CATEGORIES if why.startswith(start)), UNNAMED)
 
 
 def capacity(snapshots: Any, projected: Mapping[str, Any]) -> list[dict[str, Any]]:

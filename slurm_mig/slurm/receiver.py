@@ -1,15 +1,21 @@
 """The planner's side of the node reports (`slurm_mig.slurm.reports`): a TCP listener
 on ``[planner] reports`` and the store it writes.
 
-Each connection is handled in a thread of its own, at most `MAX_CONNECTIONS` at once (one
-more waits up to `SLOT_WAIT` for a slot, then is closed: a burst of Epilogs is served,
-a flood is not), within `TIMEOUT` seconds from accept to close, reading at most
-`BATCH_BYTES` and `reports.BATCH` lines: a slow, idle or flooding client costs a thread
-for a few seconds and never the daemon's cycle, which neither waits for the receiver
-nor makes a Slurm call for it. Each line is checked (length, alphabet, then the MAC
-with the site key, only then the payload); a node may deliver `RATE` reports a second
-(burst `BURST`), more are answered ``busy`` and come again later. Refusals are logged
-one line each (control characters stripped, at most `LOG_PER_MINUTE` a minute).
+Connections are handled as `listener` handles them (one thread and a selector, so an
+idle client costs a socket, never a thread): at most `MAX_CONNECTIONS` open, at most
+`PER_SOURCE` idle ones from one address; at a cap a new one closes the idlest (the one
+open longest that has not sent its whole batch and sent nothing for `IDLE` seconds),
+and when none is idle the others wait in the listen backlog (a burst of Epilogs is
+served);
+the first byte must come within `FIRST_BYTE` seconds and everything within `TIMEOUT`
+from accept to close, at most `BATCH_BYTES` and `reports.BATCH` lines (what is read then
+is handled). So idle clients, however many, delay a node's report by a few
+milliseconds, not a slot's timeout; the cycle neither waits for the receiver nor makes
+a Slurm call for it. The lines of a connection are checked in one of `WORKERS` threads
+(length, alphabet, then the MAC with the site key, only then the payload); a node may
+deliver `RATE` reports a second (burst `BURST`), more are answered ``busy`` and come
+again later. Refusals of reports are logged one line each (control characters
+stripped, at most `LOG_PER_MINUTE` a minute); closed connections are counted, not logged.
 
 The verified reports of a connection are stored in one sqlite transaction in
 ``<state_dir>/reports.sqlite`` (with ``accounting.sqlite`` attached, so a run's
@@ -30,7 +36,6 @@ instances) for ``slurm-mig status`` and the web page, and when each node last re
 from __future__ import annotations
 
 import logging
-import socket
 import sqlite3
 import threading
 import time
@@ -39,19 +44,24 @@ from pathlib import Path
 from typing import Any
 
 from .. import storeschema
+from ..owner import owner_of, valid_uid
 from ..safefs import make_private
 from ..safetext import printable
 from . import reports
 from .accounting import INSERT_RUN, STORE, row
 from .accounting import schema as accounting_schema
+from .listener import Conn, Listener
 from .reports import ReportError, open_report
 
 log = logging.getLogger("slurm_mig.planner")
 
 DB = "reports.sqlite"
-MAX_CONNECTIONS = 16
-SLOT_WAIT = 1.0  # seconds a connection over the bound waits for a slot
+MAX_CONNECTIONS = 128  # open connections, at most (a node's hooks use one each)
+PER_SOURCE = 16  # open connections from one address, at most
+FIRST_BYTE = 2.0  # seconds from accept to the first byte (the nodes send at once)
+IDLE = 0.1  # seconds a connection has sent nothing before a newer one may close it
 TIMEOUT = 5.0  # seconds a connection may take, accept to close
+WORKERS = 2  # threads that check and store reports
 BATCH_BYTES = 1 << 20  # read from one connection
 RATE = 20.0  # reports a second per node, sustained
 BURST = 400.0
@@ -140,7 +150,7 @@ class ReportDB:
                 got = db.execute("SELECT digest FROM received WHERE id = ?", (b["id"],))
                 if got.fetchone() in (None, (b["digest"],)):
                     d = b["data"]
-                    owner = d.get("user", "")  # none (an older node): the site-wide prior
+                    owner = owner_of(d["uid"])  # the rule of the planner's jobs, never the prior
                     self.runtime_store.record_memory(d["key"], d["need"], b["job"], owner=owner)
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -238,11 +248,13 @@ class ReportDB:
 
 
 def _need(b: Mapping[str, Any]) -> bool:
+    """A memory report's payload is ``{key, need, uid}``: one without its owner's uid (a
+    node of a slurm-mig before the uid rule) is refused, never stored as the prior."""
     d = b["data"]
     key, need = d.get("key"), d.get("need")
     return (
-        set(d) - {"user"} == {"key", "need"}
-        and reports.plain(d.get("user", "-"))
+        set(d) == {"key", "need", "uid"}
+        and valid_uid(d["uid"])
         and isinstance(key, str)
         and 0 < len(key) <= 128
         and reports._KEY_CHARS.issuperset(key)
@@ -285,9 +297,11 @@ class _Bucket:
         return True
 
 
-class Receiver:
-    """The listener on ``address``: accepts connections in a thread, handles each in a
-    thread of its own (see the module docstring)."""
+class Receiver(Listener):
+    """The listener on ``address``: connections handled as `listener` handles them, the
+    reports of each stored in a worker thread (see the module docstring)."""
+
+    name = "reports"
 
     def __init__(
         self,
@@ -296,111 +310,60 @@ class Receiver:
         db: ReportDB,
         *,
         max_connections: int = MAX_CONNECTIONS,
+        per_source: int = PER_SOURCE,
         timeout: float = TIMEOUT,
         rate: float = RATE,
     ) -> None:
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(address)  # OSError to the caller
-        self.sock.listen(64)
-        self.address = self.sock.getsockname()[:2]
+        super().__init__(  # OSError (port taken, no such address) to the caller
+            address,
+            max_connections=max_connections,
+            per_source=per_source,
+            first_byte_timeout=FIRST_BYTE,
+            request_timeout=timeout,
+            connection_timeout=timeout,
+            workers=WORKERS,
+            wait_when_full=True,  # a burst of Epilogs waits in the backlog, not refused
+            idle_after=IDLE,
+        )
         self.key = key
         self.db = db
         self.timeout = timeout
         self.rate = rate
         self.stored = {k: 0 for k in reports.KINDS}  # since the last `take_counts`
-        self.refused = 0
-        self._slots = threading.BoundedSemaphore(max_connections)
-        self._max = max_connections
+        self.refused_reports = 0
+        self._closed = 0  # connections closed idle, at a cap or timed out, at the last take
         self._write = threading.Lock()  # one writer at a time (sqlite's rule anyway)
         self._counts = threading.Lock()
         self._buckets: dict[str, _Bucket] = {}
         self._log_window = (0.0, 0, 0)  # minute start, lines logged, lines suppressed
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="reports", daemon=True)
 
     def start(self) -> Receiver:
         try:
             self.db.prune()
         except (sqlite3.Error, OSError) as exc:
             log.warning("node reports: cannot prune %s: %s", self.db.path, clean(exc))
-        self._thread.start()
+        super().start()
         return self
 
-    def close(self) -> None:
-        self._stop.set()
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-        self._thread.join(2.0)
-
     def take_counts(self) -> dict[str, int]:
-        """Reports stored per kind (and ``refused``) since the last call."""
+        """Reports stored per kind, reports ``refused`` and connections ``closed`` (idle,
+        over a cap, timed out) since the last call."""
+        closed = self.refused + self.evicted + self.timed_out
         with self._counts:
-            out = {**self.stored, "refused": self.refused}
+            out = {**self.stored, "refused": self.refused_reports, "closed": closed - self._closed}
             self.stored = dict.fromkeys(self.stored, 0)
-            self.refused = 0
+            self.refused_reports = 0
+            self._closed = closed
         return out
 
-    def _accept(self) -> None:
-        self.sock.settimeout(0.5)
-        while not self._stop.is_set():
-            try:
-                conn, peer = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                if self._stop.is_set():
-                    return
-                time.sleep(0.05)
-                continue
-            # the others queue in the listen backlog meanwhile
-            if not self._slots.acquire(timeout=SLOT_WAIT):
-                conn.close()
-                self._refuse(
-                    peer, f"more than {self._max} connections at once for {SLOT_WAIT:g} s; closed"
-                )
-                continue
-            threading.Thread(
-                target=self._serve, args=(conn, peer), name="report", daemon=True
-            ).start()
-
-    def _serve(self, conn: socket.socket, peer: Any) -> None:
-        try:
-            lines = self._read(conn)
-            answers = self.handle(lines, peer)
-            if answers:
-                conn.settimeout(self.timeout)
-                conn.sendall("".join(f"{a}\n" for a in answers).encode())
-        except OSError:
-            pass  # the client went away: it sends again
-        finally:
-            try:
-                conn.close()
-            finally:
-                self._slots.release()
-
-    def _read(self, conn: socket.socket) -> list[bytes]:
-        """Complete lines until the client half-closes, `TIMEOUT` passes or the limits
-        are reached (what is read then is handled, the rest is not)."""
-        deadline = time.monotonic() + self.timeout
-        data = b""
-        while len(data) < BATCH_BYTES and data.count(b"\n") < reports.BATCH:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            conn.settimeout(left)
-            try:
-                chunk = conn.recv(65536)
-            except TimeoutError:
-                break
-            if not chunk:
-                break
-            data += chunk
-        lines = data.split(b"\n")[:-1][: reports.BATCH]  # the last is incomplete or empty
-        return lines
+    def _received(self, conn: Conn, eof: bool) -> None:
+        """The lines sent, once the client half-closes or a limit is reached (what is
+        read then is handled, the rest is not)."""
+        if not (eof or len(conn.got) >= BATCH_BYTES or conn.got.count(b"\n") >= reports.BATCH):
+            return
+        lines = bytes(conn.got[:BATCH_BYTES]).split(b"\n")[:-1][: reports.BATCH]
+        peer = conn.peer
+        self._submit(conn, lambda: ["".join(f"{a}\n" for a in self.handle(lines, peer)).encode()])
 
     def handle(self, lines: Sequence[bytes], peer: Any = None) -> list[str]:
         """The answer line to each report line (see `reports`)."""
@@ -439,7 +402,7 @@ class Receiver:
 
     def _refuse(self, peer: Any, text: str) -> None:
         with self._counts:
-            self.refused += 1
+            self.refused_reports += 1
             now = time.monotonic()
             start, logged, suppressed = self._log_window
             if now - start >= 60.0:

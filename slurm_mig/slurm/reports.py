@@ -9,8 +9,8 @@ from it travels as *reports*, small signed records the root hooks write and send
 - ``instances``: after every hook run, the node's instances (job -> MIG UUID, kept
   instances and for whom until when); an instance absent from a later one is destroyed;
 - ``memory``: the memory need ``mig-run`` learned in a run that it restarted (read by the
-  Epilog from the job's need file, see `read_need`), with the job's user: needs are
-  learned per user (`slurm_mig.runtimes`).
+  Epilog from the job's need file, see `slurm_mig.slurm.needarea`), with the job's uid:
+  needs are learned per owner (`slurm_mig.owner`), and one without is refused.
 
 The wire format, one line per report: `reportcodec`.
 
@@ -28,8 +28,12 @@ The spool (``<run_dir>/private/reports/``, root's, 0700) holds one file per repo
 written atomically (temporary file, fsync, rename) and named after the report
 (``run.<job>.<restart>``, ``memory.<job>.<restart>``, ``instances.<seq>``), so a hook
 that runs twice writes one file, and a newer ``instances`` snapshot replaces the unsent
-older ones. It is bounded (`MAX_FILES`, `MAX_SPOOL_BYTES`): beyond, the oldest files are
-dropped with a log line. Every hook run flushes at most `BATCH` reports within
+older ones. It is bounded (`MAX_FILES`, `MAX_SPOOL_BYTES`): beyond, files are
+dropped, never silently: instances snapshots first (the next one replaces them), then
+memory needs, accounting rows (``run``) last, the oldest of a kind first, each drop a
+warning in the hook's log naming what was lost and a ``report_drop`` event for the
+node metrics (``slurm_mig_node_reports_dropped_total{kind}``, alert
+``SlurmMigNodeReportsDropped``). Every hook run flushes at most `BATCH` reports within
 `FLUSH_SECONDS` (``connect`` gives up after `CONNECT_TIMEOUT`), so an absent daemon
 delays a hook by that much at most; ``slurm-mig node-flush`` (a systemd timer on the
 node) delivers the rest.
@@ -39,16 +43,23 @@ Standard library only: the hooks import this.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..safefs import grant_user
+from .needarea import (
+    _KEY_CHARS,  # noqa: F401  (the receiver checks keys with it)
+    MAX_NEED_FILE,
+    NEED_SUFFIX,
+    drop_need_area,
+    make_need_file,
+    need_path,
+    read_need,
+    write_need,
+)
 from .reportcodec import (
     KINDS,
     MAC_BYTES,
@@ -63,7 +74,6 @@ from .reportcodec import (
     plain,
     report_id,
     signed,
-    whole_number,
 )
 
 __all__ = [
@@ -86,6 +96,7 @@ __all__ = [
     "Warn",
     "after_hook",
     "check_payload",
+    "drop_need_area",
     "exchange",
     "instances_report",
     "make",
@@ -99,11 +110,9 @@ __all__ = [
     "run_report",
     "signed",
     "spool",
-    "trim_need_files",
     "write_need",
 ]
 
-MAX_NEED_FILE = 512  # bytes of mig-run's need file
 MAX_FILES = 2000  # spool files kept at a node
 MAX_SPOOL_BYTES = 16 << 20
 BATCH = 64  # reports per connection
@@ -111,11 +120,11 @@ SEND_BYTES = 512 << 10  # bytes per connection (the receiver reads up to 1 MiB)
 CONNECT_TIMEOUT = 0.3  # seconds
 FLUSH_SECONDS = 1.0  # most a hook spends delivering
 SPOOL = "reports"
-NEED_SUFFIX = ".need"  # task/<job_id>.need: mig-run's memory need, written as the user
 PERMANENT = ("conflict", "invalid", "oversize")  # refusals a retry cannot change
-_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 Warn = Callable[[str], None]
+Event = Callable[[str, str], None]  # (event, label) for the node metrics
+DROP_ORDER = ("other", "instances", "memory", "run")  # what a full spool drops first
 
 
 # -- the spool ------------------------------------------------------------------------------
@@ -124,9 +133,10 @@ Warn = Callable[[str], None]
 class Spool:
     """The node's undelivered reports, a file each, in ``<run_dir>/private/reports``."""
 
-    def __init__(self, run_dir: Path, warn: Warn | None = None) -> None:
+    def __init__(self, run_dir: Path, warn: Warn | None = None, event: Event | None = None) -> None:
         self.dir = Path(run_dir) / "private" / SPOOL
         self._warn = warn or (lambda _text: None)
+        self._event = event or (lambda _name, _label: None)
 
     def _ready(self) -> None:
         from ..safefs import secure_dir
@@ -188,20 +198,27 @@ class Spool:
             except OSError:
                 sizes.append(0)
         total, count = sum(sizes), len(files)
-        dropped = 0
-        for p, size in zip(files, sizes):
+        if count <= MAX_FILES and total <= MAX_SPOOL_BYTES:
+            return
+        dropped: dict[str, int] = {}
+        for p, size in sorted(zip(files, sizes), key=lambda f: _drop_rank(f[0].name)):
             if count <= MAX_FILES and total <= MAX_SPOOL_BYTES:
                 break
             p.unlink(missing_ok=True)
-            dropped += 1
+            kind = _kind(p.name)
+            dropped[kind] = dropped.get(kind, 0) + 1
             count -= 1
             total -= size
-        if dropped:
-            self._warn(
-                f"report spool {self.dir} full ({MAX_FILES} files, {MAX_SPOOL_BYTES >> 20} MiB): "
-                f"dropped the {dropped} oldest undelivered report(s); is [planner] reports "
-                "reachable from this node?"
-            )
+        for kind, n in dropped.items():
+            for _ in range(n):
+                self._event("report_drop", kind)
+        what = ", ".join(f"{n} {k}" for k, n in dropped.items())
+        self._warn(
+            f"report spool {self.dir} full ({MAX_FILES} files, {MAX_SPOOL_BYTES >> 20} MiB): "
+            f"LOST {what} undelivered report(s), the oldest of the least needed kind first "
+            "(accounting rows last); is [planner] reports reachable from this node? "
+            "(slurm-mig node-flush delivers the rest)"
+        )
 
     def flush(
         self,
@@ -259,6 +276,18 @@ class Spool:
         if len(answers) < len(batch) and problem is None:
             problem = f"{len(batch) - len(answers)} report(s) kept for later: no answer"
         return delivered, problem
+
+
+def _kind(name: str) -> str:
+    kind = name.split(".", 1)[0]
+    return kind if kind in KINDS else "other"
+
+
+def _drop_rank(name: str) -> int:
+    """Which spool files a full spool drops first: anything not a report, then the
+    instances snapshots (the next one replaces them), then memory needs, and accounting
+    rows (``run``: nothing else has them) last; the files come oldest first."""
+    return DROP_ORDER.index(_kind(name))
 
 
 def _read_small(path: Path, most: int) -> str:
@@ -320,115 +349,6 @@ def instances_report(key: bytes, node: str, state: Any, seq: int) -> str:
     return make(key, node, "instances", data, seq=seq)
 
 
-def need_path(run_dir: Path, job_id: str) -> Path:
-    """Where ``mig-run`` of the job writes its memory need (the Prolog makes the file, the
-    hooks' own, in root's ``task/`` directory)."""
-    return Path(run_dir) / "task" / f"{job_id}{NEED_SUFFIX}"
-
-
-def make_need_file(run_dir: Path, job_id: str, uid: int | None) -> None:
-    """The Prolog: an empty need file the job's user may write but not read (root's,
-    0600, and an ACL entry ``user:<uid>:-w-``). The user owns nothing in the run
-    directory: they cannot change the file's mode, replace it (``task/`` is root's) or
-    keep it after the job with a hard link (that needs read and write access, or
-    ownership); what they write into it the Epilog reads as untrusted input, and a
-    Prolog short of room truncates it (`trim_need_files`). OSError on failure."""
-    if uid is None or not plain(job_id):
-        return
-    path = need_path(run_dir, job_id)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        return
-    try:
-        os.fchmod(fd, 0o600)
-        if uid != os.geteuid():
-            grant_user(fd, uid, 2)
-    finally:
-        os.close(fd)
-
-
-def trim_need_files(run_dir: Path) -> int:
-    """Truncate every need file over `MAX_NEED_FILE` bytes (a user filling the run
-    directory's disk through theirs, which the Epilog would ignore anyway); how many."""
-    trimmed = 0
-    try:
-        names = [n for n in os.listdir(Path(run_dir) / "task") if n.endswith(NEED_SUFFIX)]
-    except OSError:
-        return 0
-    for name in names:
-        try:
-            fd = os.open(Path(run_dir) / "task" / name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            if os.fstat(fd).st_size > MAX_NEED_FILE:
-                os.ftruncate(fd, 0)
-                trimmed += 1
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return trimmed
-
-
-def write_need(path: Path, key: str, need: int) -> None:
-    """``mig-run`` (the job's user): the learned need into the job's need file, which
-    must exist (the Prolog made it). OSError when it cannot be written."""
-    text = json.dumps({"key": key, "need": int(need)}, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def read_need(
-    path: Path, uid: int | None, most_bytes: int, hint_key: str | None
-) -> tuple[dict[str, Any] | None, str | None]:
-    """The Epilog (root): the job's need file as untrusted input: not followed if a
-    symlink, a regular file of one link made by the Prolog, at most `MAX_NEED_FILE`
-    bytes, ``{"key": str, "need": int}`` with a plain key (the job's hint key when it has
-    one) and 1 <= need <= ``most_bytes``. (the need, None), (None, why not) or
-    (None, None) when there is nothing (no file, empty)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"memory need file {path.name} not read: {_why(exc)}"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            return None, f"memory need file {path.name} is not a plain file; ignored"
-        # the hooks' own (a need file of slurm-mig before issue 18 is the user's)
-        if uid is None or st.st_uid not in (os.geteuid(), uid):
-            return None, f"memory need file {path.name} is not the job user's; ignored"
-        raw = os.read(fd, MAX_NEED_FILE + 1)
-    except OSError as exc:
-        return None, f"memory need file {path.name} not read: {_why(exc)}"
-    finally:
-        os.close(fd)
-    if not raw.strip():
-        return None, None
-    if len(raw) > MAX_NEED_FILE:
-        return None, f"memory need file {path.name} is over {MAX_NEED_FILE} bytes; ignored"
-    try:
-        data = json.loads(raw.decode("ascii"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None, f"memory need file {path.name} is not JSON; ignored"
-    if not isinstance(data, dict) or set(data) != {"key", "need"}:
-        return None, f"memory need file {path.name} is not {{key, need}}; ignored"
-    key, need = data["key"], data["need"]
-    if not (isinstance(key, str) and 0 < len(key) <= 128 and _KEY_CHARS.issuperset(key)):
-        return None, f"memory need file {path.name}: the key is not a job kind; ignored"
-    if hint_key is not None and key != hint_key:
-        return None, f"memory need file {path.name}: key {key!r} is not the job's; ignored"
-    if not whole_number(need) or not 0 < need <= most_bytes:
-        return None, f"memory need file {path.name}: the need is out of range; ignored"
-    return {"key": key, "need": need}, None
-
-
 def after_hook(
     hook: str,
     config: Any,
@@ -441,14 +361,14 @@ def after_hook(
     """What a hook reports, spooled and flushed when ``[planner] reports`` is set: the
     Epilog's run row and the job's memory need, and the node's instances after every
     Prolog, Epilog and reclaim; the Prolog of a started job also makes the job's need
-    file. Never raises: problems are warnings on ``outcome``."""
+    area, which every Epilog removes. Never raises: problems are warnings on ``outcome``."""
     from ..config import parse_address
 
     address = parse_address(getattr(config, "reports", ""))
     run_dir = config.run_dir_for(node)
     try:
-        if hook == "prolog" and job is not None and outcome.started:
-            make_need_file(run_dir, job.job_id, job.uid)
+        if hook == "prolog" and job is not None and outcome.started and address is not None:
+            _make_area(run_dir, job, outcome)
         if address is None:
             return
         key = spool(hook, config, node, outcome, env, job, hint_key)
@@ -457,6 +377,26 @@ def after_hook(
             outcome.warn(failed)
     except Exception as exc:  # reports never fail a hook
         outcome.warn(f"reports: {type(exc).__name__}: {exc}")
+    finally:
+        if hook == "epilog" and job is not None:
+            _drop_area(run_dir, job, outcome)
+
+
+def _make_area(run_dir: Path, job: Any, outcome: Any) -> None:
+    try:
+        make_need_file(run_dir, job.job_id, job.uid)
+    except OSError as exc:
+        outcome.warn(
+            f"no memory-need file for mig-run: cannot make its area: {_why(exc)} "
+            "(the hooks mount a 4 KiB tmpfs per job: they need CAP_SYS_ADMIN)"
+        )
+
+
+def _drop_area(run_dir: Path, job: Any, outcome: Any) -> None:
+    try:
+        drop_need_area(run_dir, job.job_id)
+    except OSError as exc:
+        outcome.warn(f"the job's memory-need area is left behind: {_why(exc)}")
 
 
 def spool(
@@ -470,12 +410,13 @@ def spool(
 ) -> bytes:
     """Spool the hook's reports (see `after_hook`); the site key they are signed with."""
     from ..geometry import get_model
+    from ..owner import valid_uid
     from .assignment import load_key
     from .nodestate import NodeState
 
     key = load_key(config.key_file)
     run_dir = config.run_dir_for(node)
-    box = Spool(run_dir, warn=outcome.warn)
+    box = Spool(run_dir, warn=outcome.warn, event=getattr(outcome, "event", None))
     finished = getattr(outcome, "finished", None)
     if hook == "epilog" and finished is not None:
         name = f"run.{finished['job_id']}.{finished['restart']}"
@@ -486,13 +427,11 @@ def spool(
         need, problem = read_need(path, job.uid, most, hint_key)
         if problem:
             outcome.warn(problem)
-        if need is not None:
-            user = env.get("SLURM_JOB_USER", "")
-            if plain(user):  # needs are learned per user: one user's cannot size another's
-                need = {**need, "user": user}
+        if need is not None and valid_uid(job.uid):
+            # learned per owner (the uid, `slurm_mig.owner`): one user's cannot size another's
+            need = {**need, "uid": job.uid}
             line = make(key, node, "memory", need, job=job.job_id, restart=job.restart)
             box.put(f"memory.{job.job_id}.{job.restart}", line)
-        path.unlink(missing_ok=True)
     seq = time.time_ns()
     state = NodeState(run_dir, warn=outcome.warn)
     box.put(f"instances.{seq:020d}", instances_report(key, node, state, seq), "instances.")

@@ -8,8 +8,10 @@ plugin skips such jobs, and so does sprio), so `job_priority` adds up Slurm's ow
 multifactor terms from the factors Slurm reports (``scontrol show assoc_mgr``: each
 association's fairshare factor and priority, each QOS's priority; ``scontrol show
 partition``: PriorityJobFactor) with the site's weights (``scontrol show config``), as
-Slurm's priority/multifactor documents them. Age counts from submission, as Slurm's
-``PriorityFlags=ACCRUE_ALWAYS`` counts it: the planner's hold is not the user's doing.
+Slurm's priority/multifactor documents them. Age counts from when the job became
+eligible, as Slurm counts it (`eligible_since`: its ``--begin`` time, none while that is
+ahead), or from submission under ``PriorityFlags=ACCRUE_ALWAYS``; the planner's own
+hold is not the user's doing and never counts against it.
 The job-size and TRES terms are left out (every job of the MIG partition asks for one
 GPU slice). `limit_reason` reads the limits and what Slurm says is in use; Slurm stays
 the judge: a job it keeps pending for a limit after release is noticed by its reason
@@ -25,6 +27,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
 
+from .jobrecord import parse_admin_comment
+
 __all__ = [
     "Assoc",
     "Limit",
@@ -33,6 +37,7 @@ __all__ = [
     "SitePolicy",
     "Weights",
     "admit",
+    "eligible_since",
     "is_limit_reason",
     "job_priority",
     "parse_assoc_mgr",
@@ -61,6 +66,7 @@ class Weights:
     partition: float = 0.0
     qos: float = 0.0
     max_age: float = 7 * 86400.0  # seconds
+    accrue_always: bool = False  # PriorityFlags=ACCRUE_ALWAYS: age from submission
 
     @property
     def multifactor(self) -> bool:
@@ -198,6 +204,7 @@ def parse_config(text: str) -> Weights:
         partition=weight("PriorityWeightPartition"),
         qos=weight("PriorityWeightQOS"),
         max_age=_duration(values.get("PriorityMaxAge", "7-00:00:00")),
+        accrue_always="ACCRUE_ALWAYS" in values.get("PriorityFlags", "").upper().split(","),
     )
 
 
@@ -395,8 +402,8 @@ def job_priority(policy: SitePolicy, job, now: float) -> int:
     w = policy.weights
     if not w.multifactor:
         return 0
-    submitted = job.submit_time if job.submit_time is not None else now
-    age = min(1.0, max(0.0, now - submitted) / w.max_age) if w.max_age > 0 else 0.0
+    since = eligible_since(job, now, w.accrue_always)
+    age = min(1.0, max(0.0, now - since) / w.max_age) if w.max_age > 0 else 0.0
     assoc = policy.assoc_of(job.account, job.user, _first(job.partition), _job_uid(job))
     fs = 0.0
     if assoc is not None:
@@ -409,6 +416,24 @@ def job_priority(policy: SitePolicy, job, now: float) -> int:
     pf = part[0] / max_part if part is not None and max_part else 0.0
     total = w.age * age + w.assoc * a + w.fairshare * fs + w.partition * pf + w.qos * qf
     return max(1, int(total) - int(getattr(job, "nice", 0) or 0))
+
+
+def eligible_since(job, now: float, accrue_always: bool = False) -> float:
+    """When the job's age starts: its submission under ACCRUE_ALWAYS, else its
+    ``--begin`` time (``now`` while that is ahead: no age yet), else its submission. On
+    a held job Slurm's EligibleTime is the ``--begin`` only; on one the planner has
+    released (its record in the AdminComment) a time at or after the plan was issued is
+    Slurm's own stamp of that release, not the user's, and is passed over."""
+    submitted = job.submit_time if job.submit_time is not None else now
+    eligible = getattr(job, "eligible_time", None)
+    if accrue_always or not isinstance(eligible, int | float) or eligible <= submitted:
+        return submitted
+    if eligible > now:
+        return now
+    record = parse_admin_comment(getattr(job, "admin_comment", "") or "")
+    if record is not None and eligible >= record.issued:
+        return submitted
+    return float(eligible)
 
 
 def _job_uid(job) -> int | None:

@@ -69,34 +69,41 @@ def describe(inst: MigInstance) -> str:
 
 def checklist(partition: str, state_dir: str, run_dir: str, config: str) -> list[str]:
     """The steps of an uninstall in order, one command or edit each (printed, never run):
-    the planner stops, the hooks go out of slurm.conf, the held jobs are released, each
-    node's leftover instances are destroyed, then the GRES lines and files go."""
+    the planner stops, the partition's MIG jobs end, each node's leftover instances are
+    destroyed, then the GRES records go, and only then job_submit.lua and the hooks
+    (which keep refusing slice records and cleaning up until no record is left), the
+    held jobs are released, and the files go."""
     return [
         "On the controller (and the backup controller):",
-        "  1. systemctl disable --now slurm-mig-planner slurm-mig-planner-standby",
-        "  2. slurm.conf: remove JobSubmitPlugins=lua (or lua from the list) and delete "
+        "  1. systemctl disable --now slurm-mig-planner slurm-mig-planner-standby "
+        f"(jobs of partition {partition} now stay held: none gets a slice)",
+        "  2. jobs the planner released ahead that have not started carry a MIG GRES record "
+        "(TresPerNode=gres:gpu:m<N>g<g>:1): cancel or requeue them; wait for the running "
+        f"jobs of partition {partition} to end (squeue -p {partition} -t R)",
+        "On each GPU node, once its MIG jobs have ended:",
+        "  3. systemctl disable --now slurm-mig-node-flush.timer slurm-mig-caps",
+        "  4. slurm-mig uninstall --destroy-instances --dry-run, then without --dry-run: "
+        "the MIG instances no process uses are destroyed (refused while one is in use)",
+        "  5. gres.conf: remove the lines of 'slurm-mig gres-conf' (NodeName=<node> "
+        "AutoDetect=off and the Name=gpu Type=m<N>g<g> records); slurm.conf: remove "
+        "Gres=gpu:m0g0:1,... from the node's NodeName line; scontrol reconfigure and "
+        "restart slurmd (before step 6: the hooks stay while a slice record exists, to "
+        "refuse and clean up its use)",
+        "On the controller, once no node has a slice record:",
+        "  6. slurm.conf: remove JobSubmitPlugins=lua (or lua from the list) and delete "
         "job_submit.lua beside it; remove Prolog=, Epilog=, TaskProlog= of slurm-mig (and "
         "PrologFlags=Alloc if nothing else needs it); scontrol reconfigure",
-        f"  3. slurm-mig uninstall --release-jobs --dry-run, then without --dry-run: the "
+        f"  7. slurm-mig uninstall --release-jobs --dry-run, then without --dry-run: the "
         f"jobs of partition {partition} the planner holds are released (they then run "
         "without a MIG slice: move them to another partition or cancel them first if "
         "they need a GPU)",
-        "     jobs the planner released ahead that have not started carry a MIG GRES record "
-        "(TresPerNode=gres:gpu:m<N>g<g>:1): cancel or requeue them before step 6",
-        "On each GPU node, once its MIG jobs have ended:",
-        "  4. systemctl disable --now slurm-mig-node-flush.timer slurm-mig-caps",
-        "  5. slurm-mig uninstall --destroy-instances --dry-run, then without --dry-run: "
-        "the MIG instances no process uses are destroyed (refused while one is in use)",
-        "  6. gres.conf: remove the lines of 'slurm-mig gres-conf' (NodeName=<node> "
-        "AutoDetect=off and the Name=gpu Type=m<N>g<g> records); slurm.conf: remove "
-        "Gres=gpu:m0g0:1,... from the node's NodeName line; scontrol reconfigure and "
-        "restart slurmd",
-        f"  7. rm -r {run_dir}; nvidia-smi -i N -mig 0 on idle GPUs if MIG is no longer "
-        "wanted (the capability nodes under /dev/nvidia-caps are the driver's: leave them)",
+        f"  8. on each GPU node: rm -r {run_dir}; nvidia-smi -i N -mig 0 on idle GPUs if MIG "
+        "is no longer wanted (the capability nodes under /dev/nvidia-caps are the "
+        "driver's: leave them)",
         "Then on every host:",
-        "  8. rm /etc/systemd/system/slurm-mig-*; systemctl daemon-reload",
-        f"  9. keep or remove {state_dir} (profiles.sqlite: learned runtimes; "
+        "  9. rm /etc/systemd/system/slurm-mig-*; systemctl daemon-reload",
+        f" 10. keep or remove {state_dir} (profiles.sqlite: learned runtimes; "
         "accounting.sqlite: accounting by MIG profile; reports.sqlite: node reports), "
         f"{config} and the signing key; rm -r /opt/slurm-mig (the virtualenv)",
-        " 10. Prometheus and Grafana: remove the slurm-mig alert rules and dashboard",
+        " 11. Prometheus and Grafana: remove the slurm-mig alert rules and dashboard",
     ]

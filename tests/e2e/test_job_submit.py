@@ -26,9 +26,14 @@ from slurm_mig.jobcomment import without_tokens
 from slurm_mig.memory.modes import with_mem_hint
 from slurm_mig.sitefiles import site_file
 from slurm_mig.slurm import gres
+from slurm_mig.slurm.apply import apply_actions
 from slurm_mig.slurm.assignment import Assignment, sign
+from slurm_mig.slurm.client import SlurmClient
+from slurm_mig.slurm.cycle import Hold
+from slurm_mig.slurm.cycle.actions import held_again
 
 from .cluster import LocalSlurm
+from .conftest import squeue_job
 
 LUA = site_file("job_submit.lua")  # the package data that `slurm-mig site-files` writes
 USER = "nobody"
@@ -717,3 +722,132 @@ def test_slips_in_a_hint_are_refused_at_sbatch_with_the_fix(cluster: LocalSlurm)
     # what the fixes say is accepted
     for comment in ("mig:mem=12G", "train mig:time=2h", "mig:mem=1048576", "mig:time=2h hours"):
         assert lua_verdict(cluster, comment) is None, comment
+
+
+# --- every way into the MIG partition (issue 34, holes 1, 5, 7, 8) ----------------------
+NOT_UTF8 = "is not UTF-8 (byte 2 is 0xff); write it in UTF-8"
+HET_MOVE = "slurm-mig: a heterogeneous job cannot move to the mig partition"
+ONE_NODE = "slurm-mig: a job of the mig partition runs on one node"
+NICE = "slurm-mig: nice cannot change while the slurm-mig planner holds the job"
+
+
+def test_a_name_or_comment_that_is_not_utf8_is_refused_with_one_line(
+    cluster: LocalSlurm,
+) -> None:
+    """One byte that is not UTF-8 in a job name or comment stopped every plan of the
+    partition: refused at sbatch, at the owner's update and at a move into it."""
+    bad = "a\udcffb"  # the byte 0xff, as sbatch's argument
+    for kwargs, field in (({"comment": bad}, "comment"), ({"name": bad}, "job name")):
+        res = cluster.try_sbatch("true", partition="mig", user=USER_UID, **kwargs)
+        lines = [ln for ln in res.stderr.splitlines() if "slurm-mig" in ln]
+        assert res.returncode != 0 and len(lines) == 1, res.stderr
+        assert f"slurm-mig: the {field} {NOT_UTF8}" in lines[0]
+    job = cluster.sbatch("true", partition="mig", comment="fine", user=USER_UID)
+    for fields in (f"Comment={bad}", f"JobName={bad}"):
+        assert_user_update_refused(cluster, NOT_UTF8, job, fields)
+    assert comment_of(cluster, job) == "fine"
+    named = cluster.sbatch("true", "--hold", partition="debug", name=bad, user=USER_UID)
+    assert_user_update_refused(cluster, f"the job name {NOT_UTF8}", named, "Partition=mig")
+    assert cluster.job_field(named, "Partition") == "debug"
+    cluster.run("scancel", job, named)
+
+
+def test_a_heterogeneous_job_cannot_move_into_the_mig_partition(cluster: LocalSlurm) -> None:
+    """Hole 5: the hetjob check was at submit only; a move into the partition was
+    taken, and the planner's release of the leader failed every cycle. job_modify reads
+    job_rec.het_job_id (22.05 to 26.05): refused for its owner and for root alike."""
+    res = sbatch_as_user(cluster, "-p", "debug", "--hold", ":", "-p", "debug")
+    assert res.returncode == 0, res.stderr
+    leader = res.stdout.strip().split(";")[0]
+    assert_user_update_refused(cluster, HET_MOVE, leader, "Partition=mig")
+    root = update(cluster, leader, "Partition=mig")
+    assert root.returncode != 0
+    if cluster.install.version >= (23, 2):
+        assert HET_MOVE in root.stderr and "submit each component" in root.stderr
+    assert cluster.job_field(leader, "Partition") == "debug"
+    cluster.run("scancel", leader)
+
+
+def test_a_job_on_more_than_one_node_cannot_enter_the_mig_partition(slurm_shared) -> None:
+    """Hole 7: `sbatch -p mig -N 2` was taken and looped through requeues. job_desc's
+    min_nodes/max_nodes at sbatch and update, job_rec's at a move (22.05 to 26.05)."""
+    two = slurm_shared(nodes=("t1", "t2"), job_submit_lua=LUA)
+    for nodes in ("-N2", "-N1-2"):
+        res = sbatch_as_user(two, "-p", "mig", nodes)
+        lines = [ln for ln in res.stderr.splitlines() if "slurm-mig" in ln]
+        assert res.returncode != 0 and len(lines) == 1, res.stderr
+        assert ONE_NODE in lines[0] and "remove -N/--nodes" in lines[0]
+    held = two.sbatch("true", partition="mig", user=USER_UID)
+    assert_user_update_refused(two, ONE_NODE, held, "NumNodes=2")
+    assert update(two, held, "NumNodes=2").returncode != 0  # root too
+    assert two.job_field(held, "NumNodes") in ("1", "1-1")  # 24.11 and later: "1-1"
+    res = sbatch_as_user(two, "-p", "debug", "-N2", "--hold")
+    assert res.returncode == 0, res.stderr
+    wide = res.stdout.strip()
+    assert_user_update_refused(two, "leave NumNodes at 1", wide, "Partition=mig")
+    assert two.job_field(wide, "Partition") == "debug"
+    two.run("scancel", held, wide)
+
+
+def test_nice_cannot_lift_the_planners_hold(cluster: LocalSlurm) -> None:
+    """Hole 8: under priority/basic `scontrol update nice=` set a held job's priority
+    to 2, and Slurm could start it. Refused while it is held (job_rec.priority 0), for
+    root too; a released job's owner may still lower its priority."""
+    job = cluster.sbatch("sleep 60", partition="mig", comment="mig:time=1m", user=USER_UID)
+    assert_user_update_refused(cluster, NICE, job, "Nice=100")
+    assert update(cluster, job, "Nice=100").returncode != 0
+    assert (show(cluster, job)["Priority"], show(cluster, job)["Nice"]) == ("0", "0")
+    blocker = cluster.sbatch("sleep 60", partition="debug", user="0")
+    cluster.run("scontrol", "update", f"JobId={job}", f"Dependency=afterany:{blocker}")
+    cluster.run("scontrol", "release", job)
+    assert update(cluster, job, "Nice=10", user=USER).returncode == 0
+    assert show(cluster, job)["Nice"] == "10"
+    cluster.run("scancel", job, blocker)
+
+
+def test_a_job_the_planner_holds_again_loses_its_token_and_gres_record(
+    cluster: LocalSlurm,
+) -> None:
+    """Hole 8's other half: a job held again after a release kept the token and GRES
+    record of that plan, so any lift of the hold started it there. The planner's hold
+    clears both in its one update (`Hold.scrub`), on every release."""
+    blocker = cluster.sbatch("sleep 60", partition="debug", user="0")
+    job = cluster.sbatch("true", partition="mig", comment="mig:time=1m", user=USER_UID)
+    old = f"mig:time=1m migplan={token(job, '2g.10gb', (0, 2), 1.0)}"
+    cluster.run(
+        "scontrol", "update", f"JobId={job}", f"Comment={old}",
+        f"TresPerNode={gres.tres_per_node(gres.Record(0, 3))}",
+        f"Dependency=afterany:{blocker}",
+    )  # fmt: skip
+    cluster.run("scontrol", "release", job)
+    assert "m0g3" in show_o(cluster, job)
+    client = SlurmClient(env=cluster.env)
+    hold = held_again(Hold(job, "released, but not started"), squeue_job(client, job))
+    report = apply_actions([hold], client, key=b"k" * 32)
+    assert not report.failed and report.calls == 1
+    assert show(cluster, job)["Priority"] == "0"
+    assert comment_of(cluster, job) == "mig:time=1m"
+    assert "gpu" not in show_o(cluster, job).lower()
+    cluster.run("scancel", job, blocker)
+
+
+TIME_FIXED = "slurm-mig: time= cannot change once the planner has released the job"
+
+
+def test_a_released_jobs_time_hint_cannot_be_raised_to_hide_an_overrun(
+    cluster: LocalSlurm,
+) -> None:
+    """Issue 34, hole 3: an overrun is judged against the job's time=; raising it on a
+    running job would hide it. Held, the owner may change it (the planner plans again);
+    once released, time= is fixed and mem= may still change (mig-run writes it)."""
+    blocker = cluster.sbatch("sleep 60", partition="debug", user="0")
+    cluster.wait_job(blocker, ["RUNNING"], timeout=60)
+    job = cluster.sbatch("true", partition="mig", comment="mig:time=1", user=USER_UID)
+    assert update(cluster, job, "Comment=mig:time=2", user=USER).returncode == 0
+    cluster.run("scontrol", "update", f"JobId={job}", "Dependency=afterany:" + blocker)
+    cluster.run("scontrol", "release", job)  # as the planner does; it waits for blocker
+    assert_user_update_refused(cluster, TIME_FIXED, job, "Comment=mig:time=600")
+    assert_user_update_refused(cluster, TIME_FIXED, job, "Comment=mig:mem=4G")
+    assert update(cluster, job, "Comment=mig:time=2,mem=8G", user=USER).returncode == 0
+    assert comment_of(cluster, job) == "mig:time=2,mem=8G"
+    cluster.run("scancel", job, blocker)

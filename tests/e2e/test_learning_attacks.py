@@ -13,9 +13,11 @@ import pytest
 from slurm_mig.config import load_config
 from slurm_mig.demo.live import LiveCluster
 from slurm_mig.geometry import get_model
+from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import PRIOR, RuntimeStore, estimate_times
+from slurm_mig.slurm.estimates import Estimator
 
-from .conftest import live_cluster
+from .conftest import host_release_only, live_cluster
 from .conftest import wait_until as _wait
 
 ATTACKER = "65534"
@@ -41,7 +43,7 @@ def test_another_users_instant_jobs_do_not_shorten_a_hinted_job(lc):
     lc.wait_done(attack, 120)
 
     def learned():
-        runs = store.observations("resnet50", model.name, "nobody")
+        runs = store.observations("resnet50", model.name, owner_of(int(ATTACKER)))
         return sum(len(v) for v in runs.values()) == 3 and runs
 
     runs = _wait(learned, 60, "the attacker's three runs learned")
@@ -63,3 +65,63 @@ def test_another_users_instant_jobs_do_not_shorten_a_hinted_job(lc):
     assert b.planned_seconds < 10.0, (b, runs)
     jobs = lc.jobs()
     assert (jobs[victim].user, jobs[own].user) == ("daemon", "nobody")
+
+
+BADNAME = "CAMPUS\\mallory"  # a directory-service name outside [A-Za-z0-9_.@+-]
+WRITE_NEED = (
+    "/usr/bin/python3 -c 'import json, os, sys; "
+    'p = os.path.join(sys.argv[1], "task", os.environ["SLURM_JOB_ID"] + ".need", "need"); '
+    "fd = os.open(p, os.O_WRONLY | os.O_TRUNC); "
+    'os.write(fd, json.dumps({"key": "resnet50", "need": int(sys.argv[2])}).encode())\''
+)
+
+
+@pytest.fixture
+def badname_uid():
+    """A local user named ``CAMPUS\\mallory`` (useradd --badname), removed afterwards."""
+    import pwd
+    import subprocess
+
+    uid = next(u for u in range(4343, 4443) if not _uid_taken(pwd, u))
+    made = subprocess.run(
+        ["useradd", "--badname", "-M", "-N", "-u", str(uid), "-s", "/usr/sbin/nologin", BADNAME],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot create the user {BADNAME!r}: {made.stderr.strip()}")
+    try:
+        yield uid
+    finally:
+        subprocess.run(["userdel", BADNAME], capture_output=True, check=False)
+
+
+def _uid_taken(pwd, uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+@host_release_only
+def test_a_user_named_outside_every_rule_never_sizes_another_users_job(lc, badname_uid):
+    """Issue 34, hole 9: the Epilog dropped a user name like ``CAMPUS\\mallory`` from the
+    memory report, the receiver stored it as the site-wide prior, and another user's
+    job without ``mem=`` was planned with 39 GiB. The report carries the uid now."""
+    model = get_model(lc.model)
+    need = model.memory_bytes - (1 << 30)
+    store = RuntimeStore(lc.state_dir / "profiles.sqlite")
+    lc.start_planner()
+    attack = _submit(lc, f"{WRITE_NEED} {lc.run_root} {need}", str(badname_uid))
+    assert lc.wait_done([attack], 120)[attack].state == "COMPLETED", lc.cluster.logs()
+    assert lc.jobs()[attack].user == BADNAME
+    mine = owner_of(badname_uid)
+    _wait(lambda: store.memory_need("resnet50", mine) == need, 60, "the need, under her uid")
+    assert store.memory_need("resnet50", PRIOR) is None  # never the prior
+    victim = _submit(lc, "true", VICTIM)  # mig:key=resnet50 and no mem=
+    listed = _wait(lambda: lc.jobs().get(victim), 60, "the victim in squeue")
+    # the planner's estimate of the victim, from the real store: no memory need at all
+    estimate = Estimator(load_config(lc.config_path), store)(listed, [model.name])
+    assert estimate.mem is None and estimate.owner == owner_of(int(VICTIM)), estimate
+    assert lc.wait_done([victim], 120)[victim].state == "COMPLETED"

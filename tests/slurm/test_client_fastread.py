@@ -38,6 +38,7 @@ BASE = {
     "State": "PENDING",
     "Reason": "JobHeldUser",
     "PriorityLong": "0",
+    "NumNodes": "1",
     "RestartCnt": "0",
     "exit_code": "0",
     "SubmitTime": "1795633577",
@@ -202,7 +203,6 @@ def test_a_pending_array_printed_per_task_is_one_record() -> None:
         (record(State="FAILED", exit_code="x"), "exit_code"),
         (record(Reason="some free text"), "reason code"),
         (record(UserName="nobody", UserID="1234"), "user name"),
-        (record(Comment=b"\xff\xfe"), "UTF-8"),
     ],
 )
 def test_what_falls_back(out: bytes, why: str) -> None:
@@ -241,13 +241,30 @@ def test_any_comment_round_trips_or_falls_back(comment: bytes, name: bytes) -> N
     except FastReadError:
         return
     assert one == replace(BASE_JOB, job_id="1") and three == replace(BASE_JOB, job_id="3")
-    unpad = comment.rstrip(b" ").decode()
+    unpad = comment.rstrip(b" ").decode("utf-8", "replace")
     assert two.comment == ("" if unpad == "(null)" else unpad)
-    unpad = name.rstrip(b" ").decode()
+    unpad = name.rstrip(b" ").decode("utf-8", "replace")
     assert two.name == ("" if unpad == "(null)" else unpad)
     assert replace(two, comment=BASE_JOB.comment, name=BASE_JOB.name) == replace(
         BASE_JOB, job_id="2"
     )
+
+
+@pytest.mark.parametrize(
+    "field, raw, read",
+    [
+        ("Name", b"bad\xff", "bad\ufffd"),
+        ("Comment", "mig:time=30,mem=4G café".encode("latin-1"), "mig:time=30,mem=4G caf\ufffd"),
+    ],
+)
+def test_a_byte_that_is_not_utf8_costs_only_its_own_field(field, raw, read) -> None:
+    """Issue 34, hole 1: a job name or comment in Latin-1 is read with U+FFFD in place of
+    the bad byte; its record and every other job read as they are (no fall-back to the
+    JSON, which would carry the same byte)."""
+    out = record(JobID="1") + record(JobID="2", **{field: raw}) + record(JobID="3")
+    one, two, three = jobs_from_fixed_width(out)
+    assert getattr(two, field.lower()) == read
+    assert one == replace(BASE_JOB, job_id="1") and three == replace(BASE_JOB, job_id="3")
 
 
 # --- SlurmClient: which path reads -----------------------------------------------------
@@ -415,3 +432,25 @@ def test_a_record_read_before_is_not_parsed_again_and_a_changed_one_is() -> None
     # a record that fills a field is refused whatever was read before
     with pytest.raises(FieldFilled):
         jobs_from_fixed_width(record(Comment="c" * 2000), WIDE, again, {})
+
+
+def test_the_json_read_takes_a_name_that_is_not_utf8(tmp_path: Path) -> None:
+    """Issue 34, hole 1, on the JSON path (22.05 reads it when any name in the queue is
+    too long for the fixed width): Slurm prints the name's bytes as they are; the job
+    is read with U+FFFD in place of the bad byte and the other jobs as they are."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    jobs = [
+        {"job_id": 41, "name": "NAME", "job_state": "PENDING", "priority": 0},
+        {"job_id": 42, "name": "honest", "job_state": "PENDING", "priority": 0},
+    ]
+    out = json.dumps({"jobs": jobs}).encode().replace(b"NAME", b"bad\xff\xe9")
+    (tmp_path / "out").write_bytes(out)
+    (bin_dir / "squeue").write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"sys.stdout.buffer.write(open({str(tmp_path / 'out')!r}, 'rb').read())\n"
+    )
+    (bin_dir / "squeue").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    got = SlurmClient(env=env, fast_read=False).jobs()
+    assert [(j.job_id, j.name) for j in got] == [("41", "bad\ufffd\ufffd"), ("42", "honest")]

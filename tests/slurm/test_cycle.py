@@ -80,6 +80,7 @@ class SimJob:
     exit_code: int | None = None
     dependency: str = ""  # "afterany:a:b", as scontrol sets it
     eligible_time: float | None = None  # --begin / when Slurm found it eligible
+    gres: str = ""  # TresPerNode, as the planner last wrote it
 
     def view(self) -> Job:
         return Job(
@@ -181,6 +182,7 @@ class World:
             "AdminComment",
             "Comment",
             "Dependency",
+            "Priority",
         }
         if unknown:
             raise SlurmError(f"unknown field {sorted(unknown)}")
@@ -194,6 +196,10 @@ class World:
             job.required_nodes = fields["ReqNodeList"]
         job.admin_comment = fields.get("AdminComment", job.admin_comment)
         job.comment = fields.get("Comment", job.comment)
+        if "TresPerNode" in fields:
+            job.gres = fields["TresPerNode"]
+        if fields.get("Priority") == "0" and pending:  # what scontrol hold sends
+            job.held, job.reason = True, "JobHeldAdmin"
         if "Dependency" in fields:
             v = fields["Dependency"]
             assert v.startswith("afterany:") or v == "0", v
@@ -863,7 +869,9 @@ def test_a_job_released_ahead_of_a_requeued_job_is_planned_again_in_one_update_e
     ops = defaultdict(list)
     for jid, op in w.writes[before:]:
         ops[jid].append(op)
-    assert moved and all(ops[jid] == ["update"] for jid in moved) and ops[first] == ["hold"]
+    # the requeued job is held in the update that clears its old token and GRES record
+    assert moved and all(ops[jid] == ["update"] for jid in moved) and ops[first] == ["update"]
+    assert parse_comment(w.jobs[first].comment).token is None and w.jobs[first].gres == ""
     assert not any("hold" in o and "release" in o for o in ops.values())
     w.check_safe()
     w.now += 1
@@ -927,14 +935,16 @@ def test_a_job_slurm_starts_as_it_is_held_again_keeps_the_record_it_runs_with(gr
 
 def test_a_job_held_again_after_start_timeout_goes_out_from_its_held_state():
     """A released job not started within start_timeout may start any moment until a
-    hold lands, so it is not moved in place: held in this cycle, released with its new
-    plan in the next one, which shows it held (one cycle and two writes more)."""
+    hold lands, so it is not moved in place: held in this cycle (not planned: the daemon
+    backs it off, `backoff`), released with its new plan in a later one, which shows it
+    held (one cycle and two writes more)."""
     w, jid = _one_released_job()
     w.now += 121.0
     before = len(w.writes)
     result, report = w.cycle()
-    assert not of_type(result, Release) and jid in result.planned and not report.released
-    assert w.writes[before:] == [(jid, "hold")] and w.jobs[jid].held
+    assert not of_type(result, Release) and jid not in result.planned and not report.released
+    assert "not started 121 s" in result.limited[jid] and jid in result.deferred
+    assert w.writes[before:] == [(jid, "update")] and w.jobs[jid].held  # hold and scrub
     w.now += 1
     again, report = w.cycle()
     [release] = of_type(again, Release)

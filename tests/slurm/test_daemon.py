@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from support import node, run_slurm_mig, write_config
+from support import node, run_slurm_mig, uid_of, write_config
 from support import squeue_job as job
 
 from slurm_mig.config import load_config
 from slurm_mig.geometry import Placement, get_model
+from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import RuntimeStore
 from slurm_mig.slurm.assignment import Assignment, load_key
 from slurm_mig.slurm.client import Job
@@ -35,6 +36,7 @@ from slurm_mig.slurm.jobrecord import admin_comment_for
 from slurm_mig.slurm.notify import MIN_GAP
 
 A100 = get_model("A100-40GB")
+ALICE = owner_of(uid_of("alice"))  # whose runs alice's jobs are: her uid
 
 
 # ---------------------------------------------------------------------------
@@ -196,7 +198,7 @@ def test_an_unreadable_store_costs_a_short_wait_and_jobs_are_planned(tmp_path, c
 
     config = load_config(write_config(tmp_path, {"g1": ["A100-40GB"]}))
     path = tmp_path / "state" / "profiles.sqlite"
-    RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0, owner="alice")
+    RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0, owner=ALICE)
     locker = None
     if fault == "locked":
         locker = _lock_store(path)
@@ -234,7 +236,7 @@ def test_an_unreadable_store_costs_a_short_wait_and_jobs_are_planned(tmp_path, c
     # readable again: learned runtimes are back
     if fault == "corrupt":
         path.unlink()
-        RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0, owner="alice")
+        RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0, owner=ALICE)
     now[0] += 10.0
     back = build_snapshot(config, jobs, [node("g1")], store, 2100.0)
     assert back.estimates["1"].times[A100.name][3] == 100.0

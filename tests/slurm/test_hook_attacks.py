@@ -353,9 +353,12 @@ def test_a_full_run_directory_requeues_the_job_and_drains_nothing(site, capsys):
 
 
 @as_root
-def test_a_disk_filled_through_a_need_file_is_trimmed_and_the_job_runs(site, capsys):
-    # A running job's user fills the run directory through their memory-need file (the
-    # one file they may write there); the next Prolog truncates it and goes on.
+@pytest.mark.real_mount
+def test_a_need_file_cannot_fill_the_run_directory(site, capsys):
+    # Issue 34: a running job's user filled the run directory's disk through their
+    # memory-need file (the one file they may write there); the next Prolog trimmed it
+    # and won the race, but an Epilog lost its runtime, metrics and accounting row. The
+    # need file now lives on a file system of its own, of one page.
     from test_nodestate import fill_disk
 
     from slurm_mig.slurm import reports
@@ -365,14 +368,22 @@ def test_a_disk_filled_through_a_need_file_is_trimmed_and_the_job_runs(site, cap
         (disk / "filler").unlink()
         run_dir = disk / "run" / NODE
         reports.make_need_file(run_dir, "40", 4242)
-        fill_disk(reports.need_path(run_dir, "40"))
-        capsys.readouterr()
-        env = site.env("42", site.comment("42", gpu=1))
-        rc, _, err = run(prolog_main, env, capsys, t=T0 + 10)
-        assert rc == 0 and site.scontrol_calls() == [], err
-        assert NodeState(run_dir).job("42") is not None
-        assert any("truncated 1 oversized memory-need file" in x for x in err), err
-        assert reports.need_path(run_dir, "40").stat().st_size == 0
+        try:
+            free = os.statvfs(disk).f_bfree
+            fill_disk(reports.need_path(run_dir, "40"))  # ENOSPC: its own area is full
+            assert reports.need_path(run_dir, "40").stat().st_size <= 4096
+            assert os.statvfs(disk).f_bfree == free  # the run directory lost nothing
+            capsys.readouterr()
+            env = site.env("42", site.comment("42", gpu=1))
+            rc, _, err = run(prolog_main, env, capsys, t=T0 + 10)
+            assert rc == 0 and site.scontrol_calls() == [], err
+            rc, _, err = run(epilog_main, env, capsys, t=T0 + 20)
+            assert rc == 0 and not any("No space" in x for x in err), err
+            rows = (run_dir / "private" / "accounting.jsonl").read_text().splitlines()
+            assert [json.loads(r)["job_id"] for r in rows] == ["41", "42"]  # its row
+        finally:
+            reports.drop_need_area(run_dir, "40")
+        assert not reports.need_path(run_dir, "40").parent.exists()
 
 
 @as_root

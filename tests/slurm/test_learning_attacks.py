@@ -9,9 +9,10 @@ import math
 from dataclasses import replace
 
 import pytest
-from support import completed, squeue_job
+from support import completed, squeue_job, uid_of
 
 from slurm_mig.geometry import Placement, get_model
+from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import HINT_FLOOR, MAX_KEY, PRIOR, RuntimeStore, estimate_times
 from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import Job
@@ -63,6 +64,11 @@ def store_learns(store: RuntimeStore, actions) -> list[Learn]:
     return learns
 
 
+def own(user: str) -> str:
+    """The owner the runs of ``user``'s jobs are learned under (their uid)."""
+    return owner_of(uid_of(user))
+
+
 def hinted(seconds: float, size: int) -> float:
     return estimate_times({}, A100, serial_fraction=Config.serial_fraction, fallback=seconds)[size]
 
@@ -73,7 +79,7 @@ def test_another_users_instant_jobs_of_the_same_kind_do_not_shorten_a_hinted_job
     store = RuntimeStore(tmp_path / "profiles.sqlite")
     instant = [finished(str(i), "mallory", 0.5, comment="mig:key=resnet50") for i in range(11, 14)]
     learns = store_learns(store, plan_cycle(snapshot(instant, store)).actions)
-    assert [(a.owner, a.key) for a in learns] == [("mallory", "resnet50")] * 3
+    assert [(a.owner, a.key) for a in learns] == [(own("mallory"), "resnet50")] * 3
     victim = job("20", "alice", comment="mig:key=resnet50,time=600")
     hers = job("21", "mallory", comment="mig:key=resnet50")
     result = plan_cycle(snapshot([*instant, victim, hers], store))
@@ -96,7 +102,7 @@ def test_a_job_without_a_hint_reads_neither_another_users_runs_nor_his_name(tmp_
     est = snapshot(bob, store).estimates
     assert est["20"].times[A100.name][1] == pytest.approx(Config.default_runtime)
     assert est["21"].times[A100.name][1] == pytest.approx(1800.0)  # its time limit
-    assert store.observations("resnet50", A100.name, "bob") == {}
+    assert store.observations("resnet50", A100.name, own("bob")) == {}
 
 
 def test_a_hinted_jobs_own_instant_runs_shorten_it_at_most_fourfold(tmp_path):
@@ -136,13 +142,15 @@ def test_kinds_are_bounded_printable_and_distinct():
     assert kinds[1] == "a_b"  # a plain kind stays itself; "a b" does not become it
 
 
-def test_owners_are_the_slurm_user_or_none_when_unusable():
-    assert job_owner(job("1", "alice")) == "alice"
-    for bad in ("", "a" * 65, "alice\nbob", "al ice", "\x1b[2J"):
-        assert job_owner(job("1", bad)) == PRIOR
-    # an unknown owner learns nothing
-    learns = plan_cycle(snapshot([finished("9", "", 5.0)], None)).actions
-    assert [a.owner for a in learns if isinstance(a, Learn)] == [""]
+def test_owners_are_the_uid_whatever_the_user_name():
+    """One rule with the nodes' memory reports: the uid. A name no rule could agree on
+    (``CAMPUS\\mallory``, spaces, escapes) changes nothing; a job without a uid learns
+    nothing."""
+    for name in ("alice", "CAMPUS\\mallory", "al ice", "\x1b[2J", "a" * 65, ""):
+        assert job_owner(job("1", name, uid=4242)) == "uid:4242"
+    assert job_owner(job("1", "alice", uid=None)) == PRIOR
+    learns = plan_cycle(snapshot([finished("9", "alice", 5.0, uid=None)], None)).actions
+    assert [a.owner for a in learns if isinstance(a, Learn)] == [PRIOR]
 
 
 def test_each_finished_run_is_learned_once_over_cycles(tmp_path):
@@ -165,16 +173,18 @@ def test_each_finished_run_is_learned_once_over_cycles(tmp_path):
         learned |= {(a.job_id, a.restart) for a in learns}
     assert counts == [3, 0, 1, 0, 0]
     assert sorted(learned) == [("11", 0), ("11", 1), ("12", 0), ("13", 0)]
-    assert sum(len(v) for v in store.observations("resnet50", A100.name, "alice").values()) == 4
+    runs = store.observations("resnet50", A100.name, own("alice"))
+    assert sum(len(v) for v in runs.values()) == 4
     # without that memory every cycle offered every run again (the issue's observation)
     again = [a for a in plan_cycle(snapshot(jobs, store)).actions if isinstance(a, Learn)]
     assert len(again) == 3
 
 
-def test_memory_needs_reported_by_the_nodes_are_learned_under_the_jobs_user(tmp_path):
+def test_memory_needs_reported_by_the_nodes_are_learned_under_the_jobs_uid(tmp_path, caplog):
     """mig-run writes the need file as the job's user, under a key of its choice: the
-    need is stored under the user the Epilog names, so mallory's 30 GiB for resnet50
-    cannot push alice's resnet50 jobs onto whole GPUs."""
+    need is stored under the uid the Epilog names, so mallory's 30 GiB for resnet50
+    cannot push alice's resnet50 jobs onto whole GPUs; a report without a uid (a node
+    before the uid rule, or a forged one) is refused with a line, never the prior."""
     from slurm_mig.geometry import GIB
     from slurm_mig.slurm import reports
     from slurm_mig.slurm.receiver import Receiver, ReportDB
@@ -183,27 +193,35 @@ def test_memory_needs_reported_by_the_nodes_are_learned_under_the_jobs_user(tmp_
     state = tmp_path / "state"
     store = RuntimeStore(state / "profiles.sqlite")
     r = Receiver(("127.0.0.1", 0), key, ReportDB(state, store)).start()
+    mallory = uid_of("mallory")
     try:
         lines = [
             reports.make(key, "node1", "memory", data, job=jid)
             for jid, data in (
-                ("7", {"key": "resnet50", "need": 30 * GIB, "user": "mallory"}),
-                ("8", {"key": "resnet50", "need": 2 * GIB}),  # an older node: the prior
-                ("9", {"key": "resnet50", "need": GIB, "user": "al ice"}),  # refused
+                ("7", {"key": "resnet50", "need": 30 * GIB, "uid": mallory}),
+                ("8", {"key": "resnet50", "need": 39 * GIB}),  # no owner: refused
+                ("9", {"key": "resnet50", "need": GIB, "user": "CAMPUS\\mallory"}),
+                ("10", {"key": "resnet50", "need": GIB, "uid": str(mallory)}),
+                ("11", {"key": "resnet50", "need": GIB, "uid": -1}),
             )
         ]
-        got = reports.exchange(r.address, lines, 2.0, 1.0)
-        assert [a.split()[0] for a in got] == ["ok", "ok", "no"]
+        with caplog.at_level("WARNING", logger="slurm_mig.planner"):
+            got = reports.exchange(r.address, lines, 2.0, 1.0)
+        assert [a.split()[0] for a in got] == ["ok", "no", "no", "no", "no"]
+        assert all(a.endswith(" invalid") for a in got[1:])
     finally:
         r.close()
-    assert store.memory_need("resnet50", "mallory") == 30 * GIB
-    assert store.memory_need("resnet50", PRIOR) == 2 * GIB
-    assert store.memory_need("resnet50", "al ice") is None
-    est = snapshot([job("20", "alice", comment="mig:key=resnet50,mem=1G")], store).estimates
-    assert est["20"].mem == GIB and est["20"].times[A100.name][1] < math.inf
+    refusals = [m for m in caplog.messages if "refused" in m]
+    for jid in ("8", "9", "10", "11"):  # one line each, naming the report
+        assert sum(f"/memory/{jid}/" in m for m in refusals) == 1, refusals
+    assert store.memory_need("resnet50", own("mallory")) == 30 * GIB
+    assert store.memory_need("resnet50", PRIOR) is None
+    assert store.memory_need("resnet50") == 30 * GIB  # nothing else stored, under anyone
+    est = snapshot([job("20", "alice", comment="mig:key=resnet50")], store).estimates
+    assert est["20"].mem is None and est["20"].times[A100.name][1] < math.inf
 
 
-def test_the_epilog_reports_a_memory_need_with_the_jobs_user(tmp_path, capsys):
+def test_the_epilog_reports_a_memory_need_with_the_jobs_uid(tmp_path, capsys):
     from test_hooks import T0, make_site, run
 
     from slurm_mig.slurm import reports
@@ -219,11 +237,14 @@ def test_the_epilog_reports_a_memory_need_with_the_jobs_user(tmp_path, capsys):
         site.config.write_text(
             text.replace("[planner]\n", f'[planner]\nreports = "127.0.0.1:{r.address[1]}"\n')
         )
-        env = site.env("42", site.comment("42", text="mig:key=resnet50"), SLURM_JOB_USER="bob")
+        # a user name outside every rule: the report carries the uid, not the name
+        comment = site.comment("42", text="mig:key=resnet50")
+        env = site.env("42", comment, SLURM_JOB_USER="CAMPUS\\mallory", SLURM_JOB_UID="4242")
         assert run(prolog_main, env, capsys)[0] == 0
         reports.write_need(reports.need_path(site.run_dir, "42"), "resnet50", 9 << 30)
         assert run(epilog_main, env, capsys, t=T0 + 65.0)[0] == 0
     finally:
         r.close()
-    assert store.memory_need("resnet50", "bob") == 9 << 30
+    assert store.memory_need("resnet50", owner_of(4242)) == 9 << 30
     assert store.memory_need("resnet50", PRIOR) is None
+    assert not reports.need_path(site.run_dir, "42").parent.exists()

@@ -9,10 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from support import completed, squeue_job, write_config
+from support import completed, squeue_job, uid_of, write_config
 
 from slurm_mig.config import load_config
 from slurm_mig.geometry import Placement, get_model
+from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import PRIOR, GuardedStore, RuntimeStore, estimate_times
 from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import Job, Node
@@ -21,6 +22,7 @@ from slurm_mig.slurm.daemon import PlannerDaemon, build_snapshot
 
 A100 = get_model("A100-40GB")
 NOW = 1_700_000_000.0
+MALLORY = owner_of(uid_of("mallory"))  # whose runs mallory's are: her uid
 
 
 def config(tmp: Path):
@@ -67,10 +69,10 @@ def test_the_daemon_learns_each_run_once_under_its_owner(tmp_path):
         learns += [a for a in report.result.actions if isinstance(a, Learn)]
         status_actions.append(json.loads(daemon.status_path().read_text())["actions"])
     assert sorted((a.job_id, a.owner, a.key) for a in learns) == [
-        (j, "mallory", "resnet50") for j in ("11", "12", "13")
+        (j, MALLORY, "resnet50") for j in ("11", "12", "13")
     ]
     assert status_actions == [3, 0, 0, 0]
-    assert store.observations("resnet50", A100.name, "mallory") == {1: [1.0, 1.0, 1.0]}
+    assert store.observations("resnet50", A100.name, MALLORY) == {1: [1.0, 1.0, 1.0]}
     assert store.observations("resnet50", A100.name, PRIOR) == {}
     slurm.shown = []  # they left squeue: forgotten, the memory stays bounded
     daemon.run_cycle()
@@ -90,7 +92,7 @@ def test_another_users_instant_runs_leave_a_hinted_job_at_its_hint(tmp_path):
     alone = estimate_times({}, A100, serial_fraction=0.3, fallback=600.0)
     assert snap.estimates["20"].times[A100.name] == pytest.approx(alone)
     assert snap.estimates["21"].times[A100.name][1] == 1.0  # mallory's own: learned
-    assert (snap.estimates["11"].key, snap.estimates["11"].owner) == ("resnet50", "mallory")
+    assert (snap.estimates["11"].key, snap.estimates["11"].owner) == ("resnet50", MALLORY)
 
 
 def test_a_dry_run_prints_each_learn_once(tmp_path):
@@ -103,4 +105,4 @@ def test_a_dry_run_prints_each_learn_once(tmp_path):
     for _ in range(3):
         assert daemon.run_cycle().error is None
     learned = [line for line in out.getvalue().splitlines() if "learned resnet50" in line]
-    assert len(learned) == 3 and all("of mallory" in line for line in learned)
+    assert len(learned) == 3 and all(f"of {MALLORY}" in line for line in learned)

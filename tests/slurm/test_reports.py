@@ -19,7 +19,6 @@ import pytest
 from support import attempts_as, open_tmp_dir
 
 from slurm_mig.runtimes import RuntimeStore
-from slurm_mig.slurm import receiver as receiver_module
 from slurm_mig.slurm import reports
 from slurm_mig.slurm.accounting import report as accounting_report
 from slurm_mig.slurm.receiver import Receiver, ReportDB, node_records, silent_nodes
@@ -166,7 +165,34 @@ def test_the_spool_is_bounded_and_drops_the_oldest_with_a_line(tmp_path, monkeyp
         stamp = (job + 1) * 10**9  # a second apart: "oldest" whatever the clock's grain
         os.utime(box.dir / f"run.{job}.0", ns=(stamp, stamp))
     assert [p.name for p in box.pending()] == [f"run.{j}.0" for j in range(3, 8)]
-    assert len(said) == 3 and "dropped the 1 oldest" in said[0]
+    assert len(said) == 3 and "LOST 1 run" in said[0] and "node-flush" in said[0]
+
+
+def test_a_full_spool_drops_accounting_rows_last_and_says_so_loudly(tmp_path, monkeypatch):
+    """Issue 34, hole 4: memory needs and instances snapshots go before any run row,
+    whatever their age; each drop is a warning and a node-metrics event per report."""
+    monkeypatch.setattr(reports, "MAX_FILES", 4)
+    said: list[str] = []
+    events: list[tuple[str, str]] = []
+    box = Spool(tmp_path, warn=said.append, event=lambda *e: events.append(e))
+    names = ["run.1.0", "memory.1.0", "run.2.0", "memory.2.0", "run.3.0"]
+    names += ["instances.00000000000000000009", "run.4.0"]
+    for i, name in enumerate(names):
+        kind, job = name.split(".")[:2]
+        if kind == "instances":
+            line = make(KEY, NODE, "instances", {"jobs": [], "kept": []}, seq=9)
+        else:
+            line = make(KEY, NODE, kind, {"key": "k", "need": 1}, job=job)
+        box.put(name, line)
+        stamp = (i + 1) * 10**9  # the runs are the oldest files
+        if (box.dir / name).exists():  # an instances snapshot is the first to go
+            os.utime(box.dir / name, ns=(stamp, stamp))
+    assert sorted(p.name for p in box.pending()) == [f"run.{j}.0" for j in range(1, 5)]
+    assert sorted(events) == [("report_drop", "instances")] + [("report_drop", "memory")] * 2
+    assert all("LOST" in line and "accounting rows last" in line for line in said)
+    box.put("run.5.0", run_line("5"))  # only runs left: the oldest run goes
+    assert sorted(p.name for p in box.pending()) == [f"run.{j}.0" for j in range(2, 6)]
+    assert events[-1] == ("report_drop", "run") and "LOST 1 run" in said[-1]
 
 
 # -- delivery -------------------------------------------------------------------------------
@@ -203,7 +229,8 @@ def test_the_same_report_twice_is_one_row_and_other_content_under_its_id_is_refu
     assert len(runs(state)) == 1
     other = run_line(seconds=9999.0)
     assert reports.exchange(address, [other], 2.0, 1.0) == [f"no {NODE}/run/7/0/0 conflict"]
-    assert receiver.take_counts() == {"run": 4, "instances": 0, "memory": 0, "refused": 1}
+    counts = receiver.take_counts()
+    assert counts == {"run": 4, "instances": 0, "memory": 0, "refused": 1, "closed": 0}
     db = sqlite3.connect(state / "accounting.sqlite")
     assert db.execute("SELECT seconds FROM runs").fetchall() == [(120.0,)]
 
@@ -298,47 +325,42 @@ def test_a_refusal_is_logged_on_one_line_without_control_characters(receiver, ca
     assert all("\x1b" not in x and "\r" not in x and "\n" not in x for x in lines)
 
 
-def test_slow_clients_neither_stall_others_nor_exceed_the_connection_bound(
-    tmp_path, state, monkeypatch
-):
-    monkeypatch.setattr(receiver_module, "SLOT_WAIT", 0.3)  # below the clients' timeout
-    r = Receiver(("127.0.0.1", 0), KEY, ReportDB(state), max_connections=3, timeout=1.0)
-    r.start()
-    idle = []
+def test_idle_clients_past_every_cap_neither_delay_a_node_nor_keep_their_sockets(tmp_path, state):
+    """Issue 34, hole 4: more idle connections than the receiver holds. Each node's
+    connection closes the idlest one and is answered; the idle ones that stay are closed
+    at the first-byte (or request) timeout; the receiver never holds more than its cap."""
+    r = Receiver(
+        ("127.0.0.1", 0), KEY, ReportDB(state), max_connections=6, per_source=3, timeout=3.0
+    ).start()
+    idle: list[socket.socket] = []
     try:
-        for _ in range(2):  # connect, send a byte, then nothing
-            s = socket.create_connection(r.address)
-            s.sendall(b"R")
+        for i in range(20):  # connect, then nothing (half of them send one byte)
+            s = socket.create_connection(r.address, timeout=10)
+            if i % 2:
+                s.sendall(b"R")
             idle.append(s)
-        time.sleep(0.1)
-        box = Spool(tmp_path / "run")
-        box.put("run.7.0", run_line())
-        began = time.monotonic()
-        assert box.flush(r.address, seconds=3.0) == (1, None)
-        assert time.monotonic() - began < 0.5  # not behind the idle ones
-        s = socket.create_connection(r.address)  # the third slot
-        s.sendall(b"R")
-        idle.append(s)
-        time.sleep(0.1)
-        extra = socket.create_connection(r.address)  # a fourth: closed after SLOT_WAIT
-        extra.settimeout(2.0)
-        began = time.monotonic()
-        assert extra.recv(10) == b""
-        assert 0.2 <= time.monotonic() - began < 0.9  # before any idle one timed out
-        extra.close()
-        for s in idle:  # the receiver gives up on each within its timeout
-            s.settimeout(3.0)
-            began = time.monotonic()
-            assert s.recv(100) in (b"", b"no - invalid\n")
-            assert time.monotonic() - began < 1.5
+        _until(lambda: r.evicted >= 20 - 6)  # the rest waited in the backlog till then
+        assert r.connections <= 6
+        for i in range(5):
+            box = Spool(tmp_path / f"run{i}")
+            box.put(f"run.{i}.0", run_line(job=str(10 + i)))
+            assert box.flush(r.address, seconds=5.0) == (1, None)
+        assert r.connections <= 6
+        _until(lambda: r.connections == 0, 10.0)  # the idle ones: closed within FIRST_BYTE
+        counts = r.take_counts()
     finally:
         for s in idle:
             s.close()
         r.close()
-    assert len(runs(state)) == 1
+    assert len(runs(state)) == 5
+    assert counts["run"] == 5 and counts["refused"] == 0 and counts["closed"] >= 20
 
 
-# -- the memory need -------------------------------------------------------------------------
+def _until(ok, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not ok():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.02)
 
 
 def test_the_need_file_is_read_as_untrusted_input(tmp_path):
@@ -375,6 +397,7 @@ def test_the_need_file_is_read_as_untrusted_input(tmp_path):
     assert got is None and "not read" in problem  # O_NOFOLLOW
 
 
+@pytest.mark.real_mount
 @pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
     reason="needs root and /usr/bin/python3 to run a process as another user",
@@ -399,37 +422,34 @@ def test_the_need_file_is_writable_by_its_user_but_not_theirs_to_keep(tmp_path):
             "    os.close(fd)\n"
         )
         ops = {
+            "fill": "[os.write(fd, b'x' * 65536) for fd in [os.open(path, os.O_WRONLY)] * 16]",
+            "beside": "open(os.path.join(os.path.dirname(path), 'more'), 'w').close()",
             "write": "write()",
             "read": "open(path).read()",
             "chmod": "os.chmod(path, 0o666)",
             "link": "os.link(path, os.path.join(drop, 'kept'))",
         }
-        got = attempts_as(4242, ops, setup=write, path=path, drop=tmp / "drop")
-        assert got == {"write": "ok", "read": "EACCES", "chmod": "EPERM", "link": "EPERM"}, got
-        need, problem = reports.read_need(path, 4242, 40 << 30, "resnet")
+        try:
+            got = attempts_as(4242, ops, setup=write, path=path, drop=tmp / "drop")
+            need, problem = reports.read_need(path, 4242, 40 << 30, "resnet")
+        finally:
+            reports.drop_need_area(run_dir, "7")
+        # its own file system of one page: a megabyte does not fit, nothing fits beside it
+        assert (got.pop("fill"), got.pop("beside")) == ("ENOSPC", "EACCES")
+        assert got.pop("link") in ("EPERM", "EXDEV")  # and no link leaves its file system
+        assert got == {"write": "ok", "read": "EACCES", "chmod": "EPERM"}, got
         assert problem is None and need == {"key": "resnet", "need": 9 << 30}
-
-
-def test_oversized_need_files_are_trimmed_and_others_left(tmp_path):
-    run_dir = tmp_path / "run"
-    (run_dir / "task").mkdir(parents=True)
-    big, small = reports.need_path(run_dir, "7"), reports.need_path(run_dir, "8")
-    big.write_bytes(b"x" * (reports.MAX_NEED_FILE + 1))
-    small.write_text('{"key": "a", "need": 1}')
-    (run_dir / "task" / "9.json").write_bytes(b"y" * 4096)  # not a need file
-    assert reports.trim_need_files(run_dir) == 1
-    assert big.stat().st_size == 0 and small.read_text() == '{"key": "a", "need": 1}'
-    assert (run_dir / "task" / "9.json").stat().st_size == 4096
-    assert reports.trim_need_files(tmp_path / "nowhere") == 0
+        assert not path.parent.exists()
 
 
 def test_a_reported_memory_need_reaches_the_runtime_store(receiver, state):
-    line = make(KEY, NODE, "memory", {"key": "resnet", "need": 12 << 30}, job="7", restart=1)
+    need = {"key": "resnet", "need": 12 << 30, "uid": 1000}
+    line = make(KEY, NODE, "memory", need, job="7", restart=1)
     assert (
         reports.exchange(receiver.address, [line, line], 2.0, 1.0)
         == [f"ok {NODE}/memory/7/1/0"] * 2
     )
-    assert RuntimeStore(state / "profiles.sqlite").memory_need("resnet") == 12 << 30
+    assert RuntimeStore(state / "profiles.sqlite").memory_need("resnet", "uid:1000") == 12 << 30
 
 
 def test_the_newest_instances_snapshot_wins(receiver, state):
@@ -639,8 +659,9 @@ def test_a_report_signed_again_keeps_its_payload_and_verifies_only_under_the_new
 
 
 def test_a_memory_need_replayed_with_other_content_changes_nothing(receiver, state):
-    first = make(KEY, NODE, "memory", {"key": "resnet", "need": 4 << 30}, job="7", at=1.0)
-    other = make(KEY, NODE, "memory", {"key": "resnet", "need": 30 << 30}, job="7", at=1.0)
+    need = {"key": "resnet", "need": 4 << 30, "uid": 1000}
+    first = make(KEY, NODE, "memory", need, job="7", at=1.0)
+    other = make(KEY, NODE, "memory", {**need, "need": 30 << 30}, job="7", at=1.0)
     assert reports.exchange(receiver.address, [first], 2.0, 1.0)[0].startswith("ok ")
     assert reports.exchange(receiver.address, [other], 2.0, 1.0) == [
         f"no {NODE}/memory/7/0/0 conflict"

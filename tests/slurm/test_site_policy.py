@@ -5,6 +5,7 @@ release, and reservations whose nodes are planned only for their jobs
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -167,6 +168,48 @@ def test_fairshare_qos_age_and_nice_order_jobs_as_slurm_weighs_them():
 def test_basic_priority_leaves_the_order_to_submission():
     p = SitePolicy()
     assert job_priority(p, job("1"), T0) == 0
+
+
+def test_a_begin_jobs_age_counts_from_its_begin_time_unless_accrue_always():
+    # issue 34, hole 10: a job submitted a day early with --begin used to reach the
+    # full age factor (1000) the moment its begin time came
+    p = policy()
+    base = job_priority(p, job("1", account="bio"), T0)  # fairshare 0.17, no age
+    early = job("2", account="bio", submit_time=T0 - 86400, eligible_time=T0 + 3600)
+    assert job_priority(p, early, T0) == base  # not eligible yet: no age at all
+    assert job_priority(p, early, T0 + 3600) == base  # eligible just now
+    assert job_priority(p, early, T0 + 3600 + 43200) == base + 500  # half of PriorityMaxAge
+    flags = parse_config(
+        CONFIG + "PriorityFlags           = ACCRUE_ALWAYS,SMALL_RELATIVE_TO_TIME\n"
+    )
+    always = replace(p, weights=flags)
+    assert always.weights.accrue_always and not p.weights.accrue_always
+    assert job_priority(always, early, T0) == base + 1000  # from submission, as Slurm does
+    plain = job("3", account="bio", submit_time=T0 - 43200)  # no --begin: from submission
+    assert job_priority(p, plain, T0) == base + 500
+
+
+def _record(jid: str, issued: float) -> str:
+    """The AdminComment the planner writes when it releases job ``jid``."""
+    from slurm_mig.geometry import Placement
+    from slurm_mig.slurm.assignment import Assignment
+    from slurm_mig.slurm.jobrecord import admin_comment_for
+
+    a = Assignment(jid, 0, "node1", 0, "A100-40GB", "4g.20gb", Placement(0, 4), 0, 0, 500.0, issued)
+    return admin_comment_for(a)
+
+
+def test_the_planners_release_stamp_is_not_taken_for_a_begin_time():
+    # Slurm stamps EligibleTime when the planner releases a job; held again, the job
+    # keeps the age it had from submission (the planner's hold is not the user's doing)
+    p = policy()
+    base = job_priority(p, job("1", account="bio"), T0)
+    released = job("2", account="bio", submit_time=T0 - 43200, eligible_time=T0 - 300)
+    released = replace(released, admin_comment=_record("2", T0 - 600))
+    assert job_priority(p, released, T0) == base + 500
+    begun = job("3", account="bio", submit_time=T0 - 43200, eligible_time=T0 - 21600)
+    begun = replace(begun, admin_comment=_record("3", T0 - 600))
+    assert job_priority(p, begun, T0) == base + 250  # its own --begin, before the plan
 
 
 # ---------------------------------------------------------------------------
@@ -365,7 +408,8 @@ def test_the_daemon_holds_a_job_slurm_keeps_for_a_limit_and_retries_a_minute_lat
             return {}
 
         def update_job(self, job_id, **fields):
-            pass
+            if fields.get("Priority") == "0":  # a hold that clears an earlier plan
+                self.hold_jobs([job_id])
 
         def release_jobs(self, ids):
             return {}

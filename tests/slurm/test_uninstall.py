@@ -22,7 +22,7 @@ from slurm_mig.slurm import client as client_module
 from slurm_mig.slurm.client import SlurmClient
 from slurm_mig.slurm.holders import Holder
 from slurm_mig.slurm.lease import LEASE_FILE
-from slurm_mig.slurm.uninstall import choose_jobs, release_calls
+from slurm_mig.slurm.uninstall import checklist, choose_jobs, release_calls
 
 
 def _config(tmp_path: Path) -> Path:
@@ -199,10 +199,32 @@ def test_the_default_prints_the_checklist_and_edits_nothing(tmp_path, capsys):
     steps = [
         line.split(".", 1)[0].strip() for line in out.splitlines() if line[:3].strip().isdigit()
     ]
-    assert steps == [str(n) for n in range(1, 11)]
-    assert out.index("systemctl disable --now slurm-mig-planner") < out.index("--release-jobs")
-    assert out.index("--release-jobs") < out.index("--destroy-instances") < out.index("gres.conf")
+    assert steps == [str(n) for n in range(1, len(steps) + 1)] and len(steps) >= 10
+    assert out.index("systemctl disable --now slurm-mig-planner") < out.index("--destroy-instances")
+    assert out.index("--destroy-instances") < out.index("gres.conf") < out.index("--release-jobs")
     assert "JobSubmitPlugins=lua" in out and "Prolog=, Epilog=, TaskProlog=" in out
     assert f"rm -r {tmp_path}/run/<node>" in out and "partition mig" in out
     assert main(["uninstall", "--config", str(cfg), "--plan"]) == 0
     assert capsys.readouterr().out == out
+
+
+def test_the_gres_records_go_before_job_submit_lua_and_the_epilog():
+    """Issue 34, hole 10: without job_submit.lua and the Epilog, a slice record left in
+    gres.conf could be asked for by any user in any partition: the checklist removes the
+    records (and restarts slurmd) in a step before the one that removes either."""
+    lines = checklist("mig", "/var/lib/slurm-mig", "/run/slurm-mig", "/etc/slurm-mig/config.toml")
+
+    def step(text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    gres = step("Name=gpu Type=m<N>g<g>")
+    assert gres == step("gres.conf") == step("restart slurmd")
+    for later in (
+        "delete job_submit.lua",
+        "remove JobSubmitPlugins=lua",
+        "Epilog=",
+        "--release-jobs",
+    ):
+        assert step(later) > gres, later
+    assert step("systemctl disable --now slurm-mig-planner") < step("cancel or requeue") < gres
+    assert step("--destroy-instances") < gres

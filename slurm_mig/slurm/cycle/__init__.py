@@ -38,9 +38,24 @@ The cycle in steps, each a function of its own module of this package:
 
 Beside them: ``inputs`` (`Snapshot`, `Estimate`), ``actions`` (the `Action`s and
 `CycleResult`), ``slots`` (an assignment's planner slot), ``waiting`` (what keeps a
-pending job from starting: its begin time, its dependencies), ``problems`` (why a job
-can never be planned); the AdminComment record, a job's phase and partition test are
-`slurm_mig.slurm.jobrecord`'s, the job-id order `slurm_mig.jobids`'.
+pending job from starting: its begin time, its dependencies, a reason Slurm keeps a
+released job pending for), ``arrays`` (a job array's throttle caps how many of its
+tasks are planned), ``backoff`` (what the daemon keeps between cycles of the jobs Slurm
+would not start), ``problems`` (why a job can never be planned); the AdminComment
+record, a job's phase and partition test are `slurm_mig.slurm.jobrecord`'s, the job-id
+order `slurm_mig.jobids`'.
+
+Jobs Slurm will not start are not planned, so they hold no slices: a held job whose
+begin time is ahead or whose dependency is unmet, one a QOS or association limit would
+keep pending (the site policy), the tasks of a job array past its throttle (``%N``)
+minus those running or released. A released job Slurm keeps pending anyway is held
+again: at once for a reason Slurm does not lift by itself (a limit, licenses, a
+constraint, its array's throttle), after ``start_timeout`` for one that is normal for a
+while (Resources, Priority: its slices' last job is leaving, the scheduler has not
+reached it). It is not planned in that cycle (`CycleResult.limited`); the daemon's
+`Backoff` keeps it unplanned for a delay that doubles each time (`BACKOFF_BASE` up to
+`BACKOFF_MAX`), which ``explain`` shows; an array task is planned again once its
+array's throttle, learned from the tasks Slurm kept back, leaves room.
 
 Safety (no two jobs on overlapping slices of a GPU) rests on Slurm's view alone: a held
 job is released only when no busy job and no job ordered before it on its GPU overlaps
@@ -69,6 +84,7 @@ from ..jobrecord import (
 )
 from .actions import Action, CycleResult, Hold, Learn, Note, Release, Requeue
 from .assignments import assignments
+from .backoff import BACKOFF_BASE, BACKOFF_MAX, Backoff
 from .classify import LATE_FRACTION, LATE_SECONDS, OVERDUE_SECONDS, Classified, classify
 from .inputs import Estimate, JobLike, Snapshot
 from .result import cycle_result, in_place_order
@@ -79,12 +95,15 @@ from .snapshot import cluster_snapshots, job_deadline
 __all__ = [
     "ACTIVE_STATES",
     "ADMIN_TAG",
+    "BACKOFF_BASE",
+    "BACKOFF_MAX",
     "LATE_FRACTION",
     "LATE_SECONDS",
     "MIN_RUNTIME",
     "OVERDUE_SECONDS",
     "PENDING_STATES",
     "Action",
+    "Backoff",
     "Classified",
     "CycleResult",
     "Estimate",

@@ -4,26 +4,46 @@ note, learn, requeue) and the `CycleResult` that carries them."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from ... import jobcomment as comments
 from ...planner.decisions import Decisions
 from ...planner.snapshot import ClusterSnapshot
 from ..assignment import Assignment
+from ..jobrecord import JobLike, parse_admin_comment
 
-__all__ = ["Action", "CycleResult", "Hold", "Learn", "Note", "Release", "Requeue"]
+__all__ = ["Action", "CycleResult", "Hold", "Learn", "Note", "Release", "Requeue", "held_again"]
 
 
 @dataclass(frozen=True)
 class Hold:
-    """``scontrol hold``: a pending job the planner has not released."""
+    """``scontrol hold``: a pending job the planner has not released. A job held again
+    after a release (``scrub``) loses its token (``comment``: its Comment without it;
+    None: unchanged) and its GRES record in the same update as the hold, so that no
+    later lift of the hold (an admin's ``nice``) starts it on an earlier plan."""
 
     job_id: str
     reason: str
     clear_dependency: bool = False  # the planner's afterany, set when released ahead
+    # what the hold clears besides (a hold is the same hold whatever it clears)
+    scrub: bool = field(default=False, compare=False)  # a token or a release's record
+    comment: str | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         also = "; its dependency cleared" if self.clear_dependency else ""
+        if self.scrub:
+            also += "; its token and GRES record cleared"
         return f"job {self.job_id}: held ({self.reason}){also}"
+
+
+def held_again(hold: Hold, job: JobLike) -> Hold:
+    """``hold`` scrubbing ``job`` when it carries the planner's token or the record of an
+    earlier release (AdminComment); ``hold`` itself otherwise."""
+    parsed = comments.parse(job.comment)
+    if parsed.token is None and parse_admin_comment(job.admin_comment) is None:
+        return hold
+    comment = parsed.with_token(None).render() if parsed.token is not None else None
+    return replace(hold, scrub=True, comment=comment)
 
 
 @dataclass(frozen=True)
@@ -79,11 +99,19 @@ class Learn:
     seconds: float
     finished: float
     owner: str = ""
+    hint: float | None = None  # the run's time= hint: an overrun is recorded (overruns.py)
+    ok: bool = True  # False: a run that failed past its hint, its overrun only
 
     def describe(self) -> str:
+        from ...overruns import overran
+
+        past = (
+            f" (past its time= hint of {self.hint:g} s)" if overran(self.seconds, self.hint) else ""
+        )
         return (
-            f"job {self.job_id}: learned {self.key} of {self.owner or '(no owner)'} on "
-            f"{self.model} size {self.size}: {self.seconds:.1f} s"
+            f"job {self.job_id}: {'learned' if self.ok else 'failed, not learned:'} {self.key} "
+            f"of {self.owner or '(no owner)'} on {self.model} size {self.size}: "
+            f"{self.seconds:.1f} s{past}"
         )
 
 
@@ -121,8 +149,11 @@ class CycleResult:
     deferred: Mapping[str, str] = field(default_factory=dict)
     # held jobs' priorities (Slurm's multifactor terms; empty without a site policy)
     priority: Mapping[str, int] = field(default_factory=dict)
-    # released jobs Slurm keeps pending for a limit, held this cycle: the limit
+    # released jobs Slurm keeps pending (a limit, licenses, not started), held this
+    # cycle: why (the daemon backs them off)
     limited: Mapping[str, str] = field(default_factory=dict)
+    # array throttles learned this cycle (JobArrayTaskLimit): array id -> tasks at once
+    throttles: Mapping[str, int] = field(default_factory=dict)
     # what the policy saw and answered, per GPU model (plans carry their timing stats)
     snapshots: tuple[ClusterSnapshot, ...] = field(default=(), compare=False)
     decisions: tuple[Decisions, ...] = field(default=(), compare=False)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ... import jobcomment as comments
 from ...geometry import Slot, get_model
+from ...overruns import overran
 from .. import sitepolicy
 from ..assignment import Assignment
 from ..jobrecord import (
@@ -20,11 +21,21 @@ from ..jobrecord import (
     parse_admin_comment,
 )
 from .actions import Hold, Learn, Note
+from .arrays import array_of, cap_arrays, learned_throttle, running_tasks
 from .inputs import Estimate, Snapshot
-from .problems import comment_too_long, feasible, why_unplannable
+from .problems import comment_too_long, feasible, shape_problem, why_unplannable
 from .slots import legal_slot, model_slot
+from .waiting import (
+    ARRAY_LIMIT,
+    PLANNER_DEP,
+    cannot_start_yet,
+    gated,
+    kept_pending,
+    orphaned,
+    planners_dependency,
+    squatting,
+)
 from .waiting import BEGIN_SLACK as BEGIN_SLACK  # re-exported: tests import it from here
-from .waiting import PLANNER_DEP, cannot_start_yet, gated, orphaned, planners_dependency, squatting
 from .waiting import dependency_ids as dependency_ids  # re-exported for reuse and tests
 
 _PLANNER_DEP = PLANNER_DEP  # its former name here, which tests import
@@ -88,19 +99,23 @@ class Classified:
     )  # (node, gpu) -> slots of jobs that left, and when
     priority: dict[str, int] = field(default_factory=dict)  # held jobs: Slurm's priority
     pool: dict[str, str] = field(default_factory=dict)  # held jobs: their reservation
-    limited: dict[str, str] = field(default_factory=dict)  # released, pending for a limit
+    # released jobs held again: Slurm keeps them pending (a limit, licenses, not started)
+    limited: dict[str, str] = field(default_factory=dict)
+    throttles: dict[str, int] = field(default_factory=dict)  # array -> throttle learned
 
 
 @dataclass(frozen=True)
 class _Scope:
     """What every job's classification reads: the snapshot, the GPU models by
-    (node, gpu), the partition's jobs by id, and the ids of all held pending jobs."""
+    (node, gpu), the partition's jobs by id, the ids of all held pending jobs, and the
+    tasks running per job array."""
 
     snap: Snapshot
     models: Mapping[tuple[str, int], str]
     by_id: Mapping[str, JobLike]
     held_ids: set[str]
     usable_models: frozenset[str]
+    running: Mapping[str, int]
 
     def valid(self, a: Assignment) -> bool:
         """Whether plan ``a`` is for a usable GPU of its model, on a slot it has."""
@@ -118,7 +133,8 @@ def classify(snap: Snapshot) -> Classified:
     )
     held_ids = {j.job_id for j in snap.jobs if j.held and job_phase(j.state) == "pending"}
     by_id = {j.job_id: j for j in jobs}
-    scope = _Scope(snap, out.models, by_id, held_ids, frozenset(out.models.values()))
+    running = running_tasks(jobs)
+    scope = _Scope(snap, out.models, by_id, held_ids, frozenset(out.models.values()), running)
     out.max_batch = _max_plan_batch(snap.plans)
     for job in jobs:
         _classify_job(scope, out, job)
@@ -127,6 +143,7 @@ def classify(snap: Snapshot) -> Classified:
         out.events.append((now, "usable nodes changed", None, None))
     _not_started(snap, out)
     _site_policy(snap, out)
+    _throttle_arrays(snap, out, running)
     _within_horizon(snap, out)
     out.gated = gated([by_id[h.job_id] for h in out.holds], by_id, held_ids, now)
     return out
@@ -199,10 +216,12 @@ def _classify_finished(
     if start and end:
         ran = end - start
         run = (job.job_id, current.restart)
-        if ok and ran > 0 and run not in snap.learned:  # learned once per run
+        hint = est.hint if est is not None else None
+        # learned once per run; a failed run past its time= hint for its overrun only
+        if (ok or overran(ran, hint)) and ran > 0 and run not in snap.learned:
             size = model_slot(current).size
             key, owner = (est.key, est.owner) if est is not None else (job.name, "")
-            out.learns.append(Learn(*run, key, current.model, size, ran, end, owner))
+            out.learns.append(Learn(*run, key, current.model, size, ran, end, owner, hint, ok))
         if not ok:
             out.events.append((end, f"job {job.job_id} failed", *where))
         elif abs(ran - current.planned_seconds) > _late_threshold(current.planned_seconds):
@@ -224,14 +243,18 @@ def _classify_pending(
     """A pending job: released and busy, or to hold, to note, deferred, kept on its
     standing plan, or waiting to be planned (when some usable GPU model can run it)."""
     now = scope.snap.now
+    shape = shape_problem(job)  # never planned, whatever plan it had: held, then noted
     if job.held:
         ours = _owner_held_again(scope, out, job, a)
+    elif shape is not None:
+        out.holds.append(Hold(job.job_id, shape))
+        return
     else:
         settled = _settle_released(scope, out, job, current)
         if settled is None:
             return
         current, ours = settled
-    problem = why_unplannable(est) or comment_too_long(job.comment)
+    problem = shape or why_unplannable(est) or comment_too_long(job.comment)
     if problem is not None:
         _note_problem(out, job, problem)
         return
@@ -278,8 +301,8 @@ def _settle_released(
         out.holds.append(Hold(jid, f"released, but {squat}", clear_dependency=ours))
         out.events.append((now, f"job {jid} cannot start", current.node, current.gpu))
         return None, ours
-    if sitepolicy.is_limit_reason(job.reason):
-        _hold_for_limit(scope, out, job, current)
+    if kept_pending(job.reason) or sitepolicy.is_limit_reason(job.reason):
+        _hold_kept_pending(scope, out, job, current)
         return None
     if scope.valid(current):
         out.released.append((job, current))
@@ -290,20 +313,27 @@ def _settle_released(
     return current, False
 
 
-def _hold_for_limit(scope: _Scope, out: Classified, job: JobLike, current: Assignment) -> None:
-    """Slurm keeps a released job pending for a QOS or association limit: its slices go
-    on to others, and it is planned again once the limit may allow it."""
+def _hold_kept_pending(scope: _Scope, out: Classified, job: JobLike, current: Assignment) -> None:
+    """Slurm keeps a released job pending for a reason it does not lift by itself (a
+    limit, licenses, a constraint, its array's throttle): held again, its slices go on
+    to others; it is planned again after the daemon's back-off (`backoff`), or, an
+    array task, once its array's throttle (learned here too) leaves room."""
+    array = array_of(job.job_id) if job.reason == ARRAY_LIMIT else None
+    why = f"released, but Slurm keeps it pending ({job.reason})"
     out.holds.append(
         Hold(
             job.job_id,
-            f"released, but Slurm keeps it pending for a limit ({job.reason})",
+            why,
             clear_dependency=bool(job.dependency)
             and planners_dependency(job.dependency, current, scope.by_id),
         )
     )
-    out.limited[job.job_id] = job.reason
+    if array is not None:
+        out.throttles[array] = learned_throttle(scope.running.get(array, 0))
+    else:
+        out.limited[job.job_id] = job.reason
     out.events.append(
-        (scope.snap.now, f"job {job.job_id} waits for a limit", current.node, current.gpu)
+        (scope.snap.now, f"job {job.job_id} is kept pending", current.node, current.gpu)
     )
 
 
@@ -346,10 +376,7 @@ def _why_later(snap: Snapshot, out: Classified, job: JobLike, ours: bool) -> str
     reservation pool ("" for none) in ``out.pool``."""
     later = cannot_start_yet(job, snap.now, own_dependency=ours)
     if later is None and job.held and job.job_id in snap.limited:
-        later = (
-            f"waits for a limit: Slurm kept it pending for {snap.limited[job.job_id]} "
-            "after its release"
-        )
+        later = f"Slurm kept it pending after its release: {snap.limited[job.job_id][:200]}"
     if later is None and snap.policy is not None:
         pool = sitepolicy.pool_of(snap.policy, job)
         if pool is None:
@@ -374,8 +401,8 @@ def _site_policy(snap: Snapshot, out: Classified) -> None:
     for job in held:
         out.priority[job.job_id] = sitepolicy.job_priority(policy, job, now)
     order = sorted(held, key=lambda j: _priority_key(out, j, now))
-    waiting = {j.job_id for j in out.waiting}  # released and not started for too long
-    started = [job for job, _ in out.released if job.job_id not in waiting]
+    again = {h.job_id for h in out.holds}  # released and held again (not started)
+    started = [job for job, _ in out.released if job.job_id not in again]
     denied = sitepolicy.admit(policy, order, started)
     if not denied:
         return
@@ -419,11 +446,31 @@ def _within_horizon(snap: Snapshot, out: Classified) -> None:
     out.beyond = len(order) - room
 
 
+def _throttle_arrays(snap: Snapshot, out: Classified, running: Mapping[str, int]) -> None:
+    """At most an array's throttle minus its tasks running or released are planned
+    (`arrays.cap_arrays`): Slurm would keep the others pending on idle slices. A
+    learned throttle below the tasks seen running is raised to them."""
+    learned = {**snap.throttles, **out.throttles}
+    for array, n in running.items():
+        if array in learned and n > learned[array]:
+            learned[array] = out.throttles[array] = n
+    busy = dict(running)
+    for b in out.busy:
+        array = array_of(b.job_id)
+        if array is not None and not b.started:
+            busy[array] = busy.get(array, 0) + 1
+    out.waiting, deferred = cap_arrays(
+        out.jobs, out.kept, out.waiting, busy, learned, lambda j: _priority_key(out, j, snap.now)
+    )
+    out.deferred.update(deferred)
+
+
 def _not_started(snap: Snapshot, out: Classified) -> None:
     """Released jobs that Slurm has not started ``start_timeout`` seconds after they
     could have (released, eligible, and the jobs before them on their slices gone) are
-    held and planned again: whatever keeps them (a limit, their owner) must not keep
-    their slices idle for everyone."""
+    held again: whatever keeps them (resources their node lacks, their owner) must not
+    keep their slices idle for everyone. They are not planned in this cycle, and the
+    daemon plans them again after a back-off (`backoff`), not in a loop."""
     if not out.released or snap.start_timeout <= 0:
         return
     now = snap.now
@@ -444,16 +491,17 @@ def _not_started(snap: Snapshot, out: Classified) -> None:
         if now - since <= snap.start_timeout:
             continue
         stale.add(job.job_id)
-        waited = f"{now - since:.0f}"
+        why = f"not started {now - since:.0f} s after it could ({job.reason or 'None'})"
         out.holds.append(
             Hold(
                 job.job_id,
-                f"released, but not started {waited} s after it could",
+                f"released, but {why}",
                 clear_dependency=bool(job.dependency)
                 and planners_dependency(job.dependency, a, out.jobs),
             )
         )
         out.events.append((now, f"job {job.job_id} did not start", *where))
-        out.waiting.append(job)
+        out.limited[job.job_id] = why
+        out.deferred[job.job_id] = f"Slurm kept it pending after its release: {why}"
     if stale:
         out.busy = [b for b in out.busy if b.job_id not in stale]

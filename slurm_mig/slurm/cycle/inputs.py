@@ -30,6 +30,7 @@ class Estimate:
     alpha: float = 1.0
     restartable: bool = False
     owner: str = ""
+    hint: float | None = None  # its time= hint (s): a run past it overruns (overruns.py)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class Snapshot:
     reorder: int = 0  # lower-priority jobs that may go before a job (-1: no bound)
     # [planner] objective, passed to the policy when it takes one ("": its own default)
     objective: str = ""
-    # held jobs that Slurm kept pending for a limit after their release, and which
-    # limit, for ``LIMIT_RETRY`` seconds (kept by the daemon between cycles)
+    # held jobs that Slurm kept pending after their release (a limit, licenses, not
+    # started in time), and why, while their back-off lasts (the daemon's `Backoff`)
     limited: Mapping[str, str] = field(default_factory=dict)
+    # job arrays' throttles learned from tasks Slurm kept pending for JobArrayTaskLimit
+    # (squeue's fixed-width output does not show them), by array id
+    throttles: Mapping[str, int] = field(default_factory=dict)

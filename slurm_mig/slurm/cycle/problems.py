@@ -1,5 +1,6 @@
 """Why a job can never be planned as it stands (no MIG size runs it, its memory need, a
-Comment too long for the planner's token), and the GPU models that can run it."""
+Comment too long for the planner's token, a heterogeneous or multi-node job), and the
+GPU models that can run it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ... import jobcomment as comments
 from ...geometry import get_model
 from .inputs import Estimate
 
-__all__ = ["comment_too_long", "feasible", "why_unplannable"]
+__all__ = ["comment_too_long", "feasible", "shape_problem", "why_unplannable"]
 
 
 def _gib(n: int) -> str:
@@ -31,6 +32,26 @@ def comment_too_long(raw: str) -> str | None:
         "that leave room for the planner's token; shorten it with scontrol update "
         "JobId=<id> Comment=..."
     )
+
+
+def shape_problem(job: object) -> str | None:
+    """Why a job of the partition can never run on one MIG slice as Slurm holds it (a
+    heterogeneous job's component; a job on more than one node), with the fix; or None.
+    job_submit.lua refuses both; one queued before it, or let in by an admin, is held
+    with this reason instead of planned: its release would fail every cycle, or it would
+    be requeued by the Prolog of each node it gets but the planned one."""
+    if getattr(job, "het_job", False):
+        return (
+            "it is a component of a heterogeneous job, which cannot run on MIG slices; "
+            "scancel it and submit each component as a job of its own"
+        )
+    nodes = getattr(job, "node_count", 1)
+    if nodes > 1:
+        return (
+            f"it asks for {nodes} nodes and a MIG slice is on one; scancel it and submit it "
+            "again with -N 1 (one job per node)"
+        )
+    return None
 
 
 def feasible(est: Estimate | None) -> list[str]:

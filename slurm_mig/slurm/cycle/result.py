@@ -13,7 +13,7 @@ from ...planner.driver import projected_end
 from ...planner.snapshot import ClusterSnapshot, Planned
 from ..assignment import Assignment
 from ..jobrecord import JobLike, job_sort_key, parse_admin_comment, record_fields
-from .actions import Action, CycleResult, Release, Requeue
+from .actions import Action, CycleResult, Release, Requeue, held_again
 from .classify import Classified
 from .inputs import Snapshot
 from .reuse import order_key
@@ -60,7 +60,7 @@ def cycle_result(
             if holding[jid].clear_dependency and not after:
                 fields += (("Dependency", "0"),)  # "0": Slurm's word for none
         releases.append(Release(jid, a, user.render(), after, fields, reason))
-    holds = [h for h in view.holds if h.job_id not in moved]
+    holds = [held_again(h, view.jobs[h.job_id]) for h in view.holds if h.job_id not in moved]
     stats = [d.stats for d in decisions]
     batches = sorted({b for a in final.values() for b in [a.batch] if b > view.max_batch})
     why = tuple(dict.fromkeys(w for s in stats for w in s.get("replanned", ())))
@@ -87,6 +87,7 @@ def cycle_result(
         deferred=MappingProxyType(dict(view.deferred)),
         priority=MappingProxyType(dict(view.priority)),
         limited=MappingProxyType(dict(view.limited)),
+        throttles=MappingProxyType(dict(view.throttles)),
         snapshots=tuple(groups),
         decisions=tuple(decisions),
     )

@@ -1,5 +1,6 @@
 """What keeps a pending job from starting: its begin time, its dependencies (its owner's
-or the planner's ``afterany``), and which jobs Slurm cannot start before a cycle's writes."""
+or the planner's ``afterany``), a reason Slurm keeps a released job pending for, and
+which jobs Slurm cannot start before a cycle's writes."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from ..assignment import Assignment
 from ..jobrecord import JobLike, job_phase, parse_admin_comment
 
 __all__ = [
+    "ARRAY_LIMIT",
     "BEGIN_SLACK",
     "PLANNER_DEP",
     "cannot_start_yet",
+    "kept_pending",
     "dependency_ids",
     "gated",
     "orphaned",
@@ -29,6 +32,45 @@ BEGIN_SLACK = 30.0
 _AFTER = re.compile(r"after[a-z]*:([0-9_:]+)")
 _ID = r"[0-9]+(?:_[0-9]+)?"  # a job, or an array task (<array id>_<task>)
 PLANNER_DEP = re.compile(rf"afterany:({_ID}(?::{_ID})*)(?:\(unfulfilled\))?")
+
+# Slurm keeps a released job pending for these reasons (job_state_reason.c, 22.05-26.05)
+# until something else changes (another job or task ends, licenses come back, an admin
+# acts): held again at first sight, and planned again after a back-off. The reasons
+# left out (None, Priority, Resources, Prolog, SchedDefer, Cleaning: the scheduler has
+# not reached the job, or the last job on its slices is still leaving) are normal for a
+# released job for a while: waited out for ``start_timeout``, then held the same way.
+ARRAY_LIMIT = "JobArrayTaskLimit"  # its array's ``%N`` tasks run: the throttle caps it
+_KEPT_PENDING = frozenset(
+    {
+        ARRAY_LIMIT,
+        "Licenses",
+        "BadConstraints",
+        "Constraints",
+        "PartitionConfig",
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "PartitionDown",
+        "PartitionInactive",
+        "ReqNodeNotAvail",
+        "NodeDown",
+        "FrontEndDown",
+        "InvalidAccount",
+        "InvalidQOS",
+        "AccountNotAllowed",
+        "DependencyNeverSatisfied",
+        "Reservation",
+        "ReservationInvalid",
+        "DeadLine",
+        "PowerNotAvail",
+        "PowerReserved",
+        "MaxPoweredUpNodes",
+        "MpiPortsBusy",
+        "NvidiaImexChannels",
+        "FedJobLock",
+    }
+)
+# QOS and association limits, per-account and per-user ones, burst buffers
+_KEPT_PENDING_RE = re.compile(r"(?:QOS|Assoc|Max|BurstBuffer)\w*|AccountingPolicy")
 
 
 def dependency_ids(dependency: str) -> list[str]:
@@ -58,6 +100,12 @@ def cannot_start_yet(job: JobLike, now: float, own_dependency: bool = False) -> 
     if job.dependency and not own_dependency:
         return f"waits for its dependency ({job.dependency[:80]})"
     return None
+
+
+def kept_pending(reason: str) -> bool:
+    """Whether Slurm keeps a released job pending for ``reason`` (its reason code) until
+    something else changes: the job is held again at once, its slices go to others."""
+    return reason in _KEPT_PENDING or bool(_KEPT_PENDING_RE.fullmatch(reason or ""))
 
 
 def squatting(job: JobLike, a: Assignment, jobs: Mapping[str, JobLike], now: float) -> str | None:
