@@ -112,7 +112,8 @@ MODEL = "A100-40GB"
 # (key, mig:mem hint, weight): the smallest fitting A100-40GB profiles are 1g.5gb,
 # 2g.10gb (or 1g.10gb), 3g.20gb, 7g.40gb
 MIX = (("s1g", "4G", 4), ("s2g", "8G", 3), ("s3g", "16G", 2), ("s7g", "32G", 1))
-READ_METHODS = frozenset({"jobs", "nodes", "version"})
+# what the cycle reads (site_policy: associations, QOS, reservations, shares; issue 19)
+READ_METHODS = frozenset({"jobs", "nodes", "site_policy", "version"})
 LOCK_MESSAGE = "was not free within"  # NodeState.lock's LockBusyError
 STARTED_STATES = frozenset(
     {"RUNNING", "COMPLETING", "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}

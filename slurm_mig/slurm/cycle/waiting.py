@@ -36,9 +36,11 @@ PLANNER_DEP = re.compile(rf"afterany:({_ID}(?::{_ID})*)(?:\(unfulfilled\))?")
 # Slurm keeps a released job pending for these reasons (job_state_reason.c, 22.05-26.05)
 # until something else changes (another job or task ends, licenses come back, an admin
 # acts): held again at first sight, and planned again after a back-off. The reasons
-# left out (None, Priority, Resources, Prolog, SchedDefer, Cleaning: the scheduler has
-# not reached the job, or the last job on its slices is still leaving) are normal for a
-# released job for a while: waited out for ``start_timeout``, then held the same way.
+# left out (None, Priority, Resources, Prolog, SchedDefer, Cleaning, and ReqNodeNotAvail,
+# which is also what Slurm says while the job's required node is in use: the scheduler
+# has not reached the job, or the last job on its slices or the node's CPUs is still
+# leaving) are normal for a released job for a while: waited out for ``start_timeout``,
+# then held the same way. A node that is down or drained is read from its state.
 ARRAY_LIMIT = "JobArrayTaskLimit"  # its array's ``%N`` tasks run: the throttle caps it
 _KEPT_PENDING = frozenset(
     {
@@ -51,7 +53,6 @@ _KEPT_PENDING = frozenset(
         "PartitionTimeLimit",
         "PartitionDown",
         "PartitionInactive",
-        "ReqNodeNotAvail",
         "NodeDown",
         "FrontEndDown",
         "InvalidAccount",
