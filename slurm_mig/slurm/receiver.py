@@ -247,6 +247,18 @@ class ReportDB:
         return out
 
 
+def _detail(b: Mapping[str, Any]) -> str:
+    """What an admin needs to know of a refused report beyond its id: a memory report
+    without its owner's uid comes from a node whose hooks predate the uid rule."""
+    data = b.get("data")
+    if b.get("kind") == "memory" and isinstance(data, Mapping) and "uid" not in data:
+        return (
+            " (a memory report without the job's uid: that node's slurm-mig is older than "
+            "the planner's; upgrade its hooks)"
+        )
+    return ""
+
+
 def _need(b: Mapping[str, Any]) -> bool:
     """A memory report's payload is ``{key, need, uid}``: one without its owner's uid (a
     node of a slurm-mig before the uid rule) is refused, never stored as the prior."""
@@ -397,7 +409,7 @@ class Receiver(Listener):
                 else:
                     answers[i] = f"no {body['id']} {result}"
                     if result != "store":
-                        self._refuse(peer, f"{result}: report {body['id']}")
+                        self._refuse(peer, f"{result}: report {body['id']}{_detail(body)}")
         return [a or "no - invalid" for a in answers]
 
     def _refuse(self, peer: Any, text: str) -> None:

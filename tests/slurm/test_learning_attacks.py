@@ -214,6 +214,10 @@ def test_memory_needs_reported_by_the_nodes_are_learned_under_the_jobs_uid(tmp_p
     refusals = [m for m in caplog.messages if "refused" in m]
     for jid in ("8", "9", "10", "11"):  # one line each, naming the report
         assert sum(f"/memory/{jid}/" in m for m in refusals) == 1, refusals
+    # and, where the uid is missing (8, 9: a node older than the planner), the fix
+    for jid, told in (("8", True), ("9", True), ("10", False), ("11", False)):
+        (line,) = [m for m in refusals if f"/memory/{jid}/" in m]
+        assert ("without the job's uid" in line and "upgrade its hooks" in line) == told, line
     assert store.memory_need("resnet50", own("mallory")) == 30 * GIB
     assert store.memory_need("resnet50", PRIOR) is None
     assert store.memory_need("resnet50") == 30 * GIB  # nothing else stored, under anyone
