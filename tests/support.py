@@ -250,3 +250,28 @@ def sent_slowly(sock: socket.socket, data: bytes, wait: float) -> bool:
         except (BrokenPipeError, ConnectionResetError):
             return True
     return False
+
+
+class _EstimatorConfig:
+    default_runtime = 600.0
+    serial_fraction = 0.3
+
+
+def plan_jobs(jobs, nodes: tuple[str, ...] = ("gpu01",), now: float = 10_000.0):
+    """One planner cycle (`plan_cycle`, far, no batch window) over squeue's ``jobs`` on
+    ``nodes`` of one A100-40GB each, estimated as the daemon would without a store."""
+    from slurm_mig.slurm.cycle import Snapshot, plan_cycle
+    from slurm_mig.slurm.estimates import Estimator
+
+    models = ("A100-40GB",)
+    est = Estimator(_EstimatorConfig(), None)
+    snap = Snapshot(
+        now=now,
+        jobs=tuple(jobs),
+        nodes={n: models for n in nodes},
+        estimates={j.job_id: est(j, list(models)) for j in jobs},
+        batch_window=0.0,
+        release_ahead=0.0,
+        algorithm="far",
+    )
+    return plan_cycle(snap)

@@ -166,12 +166,12 @@ def node_count_value(value: Any) -> int:
 
 
 def _throttle(data: Mapping[str, Any]) -> int | None:
-    """``array_max_tasks`` (every task of an array shows its array's ``%N``; 0: no
-    limit), None when the record has none (not an array task, or not squeue's JSON)."""
+    """``array_max_tasks`` (every task of an array shows its array's ``%N``), None when
+    the record has none (0: no throttle; not an array task, or not squeue's JSON)."""
     if data.get("array_max_tasks") is None or not _number(data.get("array_job_id")):
         return None
     n = _number(data.get("array_max_tasks"))
-    return int(n) if n is not None and 0 <= n < _MAX_ARRAY_TASKS else 0
+    return int(n) if n is not None and 0 < n < _MAX_ARRAY_TASKS else None
 
 
 def _json_job_id(data: Mapping[str, Any]) -> str:

@@ -166,3 +166,31 @@ def wait_until(ok: Callable, timeout: float, what: str, poll: float = 0.3):
 host_release_only = pytest.mark.skipif(
     SLURM != "host", reason="release-independent: run on the host's Slurm only"
 )
+
+
+def planner_address(lc: LiveCluster, what: str) -> tuple[str, int]:
+    """The (host, port) of the planner's ``[planner] <what>`` (metrics, notify, reports)."""
+    from slurm_mig.config import load_config, parse_address
+
+    address = parse_address(getattr(load_config(lc.config_path), what))
+    assert address is not None
+    return address
+
+
+def notify_wakes(lc: LiveCluster, key: bytes, tries: int, cycle: float) -> int:
+    """Of ``tries`` genuine datagrams sent from 127.0.0.2 (another node) just after a
+    cycle, how many started the next cycle well before the ``cycle`` timer would."""
+    import socket
+
+    from slurm_mig.slurm.notify import sign
+
+    woke = 0
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.2", 0))
+        for i in range(tries):
+            n = lc.status()["cycle"]
+            done = lc.wait_status(lambda st, n=n: st["cycle"] > n, 30)
+            s.sendto(sign(key, "ended", f"99999{i}", time.time()), planner_address(lc, "notify"))
+            nxt = lc.wait_status(lambda st, d=done: st["cycle"] > d["cycle"], 30)
+            woke += nxt["started"] - done["finished"] < 0.6 * cycle
+    return woke

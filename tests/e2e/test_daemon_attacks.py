@@ -31,14 +31,13 @@ from datetime import datetime
 import pytest
 from support import sent_slowly
 
-from slurm_mig.config import load_config, parse_address
 from slurm_mig.demo.live import LiveCluster
 from slurm_mig.geometry import get_model
 from slurm_mig.slurm.assignment import load_key
 from slurm_mig.slurm.notify import sign
 from slurm_mig.workload import load_task_source
 
-from .conftest import live_cluster, wait_until
+from .conftest import live_cluster, notify_wakes, planner_address, wait_until
 
 RODINIA = load_task_source("rodinia-a100", get_model("A100-40GB"))
 CYCLE = 0.5  # [planner] cycle
@@ -73,14 +72,8 @@ def _wait(ok, timeout: float, what: str):
     return wait_until(ok, timeout, what, poll=0.1)
 
 
-def _address(lc: LiveCluster, what: str) -> tuple[str, int]:
-    address = parse_address(getattr(load_config(lc.config_path), what))
-    assert address is not None
-    return address
-
-
 def _scrape(lc: LiveCluster, path: str = "/metrics") -> tuple[float, bytes]:
-    host, port = _address(lc, "metrics")
+    host, port = planner_address(lc, "metrics")
     t0 = time.monotonic()
     with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=30) as r:
         body = r.read()
@@ -124,7 +117,7 @@ def test_two_thousand_idle_connections_neither_stop_the_daemon_nor_slow_a_scrape
     if hard != resource.RLIM_INFINITY and hard < 4500:
         pytest.skip(f"RLIMIT_NOFILE hard limit {hard}: 2,000 connections need more")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4500), hard))
-    host, port = _address(lc, "metrics")
+    host, port = planner_address(lc, "metrics")
     pid = lc.daemon.pid
     before = lc.status()["cycle"]
     idle: list[socket.socket] = []
@@ -156,7 +149,7 @@ def test_two_thousand_idle_connections_neither_stop_the_daemon_nor_slow_a_scrape
 
 
 def test_a_slow_loris_is_closed_and_the_daemon_says_nothing_of_it(lc):
-    host, port = _address(lc, "metrics")
+    host, port = planner_address(lc, "metrics")
     with socket.create_connection((host, port), timeout=10) as c:
         t0 = time.monotonic()
         closed = sent_slowly(c, b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-a: " + b"a" * 100, 0.5)
@@ -196,7 +189,7 @@ finally:
 
 
 def _flood(lc: LiveCluster, seconds: float, replay: bytes) -> subprocess.Popen:
-    host, port = _address(lc, "notify")
+    host, port = planner_address(lc, "notify")
     return subprocess.Popen(
         [USER_PYTHON, "-c", FLOOD, host, str(port), str(seconds), replay.hex()],
         user=NOBODY,
@@ -204,21 +197,6 @@ def _flood(lc: LiveCluster, seconds: float, replay: bytes) -> subprocess.Popen:
         text=True,
         cwd="/",
     )
-
-
-def _wakes(lc: LiveCluster, key: bytes, tries: int = 3) -> int:
-    """Of ``tries`` genuine datagrams sent from 127.0.0.2 (another node) just after a
-    cycle, how many started the next cycle well before the cycle timer would."""
-    woke = 0
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.2", 0))
-        for i in range(tries):
-            n = lc.status()["cycle"]
-            done = lc.wait_status(lambda st, n=n: st["cycle"] > n, 30)
-            s.sendto(sign(key, "ended", f"99999{i}", time.time()), _address(lc, "notify"))
-            nxt = lc.wait_status(lambda st, d=done: st["cycle"] > d["cycle"], 30)
-            woke += nxt["started"] - done["finished"] < 0.6 * CYCLE
-    return woke
 
 
 def _refused(lc: LiveCluster) -> dict[str, float]:
@@ -237,9 +215,9 @@ def test_a_notify_flood_from_nobody_does_not_multiply_the_cycles(lc):
     hooks_log = path.read_text(errors="replace")
     assert "notif" not in hooks_log  # each Prolog signed its own
     window = 10.0
-    assert _wakes(lc, key) >= 2, "a genuine notification does not wake the daemon"
+    assert notify_wakes(lc, key, 3, CYCLE) >= 2, "a genuine notification does not wake the daemon"
     replay = sign(key, "ended", lc.ids[0], time.time())
-    host, port = _address(lc, "notify")
+    host, port = planner_address(lc, "notify")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.sendto(replay, (host, port))  # heard once, here; the flood sends it again
     quiet, _ = _measure(lc, window)
@@ -247,7 +225,7 @@ def test_a_notify_flood_from_nobody_does_not_multiply_the_cycles(lc):
     try:
         time.sleep(0.5)
         flooded, _ = _measure(lc, window)
-        woke = _wakes(lc, key)
+        woke = notify_wakes(lc, key, 3, CYCLE)
     finally:
         flood.terminate()
         sent = flood.communicate(timeout=30)[0]

@@ -11,21 +11,17 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
-from slurm_mig.config import load_config, parse_address
 from slurm_mig.demo.live import LiveCluster
 from slurm_mig.slurm import notify
 from slurm_mig.slurm.assignment import load_key
-from slurm_mig.slurm.notify import sign
 
-from .conftest import host_release_only, live_cluster, wait_until
+from .conftest import host_release_only, live_cluster, notify_wakes, planner_address, wait_until
 
 CYCLE = 0.5  # [planner] cycle
 NOBODY = 65534
@@ -71,40 +67,19 @@ def lc():
         yield cluster
 
 
-def _address(lc: LiveCluster, what: str) -> tuple[str, int]:
-    address = parse_address(getattr(load_config(lc.config_path), what))
-    assert address is not None
-    return address
-
-
 def _refused(lc: LiveCluster) -> dict[str, float]:
     """The daemon's count of refused notifications, by reason (its /metrics)."""
-    host, port = _address(lc, "metrics")
+    host, port = planner_address(lc, "metrics")
     with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=30) as r:
         text = r.read().decode()
     pattern = r'^slurm_mig_planner_notify_refused_total\{reason="(\w+)"\} (\S+)$'
     return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, text, re.M)}
 
 
-def _wakes(lc: LiveCluster, key: bytes, tries: int) -> int:
-    """Of ``tries`` genuine datagrams sent from 127.0.0.2 just after a cycle, how many
-    started the next cycle well before the cycle timer would."""
-    woke = 0
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.2", 0))
-        for i in range(tries):
-            n = lc.status()["cycle"]
-            done = lc.wait_status(lambda st, n=n: st["cycle"] > n, 30)
-            s.sendto(sign(key, "ended", f"99999{i}", time.time()), _address(lc, "notify"))
-            nxt = lc.wait_status(lambda st, d=done: st["cycle"] > d["cycle"], 30)
-            woke += nxt["started"] - done["finished"] < 0.6 * CYCLE
-    return woke
-
-
 @host_release_only
 def test_forgeries_from_200_addresses_neither_pause_the_listener_nor_keep_a_wake_out(lc):
     key = load_key(lc.root / "etc" / "key")
-    host, port = _address(lc, "notify")
+    host, port = planner_address(lc, "notify")
     before = _refused(lc)
     rate = str(notify.SOURCE_RATE)
     flood = subprocess.Popen(
@@ -117,7 +92,7 @@ def test_forgeries_from_200_addresses_neither_pause_the_listener_nor_keep_a_wake
     try:
         flooding = before.get("forged", 0) + notify.TOTAL_BURST
         wait_until(lambda: _refused(lc).get("forged", 0) > flooding, 60, "the flood", poll=0.1)
-        woke = _wakes(lc, key, tries=4)
+        woke = notify_wakes(lc, key, 4, CYCLE)
     finally:
         flood.terminate()
         sent = flood.communicate(timeout=30)[0]

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_mig.config import load_config, parse_address
 from slurm_mig.demo.live import LiveCluster
 from slurm_mig.geometry import get_model
 from slurm_mig.slurm import reports
 from slurm_mig.slurm.assignment import load_key
 from slurm_mig.workload import load_task_source
 
-from .conftest import host_release_only, live_cluster, wait_until
+from .conftest import host_release_only, live_cluster, planner_address, wait_until
 
 RODINIA = load_task_source("rodinia-a100", get_model("A100-40GB"))
 SCALE = 1.0  # seconds per profiled second: jobs of a few seconds
@@ -75,12 +74,6 @@ def lc():
         yield c
 
 
-def _address(lc: LiveCluster) -> tuple[str, int]:
-    address = parse_address(load_config(lc.config_path).reports)
-    assert address is not None
-    return address
-
-
 def _run_delays(lc: LiveCluster, ids: list[str]) -> list[float]:
     """Per job, seconds from its Epilog's end stamp to the planner storing its run."""
     db = sqlite3.connect(lc.state_dir / "reports.sqlite")
@@ -115,7 +108,7 @@ def _flush_times(lc: LiveCluster, tmp: Path, n: int) -> list[float]:
             reports.make(key, lc.nodes[0], "instances", {"jobs": [], "kept": []}, seq=1),
         )
         t0 = time.monotonic()
-        sent, problem = box.flush(_address(lc), seconds=10.0)
+        sent, problem = box.flush(planner_address(lc, "reports"), seconds=10.0)
         took.append(time.monotonic() - t0)
         assert (sent, problem) == (1, None)
         time.sleep(0.2)
@@ -124,7 +117,7 @@ def _flush_times(lc: LiveCluster, tmp: Path, n: int) -> list[float]:
 
 @host_release_only
 def test_a_hundred_idle_report_connections_delay_no_nodes_report(lc, tmp_path):
-    host, port = _address(lc)
+    host, port = planner_address(lc, "reports")
     quiet_runs = _jobs(lc, 2)
     quiet_flush = _flush_times(lc, tmp_path / "quiet", 5)
     hold = subprocess.Popen(

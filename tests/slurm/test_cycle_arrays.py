@@ -52,7 +52,7 @@ def test_squeue_json_gives_each_task_its_arrays_throttle_on_every_release():
         ("1_3", 1),
         ("1_4", 1),
     ]
-    assert job_from_json({**old, "array_max_tasks": 0}).array_throttle == 0  # no limit
+    assert job_from_json({**old, "array_max_tasks": 0}).array_throttle is None  # no limit
     plain = {"job_id": 7, "array_job_id": 0, "array_max_tasks": 0}
     assert job_from_json(plain).array_throttle is None  # not an array task
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from support import plan_jobs
 from support import squeue_job as job
 
 from slurm_mig import jobcomment as comments
 from slurm_mig.explain import explain
 from slurm_mig.geometry import Placement
 from slurm_mig.slurm.assignment import Assignment, sign
-from slurm_mig.slurm.cycle import Hold, Note, Release, Snapshot, admin_comment_for, plan_cycle
+from slurm_mig.slurm.cycle import Hold, Note, Release, admin_comment_for
 from slurm_mig.slurm.cycle.actions import held_again
 from slurm_mig.slurm.cycle.problems import shape_problem
-from slurm_mig.slurm.daemon import Estimator
 
 NOW = 10_000.0
 MODELS = ("A100-40GB",)
@@ -26,23 +26,8 @@ HET = "it is a component of a heterogeneous job, which cannot run on MIG slices"
 MULTI = "it asks for 2 nodes and a MIG slice is on one"
 
 
-class _Config:
-    default_runtime = 600.0
-    serial_fraction = 0.3
-
-
 def _cycle(jobs):
-    est = Estimator(_Config(), None)
-    snap = Snapshot(
-        now=NOW,
-        jobs=tuple(jobs),
-        nodes={"gpu01": MODELS, "gpu02": MODELS},
-        estimates={j.job_id: est(j, list(MODELS)) for j in jobs},
-        batch_window=0.0,
-        release_ahead=0.0,
-        algorithm="far",
-    )
-    return plan_cycle(snap)
+    return plan_jobs(jobs, nodes=("gpu01", "gpu02"), now=NOW)
 
 
 def _released(job_id: str) -> tuple[str, str]:

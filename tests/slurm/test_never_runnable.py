@@ -8,36 +8,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from support import plan_jobs
 from support import squeue_job as job
 
 from slurm_mig.explain import explain
 from slurm_mig.hints import largest_profile_memory, parse_hints
-from slurm_mig.slurm.cycle import Snapshot, plan_cycle
 from slurm_mig.slurm.cycle.actions import Note
-from slurm_mig.slurm.daemon import Estimator
 from slurm_mig.slurm.statusview import build_view
 
 NOW = 10_000.0
 MODELS = ("A100-40GB",)
 
 
-class _Config:
-    default_runtime = 600.0
-    serial_fraction = 0.3
-
-
 def _cycle(jobs):
-    est = Estimator(_Config(), None)
-    snap = Snapshot(
-        now=NOW,
-        jobs=tuple(jobs),
-        nodes={"gpu01": MODELS},
-        estimates={j.job_id: est(j, list(MODELS)) for j in jobs},
-        batch_window=0.0,
-        release_ahead=0.0,
-        algorithm="far",
-    )
-    return plan_cycle(snap)
+    return plan_jobs(jobs, now=NOW)
 
 
 def test_a_never_runnable_job_is_held_with_the_reason_in_explain_and_status():

@@ -9,6 +9,7 @@ import json
 from types import MappingProxyType, SimpleNamespace
 
 import pytest
+from support import squeue_job
 
 from slurm_mig.slurm import public, sitepolicy
 from slurm_mig.slurm.client import Job
@@ -34,29 +35,9 @@ def _assoc_mgr(max_jobs: str = "N(0)", grp_jobs: str = "N(0)", per_user: str = "
 
 
 def job(jid: str, **kw) -> Job:
-    fields = {
-        "job_id": jid,
-        "name": "train",
-        "user": "alice",
-        "partition": "mig",
-        "state": "PENDING",
-        "reason": "JobHeldUser",
-        "held": True,
-        "comment": "",
-        "admin_comment": "",
-        "nodes": "",
-        "required_nodes": "",
-        "time_limit": None,
-        "submit_time": NOW,
-        "start_time": None,
-        "end_time": None,
-        "restart_count": 0,
-        "exit_code": None,
-        "account": "physics",
-        "uid": 1001,
-    }
-    fields.update(kw)
-    return Job(**fields)
+    """alice's job (uid 1001, account physics), held by its user, submitted at NOW."""
+    fields = {"reason": "JobHeldUser", "submit_time": NOW, "account": "physics", "uid": 1001}
+    return squeue_job(jid, **{**fields, **kw})
 
 
 def _planners_reasons() -> dict[str, str]:
