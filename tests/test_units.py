@@ -137,6 +137,9 @@ def test_the_boot_unit_checks_the_ids_then_makes_the_nodes(written):
     assert starts == [
         f"{BIN}/slurm-mig gres-conf --check-ids",
         f"{BIN}/slurm-mig gres-conf --make-nodes",
+        # then the stale records of jobs that ended while slurmd was down ('-': a
+        # failure never keeps slurmd down)
+        f"-{BIN}/slurm-mig node-sweep --boot",
     ]
     # a oneshot runs its ExecStart lines in order and fails at the first that fails
     assert ("Type", "oneshot") in service and ("RemainAfterExit", "yes") in service

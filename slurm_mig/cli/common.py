@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import socket
 import textwrap
 import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from ..devices.base import DeviceError
 from ..geometry import MODELS, GeometryError, GpuModel, get_model
@@ -18,6 +19,9 @@ from ..job import Job
 from ..plan import Plan, PlanError
 from ..planner import Batch, UnknownPlanner, get_planner
 from ..workload import BUILTIN_TASKS, WorkloadError
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 PROG = "slurm-mig"
 DEFAULT_PLANNER = "auto"
@@ -192,3 +196,24 @@ def read_json(path: str) -> object:
         raise ValueError(
             f"{path}: not a JSON document this tool reads (nested too deeply or not UTF-8)"
         ) from None
+
+
+def add_node_options(p: argparse.ArgumentParser) -> None:
+    """``--config`` and ``--node`` of a command run on a node, as the hooks see it."""
+    p.add_argument("--config", metavar="PATH", help="config file (default: as the hooks)")
+    p.add_argument(
+        "--node",
+        metavar="NAME",
+        help="this node's name in the config (default: the host's short name)",
+    )
+
+
+def node_config(args: argparse.Namespace) -> tuple[Config, str]:
+    """The config (``--config``) and this node's name (``--node``, or the host's short
+    name); ConfigError naming the config's nodes when it is not one of them."""
+    from ..config import load_config
+
+    config = load_config(args.config)
+    node = args.node or socket.gethostname().split(".")[0]
+    config.gpu_models(node)
+    return config, node

@@ -4,10 +4,9 @@ timer on every node runs it; the hooks deliver what they can themselves)."""
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 
-from .common import Formatter, wrap
+from .common import Formatter, add_node_options, node_config, wrap
 
 
 def add_parser(sub) -> None:
@@ -24,12 +23,7 @@ def add_parser(sub) -> None:
             "Run by contrib/slurm-mig-node-flush.timer (README: Node reports)."
         ),
     )
-    p.add_argument("--config", metavar="PATH", help="config file (default: as the hooks)")
-    p.add_argument(
-        "--node",
-        metavar="NAME",
-        help="this node's name in the config (default: the host's short name)",
-    )
+    add_node_options(p)
     p.add_argument(
         "--timeout",
         type=float,
@@ -41,15 +35,13 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_config, parse_address
+    from ..config import parse_address
     from ..slurm.assignment import load_key
     from ..slurm.reports import Spool
 
-    config = load_config(args.config)
     if not 0.1 <= args.timeout <= 600:
         raise ValueError(f"--timeout {args.timeout:g}: give 0.1 to 600 seconds")
-    node = args.node or socket.gethostname().split(".")[0]
-    config.gpu_models(node)  # ConfigError naming the nodes when it is not one
+    config, node = node_config(args)
     address = parse_address(config.reports)
     if address is None:
         raise ValueError("[planner] reports is off in the config: there is nowhere to send to")

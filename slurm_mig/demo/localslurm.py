@@ -12,7 +12,8 @@ run at interpreter exit) kills every daemon it started and every process whose
 environment names its slurm.conf (slurmstepds and job processes outlive slurmd).
 Its parts: the files it writes (slurmconf), the accounting database (accountingdb),
 private nodes (privatenodes), processes and ports (processes), where the programs are
-(programs), and the client commands on jobs and nodes (jobcommands) and on accounts (sacctmgr).
+(programs), the client commands on jobs and nodes (jobcommands) and on accounts (sacctmgr),
+and crashing and restarting a node's slurmd (nodedaemons).
 Cgroups are off (task/none, proctrack/linuxproc; ``CgroupPlugin=disabled`` from 24.05,
 whose slurmd needs a cgroup hierarchy otherwise); ``task_plugin``, ``proctrack_type``
 and ``cgroup_conf`` turn them on for a test about device isolation (cgroup v1 names
@@ -112,6 +113,7 @@ from pathlib import Path
 from . import accountingdb, privatenodes, slurmconf
 from .cpugroup import CpuGroup, CpuGroupError
 from .jobcommands import JobCommands
+from .nodedaemons import NodeDaemons
 from .processes import (
     ClusterError,
     daemon_logs,
@@ -157,7 +159,7 @@ _counter = itertools.count(1)
 
 
 @dataclass
-class LocalSlurm(JobCommands, AccountCommands):
+class LocalSlurm(JobCommands, NodeDaemons, AccountCommands):
     """A throwaway Slurm cluster on loopback; a context manager, or start()/stop()."""
 
     nodes: Sequence[str] = ("node1",)
@@ -327,12 +329,7 @@ class LocalSlurm(JobCommands, AccountCommands):
                 self._start_accounting(timeout)
             self._spawn_slurmctld()
             for node in self.nodes:
-                self._spawn(
-                    f"slurmd-{node}",
-                    [self._binary("slurmd"), "-D", "-N", node, "-f", str(self.conf)],
-                    extra_env=self.slurmd_env,
-                    node=node,
-                )
+                self.spawn_slurmd(node)
             self.wait_idle(timeout)
         except BaseException:
             self.stop()
@@ -342,11 +339,13 @@ class LocalSlurm(JobCommands, AccountCommands):
     def _spawn_slurmctld(self) -> None:
         self._spawn("slurmctld", [self._binary("slurmctld"), "-D", "-i", "-f", str(self.conf)])
 
-    def restart_slurmctld(self, timeout: float = 30.0) -> None:
-        """Stop slurmctld (it saves its state: jobs, association usage) and start it
-        again; jobs live on. priority/multifactor computes usage and fairshare at start,
-        otherwise only every PriorityCalcPeriod (a minute at least)."""
+    def restart_slurmctld(self, timeout: float = 30.0, down_for: float = 0.0) -> None:
+        """Stop slurmctld (it saves its state: jobs, association usage), wait
+        ``down_for`` seconds (an outage) and start it again; jobs live on.
+        priority/multifactor computes usage and fairshare at start, otherwise only
+        every PriorityCalcPeriod (a minute at least)."""
         self._kill(["slurmctld"])
+        time.sleep(down_for)
         self._spawn_slurmctld()
         self.wait_for(
             lambda: "UP" in self.run("scontrol", "ping", check=False).stdout,

@@ -72,6 +72,7 @@ class SlurmApplier:
         self.gres = gres
         self.workers = workers
         self.budget = budget
+        self.unstored: set[tuple[str, int]] = set()  # runs the store refused, logged once
 
     def apply(
         self,
@@ -93,6 +94,7 @@ class SlurmApplier:
             gres=self.gres,
             workers=self.workers,
             budget=self.budget,
+            unstored=self.unstored,
         )
         took = set(report.released)
         standing = {j: a for j, a in result.planned.items() if j not in took}

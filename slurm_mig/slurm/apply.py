@@ -56,6 +56,7 @@ def apply_actions(
     workers: int = 1,
     budget: float | None = None,
     elapsed: Callable[[], float] = time.monotonic,
+    unstored: set[tuple[str, int]] | None = None,
 ) -> ApplyReport:
     """Apply ``actions`` with few Slurm calls: holds as one list call, the updates of
     jobs re-planned in place one by one, notes and the releases' updates ``workers``
@@ -65,7 +66,9 @@ def apply_actions(
     skips every release. Stops between slices once ``stop`` is set, or once ``budget``
     seconds are spent (``report.cut``: the next cycle reads Slurm afresh and goes on).
     ``gres``: a released job gets its instance's GRES record (``slurm.gres``) in the
-    update that writes its token."""
+    update that writes its token. ``unstored``: the runs whose runtime the store could
+    not take, kept by the caller: a failure is logged at ERROR once per run, and the
+    runs stored now leave it."""
     report = ApplyReport()
     began = elapsed()
     notes = [a for a in actions if isinstance(a, Note)]
@@ -75,7 +78,8 @@ def apply_actions(
 
     def over(first: bool) -> int | None:
         if stop is not None and stop.is_set():
-            return 0
+            # a stop asked (SIGTERM), or only the lease not confirmed (`liveness`)
+            return 0 if getattr(stop, "requested", stop.is_set)() else 2
         if budget is not None and not first and elapsed() - began > budget:
             return 1  # every cycle gets at least one slice through: no livelock
         return None
@@ -90,6 +94,11 @@ def apply_actions(
     pool = _Pool(workers)
     try:
         holds = [a for a in actions if isinstance(a, Hold)]
+        why = over(True)
+        if why is not None:  # nothing at all goes out: not even the holds
+            left = sum(1 for a in actions if not isinstance(a, Learn))
+            _left_over(left, why, report)
+            holds, releases, notes, requeues = [], [], [], []
         releases = _holds_and_moves(holds, releases, writes)
         slices: list[list[Action]] = [list(notes)] if notes else []
         slices += [releases[i : i + RELEASE_CHUNK] for i in range(0, len(releases), RELEASE_CHUNK)]
@@ -103,9 +112,12 @@ def apply_actions(
         _apply_requeues(requeues, writes, failed_jobs)
     finally:
         pool.close()
-    for action in actions:
-        if isinstance(action, Learn):
-            _learn(action, store, report)
+    learns = [a for a in actions if isinstance(a, Learn)]
+    quiet = unstored if unstored is not None else set()
+    for action in learns:
+        _learn(action, store, report, quiet)
+    if unstored is not None:  # bounded: the runs still offered
+        unstored &= {(a.job_id, a.restart) for a in learns} - set(report.stored)
     return report
 
 
@@ -160,10 +172,15 @@ def _holds_and_moves(
 
 
 def _left_over(left: int, why: int, report: ApplyReport) -> None:
-    """``left`` actions not applied: cut by the budget (``why`` 1) or by a stop (0)."""
-    if why:
+    """``left`` actions not applied: cut by the budget (``why`` 1), by a stop (0), or
+    while the lease is not confirmed (2: `liveness` says why, once; the next cycle
+    that holds it plans afresh)."""
+    if why == 1:
         report.cut += left
         log.info("apply budget spent: %d actions for the next cycle", left)
+    elif why == 2:
+        report.skipped += left
+        log.debug("the planner lease is not confirmed: %d actions not sent", left)
     else:
         report.skipped += left
         log.info("stopping: %d actions left for the next run", left)
@@ -388,9 +405,10 @@ def _release_fields(
     return fields_
 
 
-def _learn(action: Learn, store: Any, report: ApplyReport) -> None:
+def _learn(action: Learn, store: Any, report: ApplyReport, logged: set[tuple[str, int]]) -> None:
     """A finished run's runtime into the store, and its overrun of its time= hint
-    (slurm_mig.overruns; sqlite errors are logged, not raised)."""
+    (slurm_mig.overruns; sqlite errors are logged, not raised: at ERROR the first time
+    for a run, at DEBUG while it is offered again, ``logged`` holding those runs)."""
     if store is None:
         return
     try:
@@ -418,4 +436,13 @@ def _learn(action: Learn, store: Any, report: ApplyReport) -> None:
             log.info("%s", action.describe())
         report.stored.append((action.job_id, action.restart))
     except Exception as exc:  # e.g. sqlite errors while learning: log, go on
-        log.error("%s: not recorded: %s", action.describe(), exc)
+        run = (action.job_id, action.restart)
+        if run in logged:
+            log.debug("%s: not recorded yet: %s", action.describe(), exc)
+            return
+        logged.add(run)
+        log.error(
+            "%s: not recorded: %s (tried again each cycle, not logged again)",
+            action.describe(),
+            exc,
+        )

@@ -1,19 +1,24 @@
 """The cycle's input from Slurm's and the store's records: the configured nodes sinfo
-shows usable, and a `cycle.Snapshot` with each job's runtime estimates."""
+shows usable, the job records the nodes last reported, and a `cycle.Snapshot` with each
+job's runtime estimates."""
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ..config import Config
 from ..geometry import get_model
-from .cycle import Snapshot
+from .cycle import NodeRecord, Snapshot
 from .estimates import Estimator
 from .jobrecord import in_partition, job_phase
 
-__all__ = ["build_snapshot", "usable_nodes"]
+__all__ = ["build_snapshot", "reported_records", "usable_nodes"]
+
+log = logging.getLogger("slurm_mig.planner")
 
 
 def usable_nodes(
@@ -44,6 +49,9 @@ def build_snapshot(
     policy: Any = None,
     limited: Mapping[str, str] | None = None,
     throttles: Mapping[str, int] | None = None,
+    node_records: Sequence[NodeRecord] = (),
+    refused: Mapping[str, Mapping[tuple[str, int, int, int], str]] | None = None,
+    sent: AbstractSet[str] | None = None,
 ) -> Snapshot:
     """The cycle's input from what squeue and sinfo said and the learned runtimes;
     ``learned``: the finished runs the store already holds (no learn action again)."""
@@ -78,4 +86,29 @@ def build_snapshot(
         objective=config.objective,
         limited=dict(limited or {}),
         throttles=dict(throttles or {}),
+        node_records=tuple(node_records),
+        refused=dict(refused or {}),
+        sent=None if sent is None else frozenset(sent),
     )
+
+
+def reported_records(config: Config) -> tuple[NodeRecord, ...]:
+    """The job records of the configured nodes' latest ``instances`` reports
+    (``<state_dir>/reports.sqlite``); none with ``[planner] reports`` off (the
+    controller never reads a node's disk) or while the store cannot be read."""
+    if not getattr(config, "reports", ""):
+        return ()
+    from .receiver import ReportDB
+
+    try:
+        snaps = ReportDB(config.state_dir).snapshots()
+    except (sqlite3.Error, OSError) as exc:
+        log.debug("node reports not read: %s", exc)
+        return ()
+    out = []
+    for node in config.nodes:
+        for r in snaps.get(node, {}).get("jobs", ()):
+            out.append(
+                NodeRecord(node, r.gpu, r.job_id, r.restart, r.profile, r.placement, r.ready)
+            )
+    return tuple(out)

@@ -65,6 +65,8 @@ class CycleReport:
             # what Slurm took (a failed update is no release); a dry run: what it would
             "released": (a.released if a else list(r.released)) if r else [],
             "deferred": dict(r.deferred) if r else {},
+            # the nodes' records of jobs not running there: their slices are not planned
+            "stale": sorted(r.stale.values()) if r else [],
             "priority": dict(r.priority) if r else {},
             "batches": list(r.batches) if r else [],
             "replanned": list(r.replanned) if r else [],

@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -41,9 +41,19 @@ from ..safefs import write_atomic
 from .applier import Applier, DryRunApplier, SlurmApplier
 from .apply import RELEASE_CHUNK, Client, apply_actions
 from .assignment import load_key
-from .cycle import BACKOFF_BASE, Backoff, CycleResult, Learn, Snapshot, plan_cycle
-from .cycleinput import build_snapshot, usable_nodes
+from .cycle import (
+    BACKOFF_BASE,
+    Backoff,
+    CycleResult,
+    Learn,
+    Refusals,
+    Snapshot,
+    plan_cycle,
+    requeued_runs,
+)
+from .cycleinput import build_snapshot, reported_records, usable_nodes
 from .cyclereport import ApplyReport, CycleReport
+from .daemonlog import log_cycle, log_repartitions, log_to_file, os_hint
 from .estimates import Estimator
 from .jobrecord import job_phase, parse_admin_comment
 from .serving import METRICS_TYPE, listen, serve
@@ -93,59 +103,8 @@ def _wait_on(event: threading.Event, timeout: float) -> bool:
     return event.wait(timeout)
 
 
-def _os_hint(exc: OSError) -> str:
-    """What to do about an OSError that failed a cycle."""
-    if exc.errno in (errno.EMFILE, errno.ENFILE):
-        return (
-            "the planner is out of file descriptors: raise LimitNOFILE in its unit, or see "
-            "what holds them (ls -l /proc/<pid>/fd, ss -tnp); the next cycle tries again"
-        )
-    if exc.errno in (errno.ENOMEM, errno.EAGAIN):
-        return (
-            "cannot start squeue or scontrol (memory or process limit); the next cycle tries again"
-        )
-    return "the next cycle tries again"
-
-
 FOLLOW_UPS = 4  # quick cycles after a notification while a job is still COMPLETING
 FOLLOW_UP = 0.25  # seconds between them
-
-
-def _log_repartitions(cycle: int, result: Any) -> None:
-    """One log line per GPU whose configuration a policy changed (SMART-MIG's
-    controller: ``stats["repartitions"]`` of (gpu, from, to) configuration numbers);
-    the hooks realise it as jobs start on the new configuration's slots."""
-    for snap, got in zip(result.snapshots, result.decisions):
-        stats = got.stats or {}
-        moves = stats.get("repartitions", ())
-        for gpu, before, after in moves:
-            g = snap.gpus[gpu]
-            log.info(
-                "cycle %d: repartition %s gpu %d (%s): configuration %d -> %d",
-                cycle, g.node, g.local, snap.model.name, before, after,
-            )  # fmt: skip
-        if stats.get("controller") and not moves:
-            log.info("cycle %d: repartition: the controller kept every configuration", cycle)
-
-
-def _log_cycle(report: CycleReport, result: CycleResult, actions: int) -> None:
-    """The cycle's one summary line; a dry run counts the releases it would make."""
-    applied = report.apply
-    log.info(
-        "cycle %d done in %.2f s: %d actions, %d failed; %d planned, %d released, "
-        "%d waiting, %d noted, %d busy; plan ends in %.0f s%s",
-        report.number,
-        report.finished - report.started,
-        actions,
-        len(applied.failed) if applied else 0,
-        len(result.planned),
-        len(applied.released) if applied else len(result.released),
-        result.waiting,
-        result.noted,
-        result.busy,
-        result.makespan,
-        f"; re-planned: {', '.join(result.replanned)}" if result.replanned else "",
-    )
 
 
 class PlannerDaemon:
@@ -199,6 +158,11 @@ class PlannerDaemon:
         # released jobs Slurm kept pending (a limit, licenses, not started), deferred
         # for a back-off that doubles each time; array throttles learned
         self.limited = Backoff()
+        # slots a job was requeued from in a row (refused by its node), barred for it
+        self.refusals = Refusals()
+        self.sent: set[str] = set()  # jobs this daemon released, of those squeue shows
+        self.stale_seen: set[str] = set()  # the nodes' stale records logged
+        self.status_trouble: str | None = None  # why the last status was not written
         self.receiver = None  # `receiver.Receiver` of node reports while the daemon runs
         self.notify_refused = None  # refused notifications: a Counter (`serving.listen`)
         # where actions go, chosen once: Slurm, or printed in a dry run
@@ -228,7 +192,7 @@ class PlannerDaemon:
         if isinstance(planned, CycleReport):
             return planned
         now, jobs, snap, result = planned
-        _log_repartitions(self.cycles, result)
+        log_repartitions(self.cycles, result)
         actions = [
             a
             for a in result.actions
@@ -236,9 +200,10 @@ class PlannerDaemon:
         ]
         applied = self.applier.apply(actions, result, self.previous_nodes, self.plans)
         self.previous_nodes, self.plans = applied.nodes, applied.plans
-        self._remember(jobs, result, applied.stored, now)
+        sent = applied.report.released if applied.report is not None else ()
+        self._remember(jobs, result, applied.stored, now, sent)
         report = self._report(started, result, applied.report, None)
-        _log_cycle(report, result, len(actions))
+        log_cycle(report, result, len(actions))
         self._observe(report, snap, now)
         self.applier.publish(self, report)
         return report
@@ -255,6 +220,7 @@ class PlannerDaemon:
             self.completing = any(j.state == "COMPLETING" for j in jobs)
             nodes = self.client.nodes()
             policy = self._site_policy()
+            self._count_refusals(jobs, now)
             snap = build_snapshot(
                 self.config,
                 jobs,
@@ -267,6 +233,9 @@ class PlannerDaemon:
                 policy,
                 self.limited.waiting(now),
                 self.limited.throttles(now),
+                node_records=reported_records(self.config),
+                refused=self.refusals.avoid(now),
+                sent=self.sent,
             )
             result = plan_cycle(snap)
         except (SlurmError, StoreError) as exc:
@@ -282,16 +251,36 @@ class PlannerDaemon:
         return now, jobs, snap, result
 
     def _remember(
-        self, jobs: list, result: CycleResult, done: set[tuple[str, int]], now: float
+        self,
+        jobs: list,
+        result: CycleResult,
+        done: set[tuple[str, int]],
+        now: float,
+        sent: Sequence[str] = (),
     ) -> None:
-        """The runs the store holds and the jobs Slurm keeps pending for a limit, of the
-        jobs squeue still shows (the others are forgotten: the memory stays bounded)."""
+        """The runs the store holds, the jobs released (``sent``), those Slurm keeps
+        pending for a limit, the slots jobs were requeued from, of the jobs squeue still
+        shows (the others are forgotten: the memory stays bounded); the nodes' stale
+        records logged once each."""
         seen = {j.job_id for j in jobs}
         self.stored = {r for r in self.stored if r[0] in seen} | done
+        self.sent = {j for j in self.sent if j in seen} | set(sent)
         pending = {j.job_id for j in jobs if job_phase(j.state) == "pending"}
         self.limited.update(result.limited, result.throttles, pending, now)
         for jid, reason in result.limited.items():
             log.info("job %s: Slurm keeps it pending (%s); planned again later", jid, reason)
+        for sid in sorted(result.stale.keys() - self.stale_seen):
+            log.warning("%s", result.stale[sid])
+        self.stale_seen = set(result.stale)
+        barred = sum(len(v) for v in self.refusals.avoid(now).values())
+        self.metrics.node_trouble(sorted(result.stale), barred)
+
+    def _count_refusals(self, jobs: list, now: float) -> None:
+        """The jobs requeued from a slot since the last cycle, counted before planning
+        (a slot barred now is not planned in this cycle); unfinished jobs kept."""
+        unfinished = {j.job_id for j in jobs if job_phase(j.state) != "done"}
+        for line in self.refusals.update(requeued_runs(jobs), unfinished, now):
+            log.warning("%s", line)
 
     def publish(self, report: CycleReport) -> None:
         """What a cycle that wrote to Slurm leaves: the status file, the public summary,
@@ -324,7 +313,7 @@ class PlannerDaemon:
         """A cycle that an OSError ended (out of descriptors, memory, processes): one log
         line with the error and a hint, the error in the status; the next cycle runs."""
         text = f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, 'OSError')})"
-        log.error("cycle %d failed: %s; %s", self.cycles, text, _os_hint(exc))
+        log.error("cycle %d failed: %s; %s", self.cycles, text, os_hint(exc))
         report = self._report(self.clock() if started is None else started, None, None, text)
         try:
             self.metrics.observe(report)
@@ -413,11 +402,14 @@ class PlannerDaemon:
         )
 
     def _write_status(self, report: CycleReport) -> None:
+        """The status file; while it cannot be written, one line says why (again only
+        when the reason changes), and one more once it is written again."""
         self.last_report = report
-        if not self.stop.allowed():  # the lease is not ours: another daemon writes it
-            log.warning(
-                "cycle %d: status not written: the planner lease is not ours", report.number
+        if not self.stop.allowed():  # not confirmed ours: another daemon may write it
+            why = getattr(self.liveness, "not_allowed", lambda: "")() or (
+                "the planner lease is not ours"
             )
+            self._status_trouble(report, f"status not written: {why}")
             return
         path = self.status_path()
         try:
@@ -427,7 +419,18 @@ class PlannerDaemon:
             text = json.dumps(report.to_json(), separators=(",", ":")) + "\n"
             write_atomic(path, text, STATUS_MODE)  # root's: users read the public summary
         except OSError as exc:
-            log.warning("cannot write %s: %s", path, exc)
+            what = exc.strerror or errno.errorcode.get(exc.errno or 0, "") or str(exc)
+            self._status_trouble(report, f"cannot write {path}: {what}")
+            return
+        if self.status_trouble is not None:
+            log.info("cycle %d: status written again (%s)", report.number, path)
+            self.status_trouble = None
+
+    def _status_trouble(self, report: CycleReport, text: str) -> None:
+        """``text`` logged once while it stays the reason no status is written."""
+        if text != self.status_trouble:
+            log.warning("cycle %d: %s; written again once it can be", report.number, text)
+            self.status_trouble = text
 
     def run(self, once: bool = False) -> int:
         """Cycle until stopped (or once); exit status 0, or 1 when ``once`` failed. A
@@ -522,7 +525,7 @@ def run_planner(
     from ..runtimes import DAEMON_BUSY_TIMEOUT_S, GuardedStore, RuntimeStore, prepare_state_dir
 
     config = load_config(config_path)
-    _log_to_file(config)
+    log_to_file(config)
     key = None if dry_run else load_key(config.key_file)
     if client is None:
         from .client import SlurmClient
@@ -553,31 +556,3 @@ def run_planner(
         " (dry run)" if dry_run else "",
     )
     return daemon.run(once=once or dry_run)
-
-
-def _log_to_file(config: Config) -> None:
-    """Every record of the planner one printable line on each of its handlers (stderr
-    too: `safetext.LogEscaper`), and ``[paths] log_file`` appended to, created 0600;
-    ConfigError with the fix when that file exists and others may read it."""
-    from ..config import ConfigError
-    from ..safetext import UnsafeLogFile, install_escaper, open_private_log
-
-    root = logging.getLogger("slurm_mig")
-    path = config.log_file
-    if path and not any(getattr(h, "_slurm_mig_planner", False) for h in root.handlers):
-        where = f"{config.source or '<config>'}: [paths] log_file"
-        try:
-            fd = open_private_log(path)
-        except UnsafeLogFile as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        except OSError as exc:
-            raise ConfigError(
-                f"{where}: {path}: cannot open it ({exc.strerror or exc}); fix the path, "
-                'or set log_file = "" to log to stderr only'
-            ) from None
-        stream = open(fd, "a", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
-        handler = logging.StreamHandler(stream)
-        handler.setFormatter(logging.Formatter("%(asctime)s slurm-mig planner: %(message)s"))
-        handler._slurm_mig_planner = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
-    install_escaper(root.handlers)

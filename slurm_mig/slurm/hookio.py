@@ -5,10 +5,11 @@ the log file, syslog), ``scontrol`` and ``squeue`` calls, and an array task's id
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import jobcomment as comments
@@ -17,9 +18,29 @@ from .assignment import AssignmentError, load_key, open_token
 from .hookoutcome import WARNING
 from .jobenv import ARRAY_TASK, JobEnv, digits
 
-__all__ = ["array_task_of", "as_array_task", "emit", "run_scontrol", "scontrol_path"]
+__all__ = [
+    "SlurmJob",
+    "array_task_of",
+    "as_array_task",
+    "emit",
+    "job_states",
+    "run_scontrol",
+    "scontrol_path",
+]
 
 _EXTRA_PATH = "/usr/bin:/usr/local/bin:/bin:/usr/sbin:/sbin"
+_ASKABLE = re.compile(r"^[0-9]{1,10}(?:_[0-9]{1,10})?$")  # a job or array task id
+MAX_ASKED = 64  # job ids in one squeue call
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What slurmctld says of a job: its state (``RUNNING``), the hostlist of its nodes
+    ("" when none) and its restart count."""
+
+    state: str
+    nodes: str
+    restart: int
 
 
 def scontrol_path(env: Mapping[str, str]) -> str:
@@ -80,6 +101,47 @@ def array_task_of(
         if len(words) == 2 and words[0] == job_id:  # -j <array id> lists every task
             return (words[1] if ARRAY_TASK.match(words[1]) else None), None
     return None, f"{exe}: job {job_id} is not in slurmctld's list"
+
+
+def job_states(
+    job_ids: list[str], env: Mapping[str, str], scontrol: str | None = None, timeout: float = 10.0
+) -> dict[str, SlurmJob | None] | str:
+    """One ``squeue`` call: each of ``job_ids`` (job or array task ids; others are not
+    asked) to what slurmctld says of it, or None when slurmctld no longer knows it (it
+    ended longer than MinJobAge ago; a job whose line does not read is left out); a
+    str saying why Slurm could not be asked. Numbers
+    and states only in the output: nothing a user wrote can pose as a job's line."""
+    import subprocess
+
+    ids = [j for j in dict.fromkeys(job_ids) if _ASKABLE.match(j)][:MAX_ASKED]
+    if not ids:
+        return {}
+    exe = str(Path(scontrol or scontrol_path(env)).with_name("squeue"))
+    fields = "JobArrayID:32,State:24,RestartCnt:12,NodeList:4096"
+    argv = [exe, "-h", "--states=all", "-r", f"--jobs={','.join(ids)}", "-O", fields]
+    clean = {k: v for k, v in env.items() if not k.startswith("SQUEUE_")}
+    try:
+        done = subprocess.run(
+            argv, env=clean, capture_output=True, text=True, errors="replace", timeout=timeout
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{exe}: {exc}"
+    if done.returncode != 0:
+        if len(ids) == 1 and "invalid job id" in done.stderr.lower():  # Slurm forgot it
+            return dict.fromkeys(ids)  # (of several ids, which one is not said: not judged)
+        return f"{exe} exited {done.returncode}: {' '.join(done.stderr.split())[:300]}"
+    found: dict[str, SlurmJob | None] = dict.fromkeys(ids)
+    garbled = set()  # a line of the job that does not read: not judged at all
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if not words or words[0] not in found:
+            continue
+        if len(words) in (3, 4) and digits(words[2], 9):
+            nodes = words[3] if len(words) == 4 else ""
+            found[words[0]] = SlurmJob(words[1].upper(), nodes, int(words[2]))
+        else:
+            garbled.add(words[0])
+    return {k: v for k, v in found.items() if k not in garbled}
 
 
 def run_scontrol(

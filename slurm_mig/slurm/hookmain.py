@@ -17,12 +17,13 @@ from ..devices.base import DeviceError, MigBackend
 from .admission import hint_key, in_partition, not_ours
 from .assignment import AssignmentError, load_key
 from .epilog import epilog
-from .hookio import array_task_of, as_array_task, emit, run_scontrol
-from .hookoutcome import WARNING, Clock, Outcome
+from .hookio import array_task_of, as_array_task, emit, job_states, run_scontrol
+from .hookoutcome import INFO, WARNING, Clock, Outcome
 from .jobenv import HookInputError, JobEnv, digits
 from .nodestate import LockBusyError, NodeState, NodeStateError
 from .prolog import prolog
 from .reclaim import reclaim_expired
+from .recordsweep import Asker, recorded_job, sweep
 from .taskprolog import NO_GPU, task_prolog
 
 __all__ = [
@@ -55,9 +56,17 @@ def _run(
     config = None
     try:
         config = load_config(env.get("SLURM_MIG_CONFIG") or None)
-        if hook != "taskprolog" and in_partition(job, config):
+        adopted = recorded_job(job, config) if hook == "epilog" else None
+        if adopted is not None:
+            job = adopted
+        elif hook != "taskprolog" and in_partition(job, config):
             job = as_array_task(job, config, env, scontrol)
-        out = _decide(hook, job, config, clock, open_backend)
+        out = _decide(
+            hook, job, config, clock, open_backend, lambda ids: job_states(ids, env, scontrol)
+        )
+        if adopted is not None:
+            text = f"Slurm named no partition; this node's record of job {job.job_id} makes it ours"
+            out.log.insert(0, (INFO, text))
     except ConfigError as exc:
         out = _broken(hook, f"slurm-mig config: {exc}")
     except Exception as exc:  # a bug must not leave a job on the wrong GPU silently
@@ -149,6 +158,7 @@ def _spawn_reclaim(env: Mapping[str, str], node: str, delay: float, out: Outcome
 
 def reclaim_main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """``NODE SECONDS``: sleep, then destroy the node's kept instances whose wait is over
+    and the instances of stale job records (`stale.sweep`: their jobs run here no more)
     (one GPU's lock at a time, waiting for each as a hook would for its own); log like
     the hooks. Exit 0 unless misused."""
     args = sys.argv[1:] if argv is None else argv
@@ -168,8 +178,13 @@ def reclaim_main(argv: list[str] | None = None, env: Mapping[str, str] | None = 
         with state.lock(config.lock_timeout, shared=True):
             now = time.time()
             fault = reclaim_expired(state, backend, now, "reclaim", out, config.lock_timeout)
+            if fault is None:
+                ask = lambda ids: job_states(ids, env)  # noqa: E731
+                _, fault = sweep(
+                    state, backend, node, out, boot=False, ask=ask, wait=config.lock_timeout
+                )
         if fault is not None:
-            out.warn(f"cannot reclaim an expired kept instance (the next hook retries): {fault}")
+            out.warn(f"cannot reclaim an instance (the next hook retries): {fault}")
     except (ConfigError, DeviceError, NodeStateError, LockBusyError) as exc:
         out.warn(f"kept instances not reclaimed (the next hook does it): {exc}")
     if config is not None:
@@ -204,7 +219,10 @@ def _decide(
     config: Config,
     clock: Clock,
     open_backend: Callable[[Config, str], MigBackend] | None,
+    ask: Asker,
 ) -> Outcome:
+    """The hook's decision (``ask``: the Prolog's question to Slurm about the jobs of
+    records in the way, `recordsweep`)."""
     if hook == "taskprolog":
         return task_prolog(job, config)
     if not in_partition(job, config):
@@ -215,7 +233,9 @@ def _decide(
         backend = open_backend(config, job.node)
     except DeviceError as exc:
         return Outcome().fault(f"cannot open the MIG devices: {exc}")
-    return (prolog if hook == "prolog" else epilog)(job, config, backend, clock)
+    if hook == "prolog":
+        return prolog(job, config, backend, clock, ask)
+    return epilog(job, config, backend, clock)
 
 
 def _broken(hook: str, text: str) -> Outcome:

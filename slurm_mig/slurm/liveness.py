@@ -113,6 +113,7 @@ class Liveness:
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._io_warned = False
+        self.io_error: str | None = None  # why the lease could not be read or written
         self._metrics: Any = None
 
     # --- before the daemon runs -----------------------------------------------------
@@ -168,6 +169,18 @@ class Liveness:
         """True while this daemon may write to Slurm."""
         return self.lease is None or (self.active and self.lease.holds())
 
+    def not_allowed(self) -> str:
+        """Why this daemon may not write now, for a log line ("" while it may): the lease
+        is another's, or ours but not renewed lately (the state directory full or
+        read-only: `io_error`)."""
+        if self.holds():
+            return ""
+        if not self.active:
+            return "the planner lease is not ours"
+        if self.io_error:
+            return f"the planner lease could not be renewed ({self.io_error})"
+        return "the planner lease is not confirmed yet"
+
     def may_plan(self, stop: StopEvent) -> bool:
         """Before a cycle: True when this daemon holds the lease (renewed just now); a
         standby waits here until it takes the lease over; False once a stop is asked."""
@@ -189,6 +202,7 @@ class Liveness:
                     self._io_trouble(exc)
                 else:
                     self._io_warned = False
+                    self.io_error = None
                     if holder is None:
                         self._took_over(before)
                         self.cycle_since = self.monotonic()
@@ -246,7 +260,10 @@ class Liveness:
         except OSError as exc:
             self._io_trouble(exc)
             return True  # not confirmed: `holds` runs out unless a later renewal works
+        if self._io_warned and ok:
+            log.info("the planner lease %s is renewed again", self.lease.path)
         self._io_warned = False
+        self.io_error = None
         if not ok:
             self._lost()
         return ok
@@ -286,6 +303,7 @@ class Liveness:
         notify(f"STATUS={self._status()}", self.env)
 
     def _io_trouble(self, exc: OSError) -> None:
+        self.io_error = exc.strerror or str(exc)
         if not self._io_warned:
             assert self.lease is not None
             log.warning(

@@ -159,11 +159,43 @@ class PlannerMetrics:
             registry=r,
         )
 
+        self.stale_records = Gauge(
+            f"{p}_stale_node_records",
+            "Job records a node reports for jobs not running there (their slices are not "
+            "planned until the node drops them)",
+            ["node"],
+            registry=r,
+        )
+        self._stale_nodes: set[str] = set()
+        self.refused_slots = Gauge(
+            f"{p}_refused_slots",
+            "Slots barred for a job after it was requeued from them twice in a row (its "
+            "node refused the plan)",
+            registry=r,
+        )
+
     def site(self, cycle: float, nodes: Sequence[str] = ()) -> None:
         """The configured cycle and nodes (each node's series starts at 0: not seen)."""
         self.interval.set(cycle)
         for name in nodes:
             self.node_usable.labels(name)
+            self.stale_records.labels(name)
+            self._stale_nodes.add(name)
+        self.refused_slots.set(0)
+
+    def node_trouble(self, stale: Sequence[str], refused: int) -> None:
+        """The stale records by node (busy ids ``stale:<job>@<node>:<gpu>``) and the
+        slots barred for jobs now."""
+        counts: dict[str, int] = {}
+        for sid in stale:
+            node = sid.rpartition("@")[2].rpartition(":")[0]
+            counts[node] = counts.get(node, 0) + 1
+        for node in self._stale_nodes:  # a node whose records went: back to 0
+            counts.setdefault(node, 0)
+        self._stale_nodes |= counts.keys()
+        for node, n in counts.items():
+            self.stale_records.labels(node).set(n)
+        self.refused_slots.set(refused)
 
     def set_active(self, active: bool) -> None:
         self.active.set(1 if active else 0)

@@ -128,11 +128,15 @@ class JobRecord:
     keep_for: str | None = None  # job that inherits the instance after this one
     # the GPU's energy counter (mJ) at the Prolog; None: no counter (`energysplit`)
     energy_mj: int | None = None
+    # SLURM_JOB_ID where ``job_id`` is an array task's <array id>_<task> (its processes
+    # on the node are known by this number: `stale.local_jobs`); None: ``job_id`` itself
+    slurm_id: str | None = None
 
     def to_json(self) -> dict:
         data = _to_json(self)
-        if data["energy_mj"] is None:
-            del data["energy_mj"]  # records as before where there is no counter
+        for optional in ("energy_mj", "slurm_id"):
+            if data[optional] is None:
+                del data[optional]  # records as before where there is none
         return data
 
     @classmethod
@@ -149,6 +153,7 @@ class JobRecord:
             reused=bool(data["reused"]),
             keep_for=None if data.get("keep_for") is None else str(data["keep_for"]),
             energy_mj=_counter(data.get("energy_mj")),
+            slurm_id=None if data.get("slurm_id") is None else str(data["slurm_id"]),
         )
 
 

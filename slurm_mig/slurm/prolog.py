@@ -28,21 +28,29 @@ from .nodestate import (
     out_of_room,
 )
 from .reclaim import destroy, kept_record, reclaim_expired, whose
+from .recordsweep import Asker, clear_in_way
 
 __all__ = ["prolog"]
 
 _Item = TypeVar("_Item", JobRecord, Refusal)
 
 
-def prolog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time.time) -> Outcome:
+def prolog(
+    job: JobEnv,
+    config: Config,
+    backend: MigBackend,
+    clock: Clock = time.time,
+    ask: Asker | None = None,
+) -> Outcome:
     """Prepare the job's planned MIG instance (create, adopt a kept one, or reuse the one
     of an earlier try), or write why not; exit 1 only on a node fault. Only the lock of
-    the assignment's GPU is held while deciding and creating."""
+    the assignment's GPU is held while deciding and creating. ``ask``: what Slurm says
+    of jobs whose records are in the way (`recordsweep`; None: stale ones are kept)."""
     if not in_partition(job, config):
         return not_ours(job, config)
     out = Outcome()
     try:
-        _prolog_locked(job, config, backend, clock, out)
+        _prolog_locked(job, config, backend, clock, out, ask)
     except NodeStateError as exc:
         if out_of_room(exc):
             _requeue_out_of_room(str(exc), out)
@@ -54,7 +62,7 @@ def prolog(job: JobEnv, config: Config, backend: MigBackend, clock: Clock = time
 
 
 def _prolog_locked(
-    job: JobEnv, config: Config, backend: MigBackend, clock: Clock, out: Outcome
+    job: JobEnv, config: Config, backend: MigBackend, clock: Clock, out: Outcome, ask: Asker | None
 ) -> None:
     """The prolog under the version gate; a busy gate requeues the job."""
     models = config.gpu_models(job.node)
@@ -62,7 +70,7 @@ def _prolog_locked(
     state = NodeState(config.run_dir_for(job.node), warn=out.warn)
     try:
         with state.lock(config.lock_timeout, shared=True):
-            _prolog_gated(job, config, models, key, backend, state, clock, out)
+            _prolog_gated(job, config, models, key, backend, state, clock, out, ask)
     except LockBusyError as exc:
         # Per-job files only, no lock needed; the planner plans the job again.
         _refuse(state, Refusal(job.job_id, "requeue", str(exc)), job, out)
@@ -86,6 +94,7 @@ def _prolog_gated(
     state: NodeState,
     clock: Clock,
     out: Outcome,
+    ask: Asker | None = None,
 ) -> None:
     """The prolog under the version gate: the job's own records, the assignment, then the
     assignment's GPU under its lock, then expired kept instances of any GPU."""
@@ -102,7 +111,7 @@ def _prolog_gated(
         with state.gpu_lock(verdict.gpu, config.lock_timeout):
             records = state.jobs()  # once: the live jobs in the way, the GPU's runs' energy
             gres = config.gres == "on"
-            placed = _place(verdict, job, state, records, backend, clock, out, gres=gres)
+            placed = _place(verdict, job, state, records, backend, clock, out, gres=gres, ask=ask)
             if isinstance(placed, JobRecord):
                 placed = energy_start(placed, models, state, records, backend, clock(), out)
                 _undo_unless(lambda: state.put_job(placed), placed, state, backend, out)
@@ -189,12 +198,15 @@ def _place(
     clock: Clock,
     out: Outcome,
     gres: bool = False,
+    ask: Asker | None = None,
 ) -> JobRecord | Refusal:
     """Adopt a kept instance identical to the assignment, or clear the placement of kept
     and orphan instances and create it; refuse (requeue) when a live job (of the job
-    ``records``) is in the way. ``gres``: the instance must have the GPU-instance id of
-    the job's GRES record (its capability nodes are the ones the device cgroup opens),
-    else it is destroyed and the job requeued."""
+    ``records``) is in the way; a stale record in the way (its job runs here no more:
+    `recordsweep`, asking Slurm with ``ask``) is cleared like an orphan. ``gres``: the
+    instance must have the GPU-instance id of the job's GRES record (its capability
+    nodes are the ones the device cgroup opens), else it is destroyed and the job
+    requeued."""
     start = clock()
     live = {r.uuid: r for r in records if r.job_id != job.job_id}
     kept = {k.uuid: k for k in state.kept()}
@@ -212,15 +224,18 @@ def _place(
         None,
     )
     in_way = [i for i in instances if i.placement.overlaps(a.placement) and i != adopt]
-    for i in in_way:
-        if i.uuid in live:
-            return Refusal(
-                job.job_id,
-                "requeue",
-                f"slices still in use by job {live[i.uuid].job_id}: {describe_item(i)} overlaps "
-                f"the planned {describe(a.profile, a.placement, a.gpu)}",
-            )
-    for i in in_way:
+    blocking = [live[i.uuid] for i in in_way if i.uuid in live]
+    held = (
+        clear_in_way(blocking, job.node, ask, state, backend, job.job_id, out) if blocking else None
+    )
+    if held is not None:
+        return Refusal(
+            job.job_id,
+            "requeue",
+            f"slices still in use by job {held.job_id}: {describe_item(held)} overlaps "
+            f"the planned {describe(a.profile, a.placement, a.gpu)}",
+        )
+    for i in (i for i in in_way if i.uuid not in live):
         k = kept.get(i.uuid)
         what = f"instance {whose(k)}" if k else "orphan instance (no job record)"
         destroy(backend, i.gpu, i.uuid, job.job_id, out, i.profile)
@@ -270,6 +285,7 @@ def _record(
 ) -> JobRecord:
     """The job record of this run's instance ``uuid`` of assignment ``a``."""
     return JobRecord(
+        slurm_id=job.slurm_id or None,
         job_id=job.job_id,
         restart=job.restart,
         gpu=a.gpu,

@@ -98,6 +98,11 @@ _CATEGORIES = (  # (how the planner's reason starts, what the summary says)
     ("waits for its reservation", "waits for its reservation to start"),
     ("its reservation", "its reservation holds no usable node of the partition"),
     ("waits for a limit", "waits for a limit"),
+    (  # `cycle.refused`: requeued from the same slices in a row
+        "refused by its node",
+        "its node refused its planned slices twice in a row: it waits for other slices, "
+        "or is tried there again later",
+    ),
 )
 UNNAMED = "kept back by the planner (its status, for administrators, says why)"
 

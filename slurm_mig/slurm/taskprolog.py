@@ -1,5 +1,11 @@
 """The Slurm TaskProlog's decision (run as the job's user): ``export
 CUDA_VISIBLE_DEVICES=<MIG uuid>`` from the job's task record, or why it has no GPU.
+
+A job of the partition runs only on its slice: every such job runs after the planner
+released it with an assignment, and its Prolog leaves it a record or a refusal. No
+record of its current run (SLURM_RESTART_COUNT) means its Prolog did not run (slurmd,
+back after a crash, may launch a relaunched job without it): the job is requeued and
+held for the planner, never run without its slice.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ NO_GPU = "export CUDA_VISIBLE_DEVICES="
 
 def task_prolog(job: JobEnv, config: Config) -> Outcome:
     """``export CUDA_VISIBLE_DEVICES=<uuid>`` from the job's record; for a refused job
-    print the reason, ask for a requeue (action requeue) and exit 1."""
+    print the reason, ask for a requeue (action requeue) and exit 1; a job without a
+    record of its current run is requeued the same way."""
     if not in_partition(job, config):
         return Outcome()
     out = Outcome()
@@ -41,10 +48,18 @@ def task_prolog(job: JobEnv, config: Config) -> Outcome:
         out.exit_code = 1
         out.warn(f"refused (action {refusal.action}): {refusal.reason}")
         return out
+    ran = f"run {rec.restart}" if rec is not None else "no run"
     text = (
-        f"no MIG instance was prepared for job {job.job_id} on {job.node}; "
-        "the job runs without a GPU"
+        f"no MIG instance was prepared for run {job.restart} of job {job.job_id} on "
+        f"{job.node} (the node's records name {ran} of it): its Prolog did not run (slurmd "
+        "skipped it, e.g. after a restart, or Prolog= is not set in slurm.conf)"
     )
-    out.stdout += [NO_GPU, f"print slurm-mig: {text}"]
-    out.warn(text)
+    out.stdout += [
+        NO_GPU,
+        f"print slurm-mig: {text}",
+        f"print slurm-mig: job {job.job_id} is requeued and held for the planner",
+    ]
+    out.requeue = True
+    out.exit_code = 1
+    out.warn(f"requeued: {text}")
     return out

@@ -530,6 +530,27 @@ def test_released_job_on_a_drained_node_is_held_and_moved():
     w.check_safe()
 
 
+def test_a_job_released_ahead_on_a_node_that_stops_answering_loses_the_planners_dependency():
+    """Seen on 22.05 after a slurmctld restart (its nodes are NOT_RESPONDING until they
+    register): held with its afterany kept, a job released ahead waited for Slurm's
+    next scheduling pass to see it fulfilled, about a minute per job on the GPU."""
+    w = held_world(24, nodes={"gpu01": ("A100-40GB",), "gpu02": ("A100-40GB",)})
+    first, _ = w.cycle(release_ahead=3600.0)
+    for jid in w.startable():
+        assert w.start(jid)
+    jid = next(j for j in first.released if w.jobs[j].dependency)
+    node = first.planned[jid].node
+    w.drained.add(node)
+    w.now += 5
+    result, report = w.cycle(release_ahead=3600.0)
+    [hold] = [a for a in of_type(result, Hold) if a.job_id == jid]
+    assert hold.reason == f"node {node} gpu {first.planned[jid].gpu} unusable"
+    assert hold.clear_dependency
+    assert jid not in result.deferred  # planned again at once (elsewhere), not waiting
+    assert result.planned[jid].node != node
+    w.check_safe()
+
+
 def test_early_finish_replans_held_jobs_at_most_once_per_window():
     w = held_world(14, nodes={"gpu01": ("A100-40GB",)})
     w.now += 30

@@ -526,7 +526,8 @@ def test_the_task_prolog_as_the_user_reads_its_own_record_only():
         mine = task_prolog_as(4242)
         assert (mine.returncode, mine.stdout) == (0, f"export CUDA_VISIBLE_DEVICES={uuid}\n")
         theirs = task_prolog_as(4343)  # another user claiming job 42
-        assert theirs.returncode == 0 and uuid not in theirs.stdout + theirs.stderr
+        # it cannot read job 42's record: asks for a requeue (refused: not its job), exits 1
+        assert theirs.returncode == 1 and uuid not in theirs.stdout + theirs.stderr
         assert theirs.stdout.startswith("export CUDA_VISIBLE_DEVICES=\n")
         assert _exe(EPILOG, env).returncode == 0
 

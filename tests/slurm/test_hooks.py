@@ -582,14 +582,14 @@ def test_job_outside_the_partition_is_left_alone(site, capsys):
     assert site.scontrol_calls() == []
 
 
-def test_task_prolog_without_record_hides_the_gpu(site, capsys):
+def test_task_prolog_without_record_requeues_the_job_never_runs_it_without_its_slice(site, capsys):
+    """Issue 39: a job of the partition whose Prolog did not run is requeued and held."""
     rc, out, _ = run(task_prolog_main, site.env("42"), capsys)
-    assert rc == 0
-    assert out == [
-        "export CUDA_VISIBLE_DEVICES=",
-        "print slurm-mig: no MIG instance was prepared for job 42 on node1; "
-        "the job runs without a GPU",
-    ]
+    assert rc == 1
+    assert out[0] == "export CUDA_VISIBLE_DEVICES="
+    assert "no MIG instance was prepared for run 0 of job 42 on node1" in out[1]
+    assert out[2] == "print slurm-mig: job 42 is requeued and held for the planner"
+    assert site.scontrol_calls()[-1][0] == "requeuehold"
 
 
 def test_missing_config_drains_the_node_but_not_the_task(site, capsys):

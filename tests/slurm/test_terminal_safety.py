@@ -25,7 +25,8 @@ from test_observability import _cycle
 from slurm_mig.explain import explain
 from slurm_mig.safetext import UnsafeLogFile, open_private_log, printable
 from slurm_mig.slurm import hooks
-from slurm_mig.slurm.daemon import PlannerDaemon, _log_to_file
+from slurm_mig.slurm.daemon import PlannerDaemon
+from slurm_mig.slurm.daemonlog import log_to_file
 from slurm_mig.slurm.jobrecord import admin_comment_for
 from slurm_mig.slurm.public import read_public, write_public
 
@@ -193,7 +194,7 @@ def test_a_job_name_with_a_newline_writes_one_planner_log_line(tmp_path, planner
     config = replace(_load(cfg), log_file=log_file)
     stderr = io.StringIO()
     planner_logging.addHandler(logging.StreamHandler(stderr))
-    _log_to_file(config)
+    log_to_file(config)
     assert oct(log_file.stat().st_mode & 0o777) == "0o600"
     from slurm_mig.geometry import Placement
     from slurm_mig.slurm.assignment import Assignment
@@ -225,7 +226,7 @@ def test_a_job_name_with_a_newline_writes_one_planner_log_line(tmp_path, planner
 
 def test_a_traceback_in_the_planner_log_starts_no_line_of_its_own(tmp_path, planner_logging):
     log_file = tmp_path / "planner.log"
-    _log_to_file(SimpleNamespace(log_file=log_file, source=None))
+    log_to_file(SimpleNamespace(log_file=log_file, source=None))
     try:
         raise RuntimeError(f"squeue said{FORGED}")
     except RuntimeError:

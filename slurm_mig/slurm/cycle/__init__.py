@@ -41,7 +41,10 @@ Beside them: ``inputs`` (`Snapshot`, `Estimate`), ``actions`` (the `Action`s and
 pending job from starting: its begin time, its dependencies, a reason Slurm keeps a
 released job pending for), ``arrays`` (a job array's throttle caps how many of its
 tasks are planned), ``backoff`` (what the daemon keeps between cycles of the jobs Slurm
-would not start), ``problems`` (why a job can never be planned); the AdminComment
+would not start), ``problems`` (why a job can never be planned), ``stale`` (a node's
+record of a job not running there holds its slices: step 1 makes it busy), ``refused``
+(a slot a job was requeued from twice in a row is barred for it: between steps 4 and 5
+its plan moves to a free slot, or is dropped and the job deferred); the AdminComment
 record, a job's phase and partition test are `slurm_mig.slurm.jobrecord`'s, the job-id
 order `slurm_mig.jobids`'.
 
@@ -86,7 +89,8 @@ from .actions import Action, CycleResult, Hold, Learn, Note, Release, Requeue
 from .assignments import assignments
 from .backoff import BACKOFF_BASE, BACKOFF_MAX, Backoff
 from .classify import LATE_FRACTION, LATE_SECONDS, OVERDUE_SECONDS, Classified, classify
-from .inputs import Estimate, JobLike, Snapshot
+from .inputs import Estimate, JobLike, NodeRecord, Snapshot
+from .refused import REFUSALS, Refusals, avoid_refused, requeued_runs
 from .result import cycle_result, in_place_order
 from .reuse import link_reuse, release_ahead
 from .schedule import schedule
@@ -110,12 +114,16 @@ __all__ = [
     "Hold",
     "JobLike",
     "Learn",
+    "NodeRecord",
     "Note",
+    "REFUSALS",
+    "Refusals",
     "Release",
     "Requeue",
     "Snapshot",
     "admin_comment_for",
     "assignments",
+    "avoid_refused",
     "classify",
     "cluster_snapshots",
     "cycle_result",
@@ -129,6 +137,7 @@ __all__ = [
     "plan_cycle",
     "record_fields",
     "release_ahead",
+    "requeued_runs",
     "schedule",
 ]
 
@@ -140,6 +149,7 @@ def plan_cycle(snap: Snapshot) -> CycleResult:
         groups = cluster_snapshots(snap, view)
         decisions = schedule(snap, view, groups)
         planned, released, requeues = assignments(snap, view, groups, decisions)
-        final = link_reuse(planned, view.busy)
+        planned, released = avoid_refused(snap, view, groups, planned, released)
+        final = link_reuse(planned, [b for b in view.busy if not b.stale])
         ahead = release_ahead(snap, view, final, released)
         return cycle_result(snap, view, groups, decisions, final, released, requeues, ahead)

@@ -154,6 +154,8 @@ class CycleResult:
     limited: Mapping[str, str] = field(default_factory=dict)
     # array throttles learned this cycle (JobArrayTaskLimit): array id -> tasks at once
     throttles: Mapping[str, int] = field(default_factory=dict)
+    # the nodes' stale records whose slices are not planned (`stale`): busy id -> why
+    stale: Mapping[str, str] = field(default_factory=dict)
     # what the policy saw and answered, per GPU model (plans carry their timing stats)
     snapshots: tuple[ClusterSnapshot, ...] = field(default=(), compare=False)
     decisions: tuple[Decisions, ...] = field(default=(), compare=False)

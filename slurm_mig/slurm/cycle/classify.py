@@ -25,6 +25,7 @@ from .arrays import array_of, cap_arrays, learned_throttle, running_tasks
 from .inputs import Estimate, Snapshot
 from .problems import comment_too_long, feasible, shape_problem, why_unplannable
 from .slots import legal_slot, model_slot
+from .stale import STALE_HOLD, stale_event, stale_id, stale_records
 from .waiting import (
     ARRAY_LIMIT,
     PLANNER_DEP,
@@ -70,6 +71,9 @@ class Busy:
     ready: float  # when it started (or now, if not yet)
     end: float  # predicted end, absolute
     started: bool
+    # a node's record of a job not running there (`stale`): its slices are not
+    # plannable; ``job_id`` is `stale.stale_id`, no job of Slurm's
+    stale: bool = False
 
 
 @dataclass
@@ -102,6 +106,8 @@ class Classified:
     # released jobs held again: Slurm keeps them pending (a limit, licenses, not started)
     limited: dict[str, str] = field(default_factory=dict)
     throttles: dict[str, int] = field(default_factory=dict)  # array -> throttle learned
+    # the nodes' stale records (`stale`): busy id -> why, for the log and the status
+    stale: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,7 @@ def classify(snap: Snapshot) -> Classified:
     out.max_batch = _max_plan_batch(snap.plans)
     for job in jobs:
         _classify_job(scope, out, job)
+    _stale_records(snap, out)
     nodes = frozenset(snap.nodes)
     if snap.previous_nodes is not None and nodes != snap.previous_nodes:
         out.events.append((now, "usable nodes changed", None, None))
@@ -309,8 +316,13 @@ def _settle_released(
         end = now + max(current.planned_seconds, OVERDUE_SECONDS)
         out.busy.append(Busy(jid, current.node, current.gpu, model_slot(current), now, end, False))
         return None
-    out.holds.append(Hold(jid, f"node {current.node} gpu {current.gpu} unusable"))
-    return current, False
+    # its planner's afterany goes with the hold: kept, it would wait for Slurm's next
+    # scheduling pass (up to a minute) to be seen fulfilled once the job is planned again
+    ours = bool(job.dependency) and planners_dependency(job.dependency, current, scope.by_id)
+    out.holds.append(
+        Hold(jid, f"node {current.node} gpu {current.gpu} unusable", clear_dependency=ours)
+    )
+    return current, ours
 
 
 def _hold_kept_pending(scope: _Scope, out: Classified, job: JobLike, current: Assignment) -> None:
@@ -337,6 +349,24 @@ def _hold_kept_pending(scope: _Scope, out: Classified, job: JobLike, current: As
     )
 
 
+def _stale_records(snap: Snapshot, out: Classified) -> None:
+    """The nodes' stale records (`stale`) as busy entries that hold their slices; an
+    event on their GPU when the record went stale after the standing plans were made."""
+    if not snap.node_records:
+        return
+    jobs = {j.job_id: j for j in snap.jobs}
+    hold = snap.now + STALE_HOLD + max(snap.release_ahead, 0.0)
+    for r, slot, why in stale_records(snap, jobs, out.models):
+        sid = stale_id(r)
+        out.busy.append(Busy(sid, r.node, r.gpu, slot, r.ready, hold, True, stale=True))
+        out.stale[sid] = (
+            f"node {r.node} gpu {r.gpu} {r.profile}@{r.placement.start}: the node still "
+            f"holds the instance of job {r.job_id} (run {r.restart}), but {why}; not "
+            "planned until the node's next report drops it"
+        )
+        out.events.append(stale_event(r, jobs.get(r.job_id), snap.now))
+
+
 def _owner_held_again(scope: _Scope, out: Classified, job: JobLike, a: Assignment | None) -> bool:
     """Whether a held job's dependency is the planner's own (then cleared, with a hold).
 
@@ -348,7 +378,13 @@ def _owner_held_again(scope: _Scope, out: Classified, job: JobLike, a: Assignmen
         return False
     ours = planners_dependency(job.dependency, a, scope.by_id, own=job.job_id)
     if ours:
-        out.holds.append(Hold(job.job_id, "held by its owner after release", clear_dependency=True))
+        sent = scope.snap.sent
+        why = (
+            "held by its owner after release"
+            if sent is None or job.job_id in sent
+            else "plan written by an earlier planner, release not sent (or held since)"
+        )
+        out.holds.append(Hold(job.job_id, why, clear_dependency=True))
     return ours
 
 

@@ -7,11 +7,29 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from ...geometry import Placement
 from ..assignment import Assignment
 from ..jobrecord import JobLike
 from ..sitepolicy import SitePolicy
 
-__all__ = ["Estimate", "JobLike", "Snapshot"]
+__all__ = ["Estimate", "JobLike", "NodeRecord", "Snapshot", "SlotKey"]
+
+# a job's slot on a GPU as the refusal memory names it: (node, gpu, start, size)
+SlotKey = tuple[str, int, int, int]
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A job record a node reported in its latest ``instances`` snapshot (`receiver`):
+    the MIG instance a run of a job was given there, as the node still holds it."""
+
+    node: str
+    gpu: int
+    job_id: str
+    restart: int
+    profile: str
+    placement: Placement
+    ready: float  # epoch seconds the Prolog made it ready
 
 
 @dataclass(frozen=True)
@@ -68,3 +86,13 @@ class Snapshot:
     # job arrays' throttles learned from tasks Slurm kept pending for JobArrayTaskLimit
     # (squeue's fixed-width output does not show them), by array id
     throttles: Mapping[str, int] = field(default_factory=dict)
+    # the job records the nodes last reported (`NodeRecord`): one whose job Slurm shows
+    # finished, requeued since or running elsewhere keeps its slices busy (`stale`)
+    node_records: tuple[NodeRecord, ...] = ()
+    # slots a job is not planned on again, kept by the daemon (`refused.Refusals`): job
+    # id -> {(node, gpu, start, size): why}, after requeues from them in a row
+    refused: Mapping[str, Mapping[SlotKey, str]] = field(default_factory=dict)
+    # the jobs this daemon released (of those squeue shows); None: not known. A held job
+    # with the planner's dependency that is not among them had its plan written by an
+    # earlier planner that stopped before the release (or was released, then held)
+    sent: AbstractSet[str] | None = None

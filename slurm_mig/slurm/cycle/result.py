@@ -88,6 +88,7 @@ def cycle_result(
         priority=MappingProxyType(dict(view.priority)),
         limited=MappingProxyType(dict(view.limited)),
         throttles=MappingProxyType(dict(view.throttles)),
+        stale=MappingProxyType(dict(view.stale)),
         snapshots=tuple(groups),
         decisions=tuple(decisions),
     )

@@ -202,9 +202,12 @@ def _running_job(
     """Busy job ``jid`` as the planner's `Running`, with the share of its run left."""
     now = snap.now
     b, g = busy[jid]
-    est = snap.estimates.get(jid) or Estimate(jid)
-    j = _job(view.jobs[jid], est, model, now, memo)
     seconds = max(b.end - b.ready, MIN_RUNTIME)
+    if b.stale:  # a node's stale record: no job of Slurm's, it only holds its slices
+        j = Job(id=jid, arrival=b.ready, times=MappingProxyType({b.slot.size: seconds}))
+    else:
+        est = snap.estimates.get(jid) or Estimate(jid)
+        j = _job(view.jobs[jid], est, model, now, memo)
     left = max(0.0, min(1.0, (b.end - now) / seconds))
     return Running(j, g, b.slot, b.ready if b.started else None, left, 1.0, b.end)
 
