@@ -49,6 +49,7 @@ from .cycle import (
     Refusals,
     Snapshot,
     plan_cycle,
+    requeued_by_slurm,
     requeued_runs,
 )
 from .cycleinput import build_snapshot, reported_records, usable_nodes
@@ -277,9 +278,11 @@ class PlannerDaemon:
 
     def _count_refusals(self, jobs: list, now: float) -> None:
         """The jobs requeued from a slot since the last cycle, counted before planning
-        (a slot barred now is not planned in this cycle); unfinished jobs kept."""
+        (a slot barred now is not planned in this cycle); unfinished jobs kept. Those
+        Slurm requeued itself (not held: its node failed) are no refusals."""
         unfinished = {j.job_id for j in jobs if job_phase(j.state) != "done"}
-        for line in self.refusals.update(requeued_runs(jobs), unfinished, now):
+        by_slurm = requeued_by_slurm(jobs)
+        for line in self.refusals.update(requeued_runs(jobs), unfinished, now, by_slurm):
             log.warning("%s", line)
 
     def publish(self, report: CycleReport) -> None:

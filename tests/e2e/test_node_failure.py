@@ -11,6 +11,7 @@ CUDA_VISIBLE_DEVICES the TaskProlog gave it (its output is appended across runs)
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -140,8 +141,10 @@ def test_a_job_that_ends_while_slurmd_is_down_leaves_no_instance_behind():
 
 def _prolog_skips(lc: LiveCluster, job: str) -> int:
     """How many runs of ``job`` its TaskProlog found without a record (Prolog skipped);
-    the TaskProlog tells the job's output (it runs as the job's owner)."""
-    return lc.cluster.job_output(job).count("no MIG instance was prepared for run")
+    the TaskProlog tells the job's output (it runs as the job's owner), and slurmstepd
+    repeats it there."""
+    runs = re.findall(r"no MIG instance was prepared for run (\d+)", lc.cluster.job_output(job))
+    return len(set(runs))
 
 
 @host_release_only

@@ -26,6 +26,7 @@ from slurm_mig.slurm.cycle import (
     Snapshot,
     admin_comment_for,
     plan_cycle,
+    requeued_by_slurm,
     requeued_runs,
 )
 from slurm_mig.slurm.cycle.backoff import backoff_delay
@@ -142,6 +143,29 @@ def test_two_requeues_in_a_row_from_one_slot_bar_it_for_a_doubling_while():
     assert "7" in r.avoid(T0 + 100 + backoff_delay(1) + 1)
     r.update({}, set(), T0 + 200)  # gone from squeue: forgotten
     assert r.avoid(T0 + 200) == {}
+
+
+def test_a_requeue_by_slurm_itself_is_no_refusal_and_ends_a_row():
+    """Slurm requeues a node's jobs when it declares it down (NODE_FAIL): the job comes
+    back pending and not held, which a hook's refusal (requeue and hold at once) never
+    does. Seen on 22.05: that requeue and the next one barred the slot for a minute."""
+    r = Refusals()
+    runs = [
+        Assignment("7", n, "gpu01", 0, "A100-40GB", "7g.40gb", WHOLE, 0, 0, 60.0, T0)
+        for n in range(3)
+    ]
+    by_slurm = squeue_job(
+        "7", held=False, reason="None", restart_count=1, admin_comment=admin_comment_for(runs[0])
+    )
+    assert slot_key(requeued_by_slurm([by_slurm])["7"]) == slot_key(runs[0])
+    assert requeued_runs([by_slurm]) == {}  # not held
+    held = requeued("7", runs[0])  # held by the planner since: seen by both the next cycle
+    assert r.update(requeued_runs([held]), {"7"}, T0, requeued_by_slurm([by_slurm])) == []
+    assert r.update({"7": runs[1]}, {"7"}, T0 + 60) == []  # a refusal: one in a row
+    assert r.avoid(T0 + 60) == {}
+    [line] = r.update({"7": runs[2]}, {"7"}, T0 + 70)
+    assert line.startswith(f"job 7: {REFUSED} 2 times in a row on gpu01")
+    assert requeued_by_slurm([requeued("7", runs[2])]) == {}  # held: not Slurm's own
 
 
 def _loop(nodes, cycles=8):

@@ -90,7 +90,7 @@ from .assignments import assignments
 from .backoff import BACKOFF_BASE, BACKOFF_MAX, Backoff
 from .classify import LATE_FRACTION, LATE_SECONDS, OVERDUE_SECONDS, Classified, classify
 from .inputs import Estimate, JobLike, NodeRecord, Snapshot
-from .refused import REFUSALS, Refusals, avoid_refused, requeued_runs
+from .refused import REFUSALS, Refusals, avoid_refused, requeued_by_slurm, requeued_runs
 from .result import cycle_result, in_place_order
 from .reuse import link_reuse, release_ahead
 from .schedule import schedule
@@ -137,6 +137,7 @@ __all__ = [
     "plan_cycle",
     "record_fields",
     "release_ahead",
+    "requeued_by_slurm",
     "requeued_runs",
     "schedule",
 ]

@@ -30,7 +30,15 @@ from .classify import Classified
 from .inputs import SlotKey, Snapshot
 from .slots import legal_slot
 
-__all__ = ["REFUSALS", "REFUSED", "Refusals", "avoid_refused", "requeued_runs", "slot_key"]
+__all__ = [
+    "REFUSALS",
+    "REFUSED",
+    "Refusals",
+    "avoid_refused",
+    "requeued_by_slurm",
+    "requeued_runs",
+    "slot_key",
+]
 
 REFUSALS = 2  # requeues in a row from one slot, after which the job is not planned there
 REFUSED = "refused by its node"  # how a deferred reason of a barred slot starts
@@ -47,6 +55,20 @@ def requeued_runs(jobs: Iterable[JobLike]) -> dict[str, Assignment]:
     out = {}
     for job in jobs:
         if not (job.held and job_phase(job.state) == "pending") or not job.admin_comment:
+            continue
+        a = parse_admin_comment(job.admin_comment)
+        if a is not None and a.job_id == job.job_id and a.restart < job.restart_count:
+            out[job.job_id] = a
+    return out
+
+
+def requeued_by_slurm(jobs: Iterable[JobLike]) -> dict[str, Assignment]:
+    """The pending jobs not held whose AdminComment records an earlier run than Slurm's:
+    Slurm requeued them itself (NODE_FAIL, preemption, ``scontrol requeue``); a hook's
+    refusal requeues and holds at once. Job id -> the record of the run requeued."""
+    out = {}
+    for job in jobs:
+        if job.held or job_phase(job.state) != "pending" or not job.admin_comment:
             continue
         a = parse_admin_comment(job.admin_comment)
         if a is not None and a.job_id == job.job_id and a.restart < job.restart_count:
@@ -73,11 +95,20 @@ class Refusals:
         self._jobs: dict[str, _Job] = {}
 
     def update(
-        self, requeued: Mapping[str, Assignment], unfinished: Collection[str], now: float
+        self,
+        requeued: Mapping[str, Assignment],
+        unfinished: Collection[str],
+        now: float,
+        by_slurm: Mapping[str, Assignment] | None = None,
     ) -> list[str]:
         """After a cycle: ``requeued`` (job id -> the record of the run requeued) counted
-        once per run; the jobs not in ``unfinished`` forgotten. The log lines of the
-        slots barred now."""
+        once per run; the jobs not in ``unfinished`` forgotten. A run in ``by_slurm``
+        (`requeued_by_slurm`: Slurm requeued it, e.g. its node failed) is no refusal of
+        its slot and ends a row. The log lines of the slots barred now."""
+        for jid, a in (by_slurm or {}).items():
+            e = self._jobs.setdefault(jid, _Job())
+            if a.restart > e.counted:
+                e.counted, e.slot, e.row = a.restart, None, 0
         self._jobs = {j: e for j, e in self._jobs.items() if j in unfinished}
         lines = []
         for jid, a in sorted(requeued.items(), key=lambda x: job_sort_key(x[0])):
