@@ -17,7 +17,7 @@ class Job:
     alone) and alpha (Eq. 2 of the PCIe paper; demand 0: not PCIe-bound), whether it
     may be restarted elsewhere, the size its user asked for (``None``: the policy
     chooses), its deadline, its priority (Slurm's: higher goes first) and its weight in
-    completion-time objectives. A batch's task is a job that arrived at 0."""
+    completion-time objectives, its user and its time limit. A batch's task is a job that arrived at 0."""
 
     id: str
     arrival: float
@@ -31,6 +31,8 @@ class Job:
     deadline: float | None = None  # absolute time, or None
     priority: float = 0.0  # Slurm's job priority: higher goes first
     weight: float = 1.0  # its weight in completion-time objectives
+    user: str = ""  # who submitted it ("": unknown; a site's fairshare and learning key)
+    time_limit: float = math.inf  # Slurm's --time in seconds (inf: none)
 
     def time(self, size: int) -> float:
         """Seconds on an instance of ``size`` compute slices alone (inf: cannot run)."""

@@ -15,6 +15,10 @@ from dataclasses import replace
 from ..argtypes import count_at_most, int_at_least, number_within, rate_multiplier
 from ..argtypes import positive_int as _positive_int
 
+# --priority / --knowledge: sim.priority.PRIORITY_MODES, sim.knowledge.KNOWLEDGE_MODES
+# (kept here: a cheap --help)
+PRIORITY_MODES = ("none", "age", "fairshare")
+KNOWLEDGE_MODES = ("learned", "oracle")
 LOAD_RANGE = (0.05, 20.0)  # --load, as sim.jobs.LOAD_RANGE (kept here: a cheap --help)
 BATCH_ONLY = {
     "miso-opt": "miso-opt is FAR Section 6.5's batch reading of MISO's optimizer (for "
@@ -71,11 +75,33 @@ policies (--policy, comma-separated; options as NAME:KEY=VALUE:KEY=VALUE; a comm
 followed by a digit continues a layout, so static:layout=7,4-3 is one policy):
 {policies}
 
+site conditions (--priority, --knowledge; every figure states them in its header):
+  Each job gets a user (the trace's, else one of 8 drawn with Zipf weights) and a
+  time limit as users ask for them (sim.limits: several times the runtime on the
+  job's smallest size, drawn from the ThetaGPU and MIT Supercloud traces, rounded
+  up to the values users pick).
+  --priority none       the workload's priorities (equal unless a job file sets
+                        them): a policy orders jobs of one priority as it likes
+  --priority age        Slurm's age factor, int(1000 x wait / 14 days), as Slurm's
+                        documented example weights give it: arrival order, up to
+                        the ties of one point per 20 minutes
+  --priority fairshare  age + 10000 x the Fair Tree factor of the job's user
+                        (usage decayed with a 14-day half-life, one unit per job-
+                        second); priorities recomputed every 5 minutes, as Slurm's
+  --knowledge learned   a policy sees what the daemon would: its estimator's
+                        figures from the finished runs of the job's user and kind,
+                        else the time limit on the smallest size and the Amdahl
+                        prior; static layouts and no-mig (Slurm itself) plan with the
+                        time limits; the simulator runs the true times
+  --knowledge oracle    every policy sees each job's true seconds on every size
+                        (the earlier figures' condition)
+
 The table shows per policy: jobs, sum and mean job completion time (finish -
 arrival), mean wait (first start - arrival), makespan, energy from the A100 power
 curve by busy slices (SMART-MIG), mean utilisation of the compute slices,
 create/destroy operations and the simulation's own run time. With --json also
-tardiness_mean (s, every job counted, 0 for jobs without a deadline) and et, SMART-MIG's
+wait_p95, wait_p99, wait_max (the longest wait), tardiness_mean (s, every job
+counted, 0 for jobs without a deadline) and et, SMART-MIG's
 Eq. 4 with a = t/(2e) over the policies compared (et_a).
 """
 
@@ -120,6 +146,13 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
     si.add_argument("--reorder", metavar="N|none", type=_reorder, default=None,
                     help="batch policies: jobs a batch may reorder past a job of higher "
                     "priority (0: strict priority order; default: none, unbounded)")  # fmt: skip
+    si.add_argument("--priority", choices=PRIORITY_MODES, default="none",
+                    help="Slurm's job priority: none (the workload's, default: equal "
+                    "priorities), age (the multifactor age factor), fairshare (age + "
+                    "Fair Tree); see 'site conditions' below")  # fmt: skip
+    si.add_argument("--knowledge", choices=KNOWLEDGE_MODES, default="learned",
+                    help="what a policy knows of runtimes: learned (default: what the "
+                    "daemon would know) or oracle (every job's true seconds per size)")  # fmt: skip
     si.add_argument("--seed", metavar="S", type=int, default=0,
                     help="seed of the workload's random draws (default: 0)")  # fmt: skip
     si.add_argument("--json", action="store_true",
@@ -218,8 +251,10 @@ def run(args: argparse.Namespace) -> int:
     from ..sim.cluster import InvariantError
     from ..sim.engine import SimInputError, simulate
     from ..sim.jobs import build_workload
+    from ..sim.limits import with_site_fields
     from ..sim.policies import SIM_SETTINGS, UnknownPolicy, get_policy
     from ..sim.progress import Progress
+    from ..sim.site import SiteConditions
 
     model = get_model(args.gpu_model)
     if args.gpus % args.nodes:
@@ -245,6 +280,11 @@ def run(args: argparse.Namespace) -> int:
         getattr(args, "rate_multiplier", None),
         load=getattr(args, "load", 1.0),
     )
+    site = SiteConditions.of(
+        getattr(args, "priority", "none"), getattr(args, "knowledge", "oracle")
+    )
+    if not site.plain:
+        jobs = with_site_fields(jobs, args.seed)
     results = []
     for label, policy in policies:
         bar = Progress(f"{PROG} simulate {label}")
@@ -258,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
                 args.seed,
                 check=args.check,
                 progress=bar,
+                site=site,
             )
         except (PolicyError, InvariantError) as exc:
             bar.close()
@@ -269,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         results.append(r)
     if args.plot:
         _plot(results, args)
-    header = _header(args, jobs, model)
+    header = f"{_header(args, jobs, model)}; {site.describe()}"
     if args.json:
         print(json.dumps(to_json(results, args, header, model.name), indent=2))
     else:
@@ -324,6 +365,8 @@ def to_json(results, args, header: str, model_name: str) -> dict:
         "gpus": args.gpus,
         "nodes": args.nodes,
         "seed": args.seed,
+        "priority": getattr(args, "priority", "none"),
+        "knowledge": getattr(args, "knowledge", "oracle"),
         "description": header,
         "et_a": a,
         "policies": policies,

@@ -7,6 +7,9 @@ the runtime store with profiled runtimes, runs ``slurm-mig planner`` as a separa
 process, submits jobs that sleep their kernel's time on the slice they were given
 (slurm_mig/demo/job.py) and collects what ran: the jobs' own records, the
 simulated devices' audit logs and each job's planned assignment (its AdminComment).
+With ``static_layout`` it is Slurm alone on a fixed MIG layout instead (a site without
+slurm-mig): the layout made once on the simulated GPUs, one typed gres.conf record per
+instance, no hooks, no job_submit.lua, no planner.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..geometry import Placement
+from ..geometry import Placement, get_model
 from ..job import Job
 from ..runtimes import RuntimeStore
 from ..slurm.assignment import Assignment, generate_key
 from ..slurm.client import SlurmClient
 from ..slurm.jobrecord import parse_admin_comment
 from .localslurm import LocalSlurm
+from .slurmconf import LayoutInstance
 from .slurmroot import SlurmInstall
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +65,11 @@ class LiveCluster:
     accounting: bool = False
     # more LocalSlurm fields (task_plugin, cgroup_conf, ... for a device-isolation test)
     slurm_options: Mapping[str, object] = field(default_factory=dict)
+    # Slurm alone on a fixed MIG layout (as the simulator's ``static:layout=``: GPU k of
+    # the cluster, nodes in order, gets partition k mod n): made on the simulated GPUs
+    # at start, one gres.conf record per instance typed by its profile (`layout`), and
+    # no hooks, job_submit.lua or planner. None: slurm-mig.
+    static_layout: str | None = None
     cluster: LocalSlurm | None = field(default=None, init=False)
     daemon: subprocess.Popen | None = field(default=None, init=False)
 
@@ -139,18 +148,20 @@ class LiveCluster:
         if not key.exists():
             generate_key(key)
         self._write_config(key)
+        static = self.static_layout is not None
         hooks = {"SLURM_MIG_CONFIG": str(self.config_path)}
         self.cluster = LocalSlurm(
             nodes=tuple(self.nodes),
             cpus=8 * self.gpus,
-            prolog=ROOT / "prolog" / "slurm-mig-prolog",
-            epilog=ROOT / "epilog" / "slurm-mig-epilog",
-            task_prolog=ROOT / "prolog" / "slurm-mig-taskprolog",
-            hook_env=hooks,
-            job_submit_lua=self._job_submit_lua(),
+            prolog=None if static else ROOT / "prolog" / "slurm-mig-prolog",
+            epilog=None if static else ROOT / "epilog" / "slurm-mig-epilog",
+            task_prolog=None if static else ROOT / "prolog" / "slurm-mig-taskprolog",
+            hook_env={} if static else hooks,
+            job_submit_lua=None if static else self._job_submit_lua(),
             root=self.root / "slurm",
             slurm=self.slurm,
-            gres={n: [self.model] * self.gpus for n in self.nodes},
+            gres={} if static else {n: [self.model] * self.gpus for n in self.nodes},
+            mig_layout=self.layout() if static else {},
             private_nodes=self.private_nodes,
             node_dirs=(self.run_root, self.state_dir, self.sim_root, self.log_dir),
             job_user=self.job_user,
@@ -158,7 +169,38 @@ class LiveCluster:
             **self.slurm_options,
         )
         self.cluster.start()
+        if static:
+            self._make_layout()
         return self
+
+    def layout(self) -> dict[str, list[LayoutInstance]]:
+        """Node -> the instances of `static_layout` on its GPUs, smallest first (the
+        order of its gres.conf records: Slurm gives an untyped request the first free
+        record of the node it picks, so the smallest free instance there)."""
+        from ..planner.online import parse_layout
+
+        model = get_model(self.model)
+        parts = parse_layout(self.static_layout or "auto", model)
+        out: dict[str, list[LayoutInstance]] = {}
+        for n, node in enumerate(self.nodes):
+            mine = []
+            for gpu in range(self.gpus):
+                for slot in parts[(n * self.gpus + gpu) % len(parts)]:
+                    name = model.profile_for_slot(slot).name
+                    inst = LayoutInstance(gpu, self.model, name, slot.placement)
+                    mine.append((slot.size, gpu, slot.placement.start, inst))
+            out[node] = [inst for *_, inst in sorted(mine)]
+        return out
+
+    def _make_layout(self) -> None:
+        """Create `static_layout`'s instances on each node's simulated GPUs (once, as a
+        site's mig-parted would at boot)."""
+        from ..devices.simulated import SimulatedBackend
+
+        for node, instances in self.layout().items():
+            backend = SimulatedBackend(self.sim_dir(node), [self.model] * self.gpus)
+            for inst in sorted(instances, key=lambda i: (i.gpu, i.placement.start)):
+                backend.create(inst.gpu, inst.profile, inst.placement)
 
     def _job_submit_lua(self) -> Path:
         """job_submit.lua as a site installs it: written by `slurm-mig site-files` from

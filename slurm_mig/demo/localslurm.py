@@ -19,7 +19,8 @@ whose slurmd needs a cgroup hierarchy otherwise); ``task_plugin``, ``proctrack_t
 and ``cgroup_conf`` turn them on for a test about device isolation (cgroup v1 names
 each node's hierarchy slurm_<node>: such clusters running at once need distinct node
 names). ``gres`` gives nodes a MIG gres.conf (slurm_mig.slurm.gres) over fake device
-nodes made with mknod under ``<root>/dev/<node>``; LiveCluster always does.
+nodes made with mknod under ``<root>/dev/<node>``; LiveCluster always does. ``mig_layout``
+instead gives them a fixed layout's records, typed by profile (a site without slurm-mig).
 
 ``accounting`` adds Slurm accounting, for tests of Slurm's own policy (associations,
 fairshare, QOS and association limits): a private MariaDB server (always the host's
@@ -184,6 +185,8 @@ class LocalSlurm(JobCommands, NodeDaemons, AccountCommands):
     # node -> GPU models: gres.conf from slurm_mig.slurm.gres (one gpu record per
     # possible MIG instance) over fake device nodes under `dev_dir` (see `gres_conf`)
     gres: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # or node -> a fixed MIG layout's instances: Type=<profile> records (slurmconf)
+    mig_layout: Mapping[str, Sequence[slurmconf.LayoutInstance]] = field(default_factory=dict)
     # Nodes as separate hosts: each slurmd (and with it its hooks and jobs) runs in a
     # mount namespace of its own where SlurmdSpoolDir and every path of `node_dirs`
     # show that node's own directory (`node_path`); the host, where the controller and
@@ -436,6 +439,8 @@ class LocalSlurm(JobCommands, NodeDaemons, AccountCommands):
             lines += slurmconf.accounting_lines(self.dbd_port, self.munge_socket)
         lines = slurmconf.overridden(lines, self.extra_conf)
         node_gres = slurmconf.write_gres(self.gres, self.root / "dev", etc)
+        if self.mig_layout:  # (not with `gres`: one gres.conf)
+            node_gres = slurmconf.write_layout_gres(self.mig_layout, self.root / "dev", etc)
         if node_gres:
             lines.append("GresTypes=gpu")
         cgroup = slurmconf.cgroup_lines(self.cgroup_conf, self.install.version)

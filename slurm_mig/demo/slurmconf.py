@@ -1,6 +1,7 @@
 """LocalSlurm's configuration files: slurm.conf's lines and text, cgroup.conf, the
 hooks' wrappers (pure functions of the values they name), and gres.conf over fake
-MIG device nodes (`write_gres`, which makes them)."""
+MIG device nodes (`write_gres`, which makes them; `write_layout_gres` for a fixed MIG
+layout, as a site without slurm-mig writes it)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
+
+from ..geometry import Placement
 
 # slurm.conf keys that may appear once; extra_conf naming one replaces the default line
 REPEATED_KEYS = ("nodename", "partitionname", "nodeset", "frontendname", "downnodes")
@@ -154,6 +158,73 @@ def write_gres(gres: Mapping[str, Sequence[str]], dev_root: Path, etc: Path) -> 
         make_gpu_nodes(len(models), str(dev), FAKE_GPU_MAJOR)
         conf.append(slurm_gres.gres_conf(node, models, table, str(dev)))
         terms[node] = slurm_gres.node_gres(models)
+    if conf:
+        (etc / "gres.conf").write_text("".join(conf))
+        os.chmod(dev_root, 0o755)
+    return terms
+
+
+class LayoutInstance(NamedTuple):
+    """One MIG instance of a fixed layout on a node: GPU ``gpu`` (a ``model``), its
+    ``profile`` at ``placement``."""
+
+    gpu: int
+    model: str
+    profile: str
+    placement: Placement
+
+
+def layout_gres_conf(node: str, instances: Sequence[LayoutInstance], dev: str) -> str:
+    """A node's gres.conf for a fixed MIG layout as Slurm's MIG documentation writes it
+    by hand (AutoDetect=off): one ``Name=gpu Type=<profile>`` record per instance, in
+    the order given, ``MultipleFiles=`` its parent device and its GI and CI capability
+    nodes (the driver's numbering, as `slurm-mig gres-conf` names them)."""
+    from ..devices.migcaps import cap_minors, gi_id_for, parse_minors, render_minors
+    from ..geometry import get_model
+    from ..slurm.gres import cap_path
+
+    table = parse_minors(render_minors(1 + max((i.gpu for i in instances), default=0)))
+    lines = [f"# a fixed MIG layout on {node}", f"NodeName={node} AutoDetect=off"]
+    for inst in instances:
+        gi = gi_id_for(get_model(inst.model), inst.placement)
+        caps = [cap_path(m, dev) for m in cap_minors(table, inst.gpu, gi)]
+        files = ",".join([f"{dev}/nvidia{inst.gpu}", *caps])
+        lines.append(f"NodeName={node} Name=gpu Type={inst.profile} MultipleFiles={files}")
+    return "\n".join(lines) + "\n"
+
+
+def layout_gres_term(instances: Sequence[LayoutInstance]) -> str:
+    """The ``Gres=`` term of a node with a fixed layout: a count per profile."""
+    counts: dict[str, int] = {}
+    for inst in instances:
+        counts[inst.profile] = counts.get(inst.profile, 0) + 1
+    return "Gres=" + ",".join(f"gpu:{name}:{n}" for name, n in counts.items())
+
+
+def write_layout_gres(
+    layout: Mapping[str, Sequence[LayoutInstance]], dev_root: Path, etc: Path
+) -> dict[str, str]:
+    """gres.conf in ``etc`` for the fixed MIG layout of each node of ``layout`` (see
+    `layout_gres_conf`) over fake device nodes under ``dev_root/<node>``, made as
+    `write_gres` makes them; each node's ``Gres=`` term."""
+    from ..cli.gres_conf import make_gpu_nodes, make_nodes
+    from ..devices.migcaps import cap_minors, gi_id_for, parse_minors, render_minors
+    from ..geometry import get_model
+
+    terms, conf = {}, []
+    for node, instances in layout.items():
+        dev = dev_root / node
+        gpus = 1 + max((i.gpu for i in instances), default=0)
+        table = parse_minors(render_minors(gpus))
+        minors = {
+            m
+            for i in instances
+            for m in cap_minors(table, i.gpu, gi_id_for(get_model(i.model), i.placement))
+        }
+        make_nodes(sorted(minors), str(dev), FAKE_CAPS_MAJOR)
+        make_gpu_nodes(gpus, str(dev), FAKE_GPU_MAJOR)
+        conf.append(layout_gres_conf(node, instances, str(dev)))
+        terms[node] = layout_gres_term(instances)
     if conf:
         (etc / "gres.conf").write_text("".join(conf))
         os.chmod(dev_root, 0o755)

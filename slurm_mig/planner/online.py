@@ -238,6 +238,12 @@ class FragAwarePolicy:
 
     kind = "online"
 
+    @property
+    def models_slurm(self) -> bool:
+        """A static layout or whole GPUs: what Slurm itself runs (the simulator gives
+        it what Slurm knows of runtimes: the time limits)."""
+        return not self.dynamic
+
     def decide(self, snap: ClusterSnapshot) -> Decisions:
         return Decisions(tuple(self._ops(snap)))
 

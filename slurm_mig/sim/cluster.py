@@ -9,6 +9,7 @@ Bit ``i`` of a mask is memory slice ``i`` (a 3g instance at 0 holds 0b1111).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 from ..geometry import MaskTables, compute_mask, mask_tables
 from ..planner.gpustate import GpuState, LiveInstance
@@ -59,8 +60,16 @@ class Gpu(GpuState):
         self.view: GpuView | None = None
 
 
-def build_view(g: Gpu, jobs: list[SimJob], per_node: int) -> GpuView:
-    """The GPU as the snapshot shows it (``planner.snapshot.Gpu``)."""
+def build_view(
+    g: Gpu,
+    jobs: Sequence[SimJob],
+    per_node: int,
+    expect: Callable[[LiveInstance, float], float] | None = None,
+    now: float = 0.0,
+) -> GpuView:
+    """The GPU as the snapshot shows it (``planner.snapshot.Gpu``): ``jobs`` as the
+    policy sees them; ``expect(instance, now)``: when the policy expects a busy
+    instance's job to end (None: when it will)."""
     table = g.insts
     views = []
     comp = 0
@@ -68,7 +77,7 @@ def build_view(g: Gpu, jobs: list[SimJob], per_node: int) -> GpuView:
         inst = table[o]
         v = inst.view
         if v is None:
-            v = inst.view = _instance_view(inst, jobs)
+            v = inst.view = _instance_view(inst, jobs, expect, now)
         if inst.job >= 0:
             comp |= compute_mask(inst.slot)
         views.append(v)
@@ -85,12 +94,19 @@ def build_view(g: Gpu, jobs: list[SimJob], per_node: int) -> GpuView:
     )
 
 
-def _instance_view(inst: LiveInstance, jobs: list[SimJob]) -> InstanceView:
+def _instance_view(
+    inst: LiveInstance,
+    jobs: Sequence[SimJob],
+    expect: Callable[[LiveInstance, float], float] | None,
+    now: float,
+) -> InstanceView:
     if inst.job < 0:
         return InstanceView(inst.slot, None, inst.ready_at)
     job = jobs[inst.job]
     run = inst.run
-    if run is not None:
+    if expect is not None:
+        until = expect(inst, now)
+    elif run is not None:
         until = run.finish
     else:
         start = inst.ready_at if inst.ready_at > inst.start_at else inst.start_at

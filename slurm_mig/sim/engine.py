@@ -34,6 +34,7 @@ from .inputcheck import SimInputError, validate_jobs
 from .invariants import DONE, HELD, PENDING, check_end, check_instant
 from .metrics import SimResult
 from .policyview import GpuList, RunningMap, running_view
+from .site import SiteConditions, SiteView
 
 # Migration overhead: MISO's simulator draws it with mean 5 s.
 MIGRATION_S = 5.0
@@ -60,10 +61,16 @@ def simulate(
     migration_s: float = MIGRATION_S,
     check: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    site: SiteConditions | None = None,
+    priority: str | None = None,
+    knowledge: str | None = None,
 ) -> SimResult:
     """Run ``jobs`` on ``nodes x gpus_per_node`` GPUs under ``policy`` (a registered
     name, a ``sim.policies.SimPolicy``, or a registry policy object). ``check`` asserts
-    every invariant after every instant."""
+    every invariant after every instant. ``site`` (or the mode names ``priority``:
+    none|age|fairshare and ``knowledge``: oracle|learned): the site's priority and
+    what the policy knows of runtimes (``sim.site``; default: equal priorities and
+    true runtimes)."""
     from .policies import SimPolicy, get_policy
 
     if isinstance(policy, str):
@@ -71,7 +78,11 @@ def simulate(
     elif not isinstance(policy, SimPolicy) and hasattr(policy, "kind"):
         policy = SimPolicy(policy)
     gm = get_model(model) if isinstance(model, str) else model
-    engine = Engine(jobs, policy, nodes, gpus_per_node, gm, seed, pcie_max, migration_s, check)
+    if site is None and (priority or knowledge):
+        site = SiteConditions.of(priority or "none", knowledge or "oracle")
+    engine = Engine(
+        jobs, policy, nodes, gpus_per_node, gm, seed, pcie_max, migration_s, check, site
+    )
     return engine.run(progress)
 
 
@@ -90,6 +101,7 @@ class Engine:
         pcie_max: float | None = None,
         migration_s: float = MIGRATION_S,
         check: bool = False,
+        site: SiteConditions | None = None,
     ) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise SimInputError(
@@ -147,6 +159,11 @@ class Engine:
         self.gpus = GpuList(self._view_of, g_total)
         self.running_jobs = RunningMap(self)
         self._check_dirty: set[int] = set(range(g_total))
+        self.site: SiteView | None = None
+        if site is not None and not site.plain:
+            slurm = bool(getattr(policy, "models_slurm", False))
+            self.site = SiteView(site, self.jobs, model, t0, slurm=slurm)
+        self.seen: Sequence[SimJob] = self.site.seen if self.site else self.jobs
 
     # -- the policy's snapshot ---------------------------------------------
 
@@ -154,7 +171,10 @@ class Engine:
         g = self.gpu_state[k]
         v = g.view
         if v is None:
-            v = g.view = build_view(g, self.jobs, self.gpus_per_node)
+            expect = None
+            if self.site is not None and self.site.learned:
+                expect = self.site.expected_end
+            v = g.view = build_view(g, self.seen, self.gpus_per_node, expect, self.now)
         return v
 
     def snapshot(self) -> ClusterSnapshot:
@@ -195,6 +215,7 @@ class Engine:
         state = self.state
         pending = self._pending
         arrived = self._arrived
+        site = self.site
         loops = 0
         inf = math.inf
         while True:
@@ -210,6 +231,8 @@ class Engine:
             while ai < n and arr[ai] <= t:
                 j = jobs[ai]
                 state[ai] = PENDING
+                if site is not None:
+                    j = site.arrive(ai, t)  # the job as the policy sees it
                 pending[j.id] = j
                 arrived.append(j)
                 ai += 1
@@ -247,6 +270,13 @@ class Engine:
 
     def _decide(self) -> None:
         self.decisions += 1
+        site = self.site
+        if site is not None:
+            held = self.held
+            site.refresh(self.now, self._pending, held)
+            for inst in site.overdue(self.now, held):
+                inst.view = None
+                self._touch(self.gpu_state[inst.gpu])
         got = self.policy.decide(self.snapshot())
         for c in got.ops:
             tp = type(c)
@@ -322,6 +352,8 @@ class Engine:
             self.first_start[idx] = now
         self._busy_change(g, inst.slot.size)
         self._ends(g, g.start(run, now, self.pcie_max))
+        if self.site is not None:
+            self.site.began(inst, now)
 
     def _release(self, run: JobRun) -> LiveInstance:
         """Take a running job off its instance (it finished or migrates)."""
@@ -340,11 +372,16 @@ class Engine:
         idx = run.idx
         if self.state[idx] != HELD:
             raise InvariantError(f"job {run.job.id!r} finished twice")
+        if self.site is not None:
+            self.site.ran_until_end(idx, run.started, self.now)
         self._release(run)
         self.state[idx] = DONE
         self.finish_t[idx] = self.now
         self.done += 1
         self._finished.append((run.job.id, run.inst.gpu))
+        if self.site is not None:
+            seconds = self.now - run.started
+            self.site.finished(idx, run.inst.slot.size, seconds, self._pending)
 
     def _bind(self, g: Gpu, inst: LiveInstance, idx: int, rem: float, not_before: float) -> None:
         job = self.jobs[idx]
@@ -428,6 +465,8 @@ class Engine:
         if inst is None:
             inst = self._create(g, order, c)
         del self._pending[c.job]
+        if self.site is not None:
+            self.site.placed(idx)
         self._bind(g, inst, idx, 1.0, self.now)
 
     def _cmd_create(self, c: Create) -> None:

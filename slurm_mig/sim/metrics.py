@@ -89,6 +89,7 @@ class SimResult:
         n = len(jct)
         ordered = sorted(jct)
         jct_sum = math.fsum(jct)
+        waits = sorted(self.wait)
         return {
             "jct_sum": jct_sum,
             "jct_mean": jct_sum / n if n else 0.0,
@@ -98,6 +99,9 @@ class SimResult:
             "tardiness_mean": self.tardiness_mean,
             "jct_p50": _quantile(ordered, 0.5),
             "jct_p95": _quantile(ordered, 0.95),
+            "wait_p95": _quantile(waits, 0.95),
+            "wait_p99": _quantile(waits, 0.99),
+            "wait_max": waits[-1] if waits else 0.0,
             "exec_mean": math.fsum(self.exec_s) / n if n else 0.0,
             "utilization": self.utilization,
             "jobs": n,

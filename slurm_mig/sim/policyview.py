@@ -24,6 +24,14 @@ def running_view(engine: Engine, job: str) -> RunningView | None:
         return None
     j = engine.jobs[idx]
     run = inst.run
+    site = engine.site
+    if site is not None and site.learned:
+        seen = site.seen[idx]
+        end = site.expected_end(inst, engine.now)
+        planned = seen.time(inst.slot.size)
+        started = run.started if run is not None else None
+        rem = inst.rem if run is None else max(0.0, min(1.0, (end - engine.now) / planned))
+        return RunningView(seen, inst.gpu, inst.slot, started, rem, 1.0, end)
     if run is not None:
         rem = run.remaining_at(engine.now)
         return RunningView(j, inst.gpu, inst.slot, run.started, rem, run.sd, run.finish)

@@ -73,8 +73,30 @@ def test_done_when_judges_the_default(tiny):
     checks = value.done_when(tiny)
     names = [c["check"] for c in checks]
     assert "miso-40 1x JCT <= 0.9 x best static" in names
-    assert "miso-40 1x JCT <= 1.05 x best static" in names
+    assert "miso-40 1x JCT <= 1 x best static" in names
+    assert "miso-40 1x p95 JCT <= 1.1 x best static" in names
+    assert not any("baseline's" in n for n in names)  # only with equal priorities
     assert all(c["ok"] in (True, False) for c in checks)
     assert all(
         line.split()[0] in ("PASS", "FAIL") for line in value.format_checks(checks).split("\n")
     )
+
+
+def test_the_conditions_reach_every_case_and_equal_priorities_add_the_fcfs_checks(tiny):
+    wl = value.Workload("miso-40", "miso-trace", 2, 30)
+    todo = value.cases([wl], (1.0,), (0,), ("adaptive",), ("none", "oracle"))
+    assert {c[4] for c in todo} == {("none", "oracle")}
+    assert value.cases([wl], (1.0,), (0,), ("adaptive",))[0][4] == ("age", "learned")
+    # the site fields (user, time limit) are drawn only where the condition needs them
+    plain = value.build_jobs(wl, 1.0, 0)
+    site = value.build_jobs(wl, 1.0, 0, True)
+    assert all(j.user == "" for j in plain) and all(j.user for j in site)
+    assert all(j.time_limit >= max(j.times.values()) for j in site if j.time_limit)
+    # under age priority the default's figures differ from the equal-priority oracle's
+    _, _, _, _, oracle = value.run_case(next(c for c in todo if c[3] == "adaptive"))
+    _, _, _, _, learned = value.run_case((wl, 1.0, 0, "adaptive", ("age", "learned")))
+    assert oracle["jct_mean"] != learned["jct_mean"]
+    checks = value.done_when(tiny, equal_priorities=True)
+    names = {c["check"] for c in checks}
+    assert "miso-40 1x longest wait <= 1.2 x baseline's" in names
+    assert "miso-40 1x makespan <= 1.05 x baseline's" in names

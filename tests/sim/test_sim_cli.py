@@ -254,3 +254,22 @@ def test_the_cli_and_build_workload_take_the_same_load_range():
     from slurm_mig.sim import jobs
 
     assert cli.LOAD_RANGE == jobs.LOAD_RANGE
+
+
+def test_site_conditions_are_chosen_named_and_the_waits_reported(capsys):
+    rc, out, err = run(
+        capsys, *SMALL, "--policy", "baseline", "--priority", "fairshare", "--knowledge",
+        "learned", "--json",
+    )  # fmt: skip
+    assert rc == 0, err
+    data = json.loads(out)
+    assert (data["priority"], data["knowledge"]) == ("fairshare", "learned")
+    assert data["description"].endswith("priority fairshare, knowledge learned")
+    s = data["policies"]["baseline"]
+    assert 0 <= s["wait_p95"] <= s["wait_p99"] <= s["wait_max"]
+    rc, out, _ = run(capsys, *SMALL, "--policy", "baseline")
+    assert "priority none, knowledge learned" in out  # the defaults, stated
+    with pytest.raises(SystemExit) as exc:
+        main([*SMALL, "--priority", "seniority"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'seniority'" in capsys.readouterr().err

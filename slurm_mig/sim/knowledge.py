@@ -1,0 +1,116 @@
+"""What a policy knows of a job's runtimes, apart from what the job really runs.
+
+Modes (`KNOWLEDGE_MODES`):
+
+- ``oracle``: the job's true seconds on every size (the earlier figures' condition).
+- ``learned``: what the planner daemon would know: the daemon's own estimate
+  (``runtimes.estimate_for_job``, the code the daemon runs) from the runs of the job's
+  user and kind the simulation has finished so far (`LearnedRuntimes`, an in-memory
+  store with the runtime store's reading methods), else the job's time limit, else
+  ``default_runtime``, on other sizes by the Amdahl prior; sizes whose estimate
+  passes the time limit are out, as the daemon rules them out. The sizes a job can run
+  on at all (its memory need) are known: ``mig-run`` measures it and a ``mem=`` hint
+  gives it.
+- What Slurm itself plans with (`limit_times`): the time limit on every size, as
+  Slurm's backfill does; the policies that model Slurm (static layouts, whole GPUs)
+  see this under ``learned``.
+
+The engine runs the true times whatever the mode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from ..config import SCHEMA
+from ..geometry import GpuModel
+from ..job import Job
+from ..runtimes import estimate_for_job
+
+__all__ = [
+    "DEFAULT_RUNTIME",
+    "KNOWLEDGE_MODES",
+    "SERIAL_FRACTION",
+    "LearnedRuntimes",
+    "learned_times",
+    "limit_times",
+]
+
+KNOWLEDGE_MODES = ("oracle", "learned")
+DEFAULT_RUNTIME = float(SCHEMA["planner"]["default_runtime"].default)  # type: ignore[arg-type]
+SERIAL_FRACTION = float(SCHEMA["planner"]["serial_fraction"].default)  # type: ignore[arg-type]
+
+
+class LearnedRuntimes:
+    """Finished runs per (kind, model, owner): the runtime store's reading side, in
+    memory (``observations``, ``memory_need``), and a version per (owner, kind) that
+    changes when a run of theirs is recorded."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+        self.version: dict[tuple[str, str], int] = {}
+
+    def record(self, owner: str, key: str, model: str, size: int, seconds: float) -> None:
+        runs = self._runs.setdefault((key, model, owner), {})
+        runs.setdefault(size, []).append(float(seconds))
+        self.version[(owner, key)] = self.version.get((owner, key), 0) + 1
+
+    def observations(
+        self, key: str, model: str, owner: str | None = None
+    ) -> dict[int, list[float]]:
+        if owner is None:
+            out: dict[int, list[float]] = {}
+            for (k, m, _), runs in self._runs.items():
+                if k == key and m == model:
+                    for s, v in runs.items():
+                        out.setdefault(s, []).extend(v)
+            return out
+        return {s: list(v) for s, v in self._runs.get((key, model, owner), {}).items()}
+
+    def memory_need(self, key: str, owner: str | None = None) -> int | None:
+        return None  # the job's memory is passed as known (module doc)
+
+
+def _runnable(job: Job) -> set[int]:
+    return {s for s, t in job.times.items() if math.isfinite(t)}
+
+
+def learned_times(
+    job: Job,
+    model: GpuModel,
+    store: LearnedRuntimes,
+    *,
+    owner: str,
+    default_runtime: float = DEFAULT_RUNTIME,
+    serial_fraction: float = SERIAL_FRACTION,
+) -> Mapping[int, float]:
+    """Seconds per size the daemon would plan ``job`` with (module doc)."""
+    limit = job.time_limit if math.isfinite(job.time_limit) else None
+    est = estimate_for_job(
+        store,  # type: ignore[arg-type]
+        job.kind or job.id,
+        model,
+        owner=owner,
+        hint_seconds=None,
+        time_limit=limit,
+        min_memory=job.memory or None,
+        default_runtime=default_runtime,
+        serial_fraction=serial_fraction,
+    )
+    can = _runnable(job)
+    out = {s: (t if s in can else math.inf) for s, t in est.items()}
+    if not any(math.isfinite(t) for t in out.values()):
+        # the estimate ruled out every size the job can run on: plan it at its limit
+        fallback = limit if limit is not None else default_runtime
+        out = {s: (fallback if s in can else math.inf) for s in est}
+    return MappingProxyType(out)
+
+
+def limit_times(job: Job) -> Mapping[int, float]:
+    """The job's time limit on every size it can run on (Slurm's own knowledge); its
+    true times where it has no limit."""
+    if not math.isfinite(job.time_limit):
+        return job.times
+    return MappingProxyType({s: job.time_limit for s in _runnable(job)})

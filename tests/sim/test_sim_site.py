@@ -1,0 +1,222 @@
+"""Site conditions in the simulator: users' time limits (drawn from the traces),
+Slurm's multifactor priority (age, Fair Tree) and what a policy knows of runtimes
+(the daemon's own estimator, fed by the runs the simulation finished), while the
+engine runs the true times."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import math
+import statistics
+
+import pytest
+from support import shared_file
+
+from slurm_mig.geometry import get_model
+from slurm_mig.sim import SimJob, simulate
+from slurm_mig.sim.knowledge import LearnedRuntimes, learned_times, limit_times
+from slurm_mig.sim.limits import (
+    GRID,
+    RATIO_QUANTILES,
+    limit_for,
+    ratio_levels,
+    reference_runtime,
+    with_site_fields,
+)
+from slurm_mig.sim.priority import DAY, SitePriority, Usage, fair_tree, job_priority
+from slurm_mig.sim.site import SiteConditions
+
+A100 = get_model("A100-40GB")
+
+
+def job(jid, arrival=0.0, t=100.0, **kw) -> SimJob:
+    """A job running ``t`` seconds on 7g and ``t`` x 7 / s on s slices."""
+    times = {s: t * 7 / s for s in A100.planner_sizes}
+    return SimJob(jid, arrival, times, **kw)
+
+
+# -- users' time limits ---------------------------------------------------------
+
+
+def _ratios() -> list[tuple[float, float]]:
+    """(runtime, limit / runtime) of the completed GPU jobs of the two traces."""
+    theta = shared_file("traces/thetagpu-alcf-2023/data_thetagpu.csv.gz")
+    mit = shared_file("traces/mit-supercloud-slurm-2021-subset/slurm-log-queueing-clean.csv.gz")
+    out = []
+    with gzip.open(theta, "rt") as fh:
+        for row in csv.DictReader(fh):
+            run, wall = float(row["run_time"]), float(row["wall_time"])
+            if row["new_status"] == "Pass" and float(row["node_num"]) == 1 and 0 < run <= wall:
+                out.append((run, wall / run))
+    with gzip.open(mit, "rt") as fh:
+        for row in csv.DictReader(fh):
+            tres = dict(kv.split("=") for kv in row["tres_req"].split(",") if "=" in kv)
+            limit = int(row["timelimit"])
+            run = float(row["service_time"])
+            if int(float(tres.get("1002", "0"))) > 0 and row["state"] == "3" and limit < 525600:
+                if 0 < run <= limit * 60:
+                    out.append((run, limit * 60 / run))
+    return out
+
+
+def test_the_ratio_table_is_what_the_two_traces_give():
+    points = _ratios()
+    classes = sorted(RATIO_QUANTILES)
+    for k, low in enumerate(classes):
+        high = classes[k + 1] if k + 1 < len(classes) else math.inf
+        ratios = sorted(r for t, r in points if low <= t < high)
+        got = statistics.quantiles(ratios, n=100, method="inclusive")
+        for level, want in zip(ratio_levels()[1:], RATIO_QUANTILES[low][1:]):
+            assert got[round(level * 100) - 1] == pytest.approx(want, rel=0.02), (low, level)
+        assert ratios[0] == pytest.approx(RATIO_QUANTILES[low][0], rel=0.02)
+
+
+def test_a_limit_is_a_value_users_pick_and_covers_the_run():
+    assert limit_for(100.0, 0.5) in GRID and limit_for(100.0, 0.5) >= 100 * 59
+    assert limit_for(20000.0, 0.0) == 21600.0  # the next round value above 1.0 x
+    assert limit_for(10 * DAY, 0.5) == 10 * DAY  # past the grid: never below the run
+    # longer runs ask relatively less: a 5-hour run's median ratio is about 1.3
+    assert limit_for(18000.0, 0.5) / 18000.0 < limit_for(300.0, 0.5) / 300.0
+    with pytest.raises(ValueError, match="runtime"):
+        limit_for(math.inf, 0.5)
+
+
+def test_site_fields_are_seeded_and_keep_what_a_job_names():
+    jobs = [job(f"j{i}", i, 100 + i) for i in range(50)]
+    a, b = with_site_fields(jobs, 3), with_site_fields(jobs, 3)
+    assert a == b and a != with_site_fields(jobs, 4)
+    assert {j.user for j in a} <= {f"user{k}" for k in range(1, 9)} and len({j.user for j in a}) > 3
+    assert all(j.time_limit >= reference_runtime(j) and j.time_limit in GRID for j in a)
+    mine = with_site_fields([job("x", user="alice", time_limit=999.0)], 0)[0]
+    assert (mine.user, mine.time_limit) == ("alice", 999.0)
+
+
+# -- Slurm's priority -------------------------------------------------------------
+
+
+def test_age_priority_truncates_as_slurm_does():
+    site = SitePriority("age")
+    assert job_priority(site, 0.0, 0.0) == 1  # priority 0 is a hold: at least 1
+    step = 14 * DAY / 1000  # one point per 1209.6 s of waiting
+    assert job_priority(site, 0.0, 5 * step + 1) == 5
+    assert job_priority(site, 0.0, 5 * step - 1) == 4
+    assert job_priority(site, 0.0, 100 * DAY) == 1000  # PriorityMaxAge caps it
+    assert job_priority(site, 0.0, 0.0, factor=1.0) == 1  # no fairshare under age
+    assert job_priority(SitePriority("fairshare"), 0.0, step, factor=0.5) == 5001
+
+
+def test_fair_tree_ranks_users_by_level_fairshare():
+    got = fair_tree({"a": 10.0, "b": 30.0, "c": 10.0}, ["a", "b", "c", "d"])
+    assert got["d"] == 1.0  # no usage: first
+    assert got["a"] == got["c"] == 0.75  # equal Level FS share a rank
+    assert got["b"] == pytest.approx(0.25)
+    assert fair_tree({}, []) == {}
+
+
+def test_usage_decays_with_the_half_life():
+    usage = Usage(half_life=100.0, start=0.0)
+    usage.ran("a", 50.0)
+    usage.tick(10.0)
+    assert usage.used["a"] == 50.0
+    usage.tick(110.0)
+    assert usage.used["a"] == pytest.approx(25.0)
+    with pytest.raises(ValueError, match="mode"):
+        SitePriority("lottery")
+
+
+class Record:
+    """A policy that starts the first waiting job in the order it is offered,
+    one at a time on one 7g instance, and records that order (a test double)."""
+
+    name = "record"
+    kind = "online"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, float]] = []
+        self.times: dict[str, dict[int, float]] = {}
+
+    def decide(self, snap):
+        from slurm_mig.geometry import Placement, Slot
+        from slurm_mig.planner.decisions import Decisions, Place
+
+        for j in snap.pending.values():
+            self.times[j.id] = dict(j.times)
+        if snap.running or not snap.pending:
+            return Decisions(())
+        top = min(snap.pending.values(), key=lambda j: (-j.priority, j.arrival))
+        self.seen.append((top.id, top.priority))
+        return Decisions((Place(top.id, 0, Slot(Placement(0, 8), 7), snap.now),))
+
+
+def test_fairshare_puts_a_light_users_job_before_a_heavy_users_earlier_ones():
+    heavy = [job(f"h{i}", float(i), 2000.0, user="heavy", time_limit=1e6) for i in range(4)]
+    light = [job("l0", 10.0, 10.0, user="light", time_limit=1e6)]
+    policy = Record()
+    simulate(heavy + light, policy, priority="fairshare", knowledge="oracle", check=True)
+    order = [jid for jid, _ in policy.seen]
+    assert order[0] == "h0" and order[1] == "l0"  # light has no usage: top factor
+    policy = Record()
+    simulate(heavy + light, policy, priority="age", knowledge="oracle")
+    assert [jid for jid, _ in policy.seen] == ["h0", "h1", "h2", "h3", "l0"]
+
+
+# -- what a policy knows -------------------------------------------------------------
+
+
+def test_learned_times_start_from_the_limit_then_follow_the_users_runs():
+    store = LearnedRuntimes()
+    j = job("a", kind="train", user="u", time_limit=7200.0)
+    first = learned_times(j, A100, store, owner="u")
+    assert first[1] == 7200.0  # the limit, on the smallest size
+    assert first[7] < first[1]  # the Amdahl prior elsewhere
+    store.record("u", "train", A100.name, 7, 100.0)
+    store.record("u", "train", A100.name, 7, 140.0)
+    assert learned_times(j, A100, store, owner="u")[7] == 120.0  # the median
+    assert learned_times(j, A100, store, owner="v")[1] == 7200.0  # another user's: not
+    assert dict(limit_times(j)) == {s: 7200.0 for s in A100.planner_sizes}
+
+
+def test_the_policy_sees_estimates_while_the_engine_runs_true_times():
+    jobs = [job(f"j{i}", 10.0 * i, 50.0, kind="k", user="u", time_limit=3600.0) for i in range(3)]
+    policy = Record()
+    r = simulate(jobs, policy, priority="none", knowledge="learned", check=True)
+    assert policy.times["j0"][1] == 3600.0  # no run yet: the limit
+    assert policy.times["j2"][7] == 50.0  # after j0 ran on 7g: what it ran
+    assert [f - s for f, s in zip(r.finish, r.start)] == pytest.approx([50.0] * 3)
+    oracle = Record()
+    simulate(jobs, oracle, knowledge="oracle")
+    assert oracle.times["j0"][1] == 350.0
+
+
+class Watch(Record):
+    """Record, plus each decision's view of busy instances (busy_until)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.until: list[tuple[float, float]] = []
+
+    def decide(self, snap):
+        for g in snap.gpus:
+            for inst in g.instances:
+                if inst.job is not None and inst.busy_until is not None:
+                    self.until.append((snap.now, inst.busy_until))
+        return super().decide(snap)
+
+
+def test_a_job_past_its_planned_end_is_expected_to_end_a_second_later():
+    # j0 is planned (learned) at 10 s but runs 100 s; the late arrivals make decisions
+    runs = [job("j0", 0.0, 100.0, kind="k", user="u", time_limit=36000.0)]
+    store_first = [job("p", 0.0, 10.0, kind="k", user="u", time_limit=36000.0)]
+    arrivals = [job(f"a{i}", 50.0 + i, 1.0, kind="z", user="v", time_limit=600.0) for i in (0, 1)]
+    policy = Watch()
+    simulate(store_first + runs + arrivals, policy, knowledge="learned", check=True)
+    late = [(now, until) for now, until in policy.until if now >= 50.0]
+    assert late and all(until == pytest.approx(now + 1.0) for now, until in late[:1])
+
+
+def test_conditions_are_named_and_checked():
+    assert SiteConditions.of("age", "learned").describe() == "priority age, knowledge learned"
+    assert SiteConditions().plain and not SiteConditions.of("age").plain
+    with pytest.raises(ValueError, match="knowledge"):
+        SiteConditions.of("age", "psychic")
