@@ -93,8 +93,10 @@ from slurm_mig.planner.snapshot import runnable_sizes
 from slurm_mig.sim.api import SimJob
 from slurm_mig.sim.engine import simulate
 from slurm_mig.sim.jobs import build_workload
+from slurm_mig.sim.knowledge import KNOWLEDGE_MODES
 from slurm_mig.sim.limits import with_site_fields
 from slurm_mig.sim.policies import get_policy
+from slurm_mig.sim.priority import PRIORITY_MODES
 from slurm_mig.sim.site import SiteConditions
 
 MODEL = "A100-40GB"
@@ -258,7 +260,16 @@ def run_case(case: Case) -> tuple[str, float, int, str, dict]:
         if why:
             return wl.key, load, seed, label, {"skipped": why}
         ((_, name, opts),) = parse_policies(label)
-        r = simulate(jobs, get_policy(name, **opts), 1, wl.gpus, MODEL, seed, site=site)
+        r = simulate(
+            jobs,
+            get_policy(name, **opts),
+            1,
+            wl.gpus,
+            MODEL,
+            seed,
+            priority=priority,
+            knowledge=knowledge,
+        )
         s = r.summary()
         keep = ("jct_mean", "jct_p95", "makespan", "wait_mean", "wait_max", "utilization")
         out = {k: s[k] for k in keep}
@@ -744,9 +755,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", metavar="OUT", help="also write every figure to this JSON file")
     ap.add_argument("--seeds", metavar="K", type=int, default=len(SEEDS),
                     help=f"seeds 0..K-1 for the random presets (default: {len(SEEDS)})")  # fmt: skip
-    ap.add_argument("--priority", choices=("none", "age", "fairshare"), default=PRIORITY,
+    ap.add_argument("--priority", choices=PRIORITY_MODES, default=PRIORITY,
                     help=f"Slurm's job priority (default: {PRIORITY}; none: equal priorities)")  # fmt: skip
-    ap.add_argument("--knowledge", choices=("learned", "oracle"), default=KNOWLEDGE,
+    ap.add_argument("--knowledge", choices=KNOWLEDGE_MODES, default=KNOWLEDGE,
                     help=f"what a policy knows of runtimes (default: {KNOWLEDGE})")  # fmt: skip
     ap.add_argument("--workloads", metavar="A,B",
                     help="only these workloads: " + ", ".join(w.key for w in WORKLOADS))  # fmt: skip

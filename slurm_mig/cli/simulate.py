@@ -298,7 +298,8 @@ def run(args: argparse.Namespace) -> int:
                 args.seed,
                 check=args.check,
                 progress=bar,
-                site=site,
+                priority=site.priority.mode,
+                knowledge=site.knowledge,
             )
         except (PolicyError, InvariantError) as exc:
             bar.close()

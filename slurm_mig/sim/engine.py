@@ -61,16 +61,14 @@ def simulate(
     migration_s: float = MIGRATION_S,
     check: bool = False,
     progress: Callable[[int, int], None] | None = None,
-    site: SiteConditions | None = None,
-    priority: str | None = None,
-    knowledge: str | None = None,
+    priority: str = "none",
+    knowledge: str = "oracle",
 ) -> SimResult:
     """Run ``jobs`` on ``nodes x gpus_per_node`` GPUs under ``policy`` (a registered
     name, a ``sim.policies.SimPolicy``, or a registry policy object). ``check`` asserts
-    every invariant after every instant. ``site`` (or the mode names ``priority``:
-    none|age|fairshare and ``knowledge``: oracle|learned): the site's priority and
-    what the policy knows of runtimes (``sim.site``; default: equal priorities and
-    true runtimes)."""
+    every invariant after every instant. ``priority`` (none|age|fairshare) and
+    ``knowledge`` (oracle|learned): the site's priority and what the policy knows of
+    runtimes (``sim.site``; default: equal priorities and true runtimes)."""
     from .policies import SimPolicy, get_policy
 
     if isinstance(policy, str):
@@ -78,8 +76,7 @@ def simulate(
     elif not isinstance(policy, SimPolicy) and hasattr(policy, "kind"):
         policy = SimPolicy(policy)
     gm = get_model(model) if isinstance(model, str) else model
-    if site is None and (priority or knowledge):
-        site = SiteConditions.of(priority or "none", knowledge or "oracle")
+    site = SiteConditions.of(priority, knowledge)
     engine = Engine(
         jobs, policy, nodes, gpus_per_node, gm, seed, pcie_max, migration_s, check, site
     )
@@ -162,7 +159,7 @@ class Engine:
         self.site: SiteView | None = None
         if site is not None and not site.plain:
             slurm = bool(getattr(policy, "models_slurm", False))
-            self.site = SiteView(site, self.jobs, model, t0, slurm=slurm)
+            self.site = SiteView(site, self.jobs, model, t0, slurm=slurm, index=self.index)
         self.seen: Sequence[SimJob] = self.site.seen if self.site else self.jobs
 
     # -- the policy's snapshot ---------------------------------------------

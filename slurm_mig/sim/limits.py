@@ -27,17 +27,17 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import replace
 
 from ..job import Job
 
 __all__ = [
     "GRID",
+    "RATIO_LEVELS",
     "RATIO_QUANTILES",
     "USERS",
     "limit_for",
-    "ratio_levels",
     "reference_runtime",
     "with_site_fields",
 ]
@@ -64,8 +64,9 @@ GRID = (
     259200,
     604800,
 )
-_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
-# runtime class (lower bound, seconds) -> limit / runtime at _LEVELS
+# the quantile levels of RATIO_QUANTILES
+RATIO_LEVELS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+# runtime class (lower bound, seconds) -> limit / runtime at RATIO_LEVELS
 RATIO_QUANTILES: dict[float, tuple[float, ...]] = {
     0.0: (1.11, 7.1, 11.22, 20.43, 42.4, 59.92, 84.07, 128.8, 160.56, 258.68, 478.09),
     600.0: (1.01, 1.63, 1.9, 2.02, 2.48, 3.6, 4.72, 5.86, 17.23, 94.96, 118.15),
@@ -87,9 +88,9 @@ def _ratio(runtime: float, u: float) -> float:
     """The ratio at quantile ``u`` in [0, 0.95] of ``runtime``'s class, interpolated
     log-linearly between the table's levels."""
     table = RATIO_QUANTILES[_CLASSES[bisect.bisect_right(_CLASSES, runtime) - 1]]
-    u = min(max(u, 0.0), _LEVELS[-1])
-    i = min(bisect.bisect_right(_LEVELS, u) - 1, len(_LEVELS) - 2)
-    lo, hi = _LEVELS[i], _LEVELS[i + 1]
+    u = min(max(u, 0.0), RATIO_LEVELS[-1])
+    i = min(bisect.bisect_right(RATIO_LEVELS, u) - 1, len(RATIO_LEVELS) - 2)
+    lo, hi = RATIO_LEVELS[i], RATIO_LEVELS[i + 1]
     w = (u - lo) / (hi - lo)
     return math.exp((1 - w) * math.log(table[i]) + w * math.log(table[i + 1]))
 
@@ -128,8 +129,3 @@ def with_site_fields(jobs: Iterable[Job], seed: int, users: int = USERS) -> list
             limit = limit_for(reference_runtime(job), u)
         out.append(replace(job, user=user, time_limit=limit))
     return out
-
-
-def ratio_levels() -> Sequence[float]:
-    """The quantile levels of `RATIO_QUANTILES` (for the test that recomputes them)."""
-    return _LEVELS

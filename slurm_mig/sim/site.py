@@ -72,7 +72,8 @@ class SiteConditions:
 
 class SiteView:
     """The policy's view of the engine's jobs (module doc). ``slurm``: the policy
-    models Slurm itself (it plans with time limits under ``learned``)."""
+    models Slurm itself (it plans with time limits under ``learned``); ``index``: a
+    job's id -> its position in ``jobs`` (the engine's)."""
 
     def __init__(
         self,
@@ -81,6 +82,7 @@ class SiteView:
         model: GpuModel,
         t0: float,
         *,
+        index: Mapping[int, int],
         slurm: bool = False,
     ) -> None:
         self.cond = cond
@@ -97,7 +99,7 @@ class SiteView:
         self.next_tick = t0 + self.prio.calc_period
         self.waiting: dict[tuple[str, str], set[int]] = {}
         self.ends: list[tuple[float, int]] = []  # (expected end, job index) of runs
-        self._ids = {j.id: i for i, j in enumerate(jobs)}
+        self._index = index
 
     # -- what the policy sees of a job ----------------------------------------
 
@@ -175,7 +177,7 @@ class SiteView:
         for jid, seen in list(pending.items()):
             p = self._priority(seen, tick)
             if p != seen.priority:
-                seen = self.seen[self._ids[jid]] = replace(seen, priority=p)
+                seen = self.seen[self._index[jid]] = replace(seen, priority=p)
                 pending[jid] = seen
 
     def ran_until_end(self, idx: int, started: float, end: float) -> None:

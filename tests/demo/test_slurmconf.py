@@ -8,18 +8,12 @@ from pathlib import Path
 
 from slurm_mig.demo.live import LiveCluster
 from slurm_mig.demo.slurmconf import LayoutInstance, layout_gres_conf, layout_gres_term
-from slurm_mig.geometry import Placement
-
-A100 = "A100-40GB"
-LAYOUT = [
-    LayoutInstance(1, A100, "2g.10gb", Placement(0, 2)),
-    LayoutInstance(1, A100, "3g.20gb", Placement(4, 4)),
-    LayoutInstance(0, A100, "7g.40gb", Placement(0, 8)),
-]
 
 
-def test_layout_gres_conf_names_each_instance_typed_by_profile_in_order() -> None:
-    text = layout_gres_conf("n1", LAYOUT, "/dev")
+def test_layout_gres_conf_names_each_instance_typed_by_profile_in_order(
+    mig_layout: list[LayoutInstance],
+) -> None:
+    text = layout_gres_conf("n1", mig_layout, "/dev")
     lines = text.splitlines()
     assert lines[1] == "NodeName=n1 AutoDetect=off"
     records = [ln for ln in lines if "Name=gpu" in ln]
@@ -29,7 +23,7 @@ def test_layout_gres_conf_names_each_instance_typed_by_profile_in_order() -> Non
     assert files[0] == "/dev/nvidia1" and len(files) == 3
     assert all(f.startswith("/dev/nvidia-caps/nvidia-cap") for f in files[1:])
     assert len({r.split("MultipleFiles=")[1] for r in records}) == 3
-    assert layout_gres_term(LAYOUT) == "Gres=gpu:2g.10gb:1,gpu:3g.20gb:1,gpu:7g.40gb:1"
+    assert layout_gres_term(mig_layout) == "Gres=gpu:2g.10gb:1,gpu:3g.20gb:1,gpu:7g.40gb:1"
 
 
 def test_live_cluster_layout_cycles_partitions_over_all_gpus_smallest_first() -> None:

@@ -14,15 +14,14 @@ from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import Placement
 
 A100 = "A100-40GB"
-LAYOUT = [
-    LayoutInstance(1, A100, "2g.10gb", Placement(0, 2)),
-    LayoutInstance(1, A100, "3g.20gb", Placement(4, 4)),
-    LayoutInstance(0, A100, "7g.40gb", Placement(0, 8)),
-]
 
 
-def test_gres_profile_is_the_type_of_the_nodes_record_at_the_index() -> None:
-    conf = layout_gres_conf("n1", LAYOUT, "/dev") + layout_gres_conf("n2", LAYOUT[::-1], "/d")
+def test_gres_profile_is_the_type_of_the_nodes_record_at_the_index(
+    mig_layout: list[LayoutInstance],
+) -> None:
+    conf = layout_gres_conf("n1", mig_layout, "/dev") + layout_gres_conf(
+        "n2", mig_layout[::-1], "/d"
+    )
     assert tracejob.gres_profile(conf, "n1", 0) == "2g.10gb"
     assert tracejob.gres_profile(conf, "n1", 2) == "7g.40gb"
     assert tracejob.gres_profile(conf, "n2", 0) == "7g.40gb"
@@ -30,8 +29,10 @@ def test_gres_profile_is_the_type_of_the_nodes_record_at_the_index() -> None:
     assert tracejob.gres_profile(conf, "n3", 0) is None
 
 
-def test_profile_of_reads_slurms_gres_index(tmp_path: Path) -> None:
-    (tmp_path / "gres.conf").write_text(layout_gres_conf("n1", LAYOUT, "/dev"))
+def test_profile_of_reads_slurms_gres_index(
+    tmp_path: Path, mig_layout: list[LayoutInstance]
+) -> None:
+    (tmp_path / "gres.conf").write_text(layout_gres_conf("n1", mig_layout, "/dev"))
     env = {"SLURMD_NODENAME": "n1", "SLURM_CONF": str(tmp_path / "slurm.conf")}
     assert tracejob.profile_of({**env, "SLURM_JOB_GPUS": "1"}, tmp_path) == ("3g.20gb", "gres")
     assert tracejob.profile_of({**env, "CUDA_VISIBLE_DEVICES": "2"}, tmp_path) == (
@@ -56,8 +57,10 @@ def test_times_round_trip_the_command_line() -> None:
     assert tracejob.parse_times(text) == {1: 400.25, 7: 100.0}
 
 
-def test_the_job_sleeps_its_compressed_time_and_records_it(tmp_path, monkeypatch) -> None:
-    (tmp_path / "gres.conf").write_text(layout_gres_conf("n1", LAYOUT, "/dev"))
+def test_the_job_sleeps_its_compressed_time_and_records_it(
+    tmp_path, monkeypatch, mig_layout: list[LayoutInstance]
+) -> None:
+    (tmp_path / "gres.conf").write_text(layout_gres_conf("n1", mig_layout, "/dev"))
     log = tmp_path / "jobs.jsonl"
     slept = []
     monkeypatch.setattr(tracejob.time, "sleep", slept.append)

@@ -256,6 +256,14 @@ def test_the_cli_and_build_workload_take_the_same_load_range():
     assert cli.LOAD_RANGE == jobs.LOAD_RANGE
 
 
+def test_the_cli_offers_the_simulators_priority_and_knowledge_modes():
+    from slurm_mig.cli import simulate as cli
+    from slurm_mig.sim import knowledge, priority
+
+    assert set(cli.PRIORITY_MODES) == set(priority.PRIORITY_MODES)
+    assert set(cli.KNOWLEDGE_MODES) == set(knowledge.KNOWLEDGE_MODES)
+
+
 def test_site_conditions_are_chosen_named_and_the_waits_reported(capsys):
     rc, out, err = run(
         capsys, *SMALL, "--policy", "baseline", "--priority", "fairshare", "--knowledge",

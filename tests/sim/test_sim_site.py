@@ -18,9 +18,9 @@ from slurm_mig.sim import SimJob, simulate
 from slurm_mig.sim.knowledge import LearnedRuntimes, learned_times, limit_times
 from slurm_mig.sim.limits import (
     GRID,
+    RATIO_LEVELS,
     RATIO_QUANTILES,
     limit_for,
-    ratio_levels,
     reference_runtime,
     with_site_fields,
 )
@@ -67,7 +67,7 @@ def test_the_ratio_table_is_what_the_two_traces_give():
         high = classes[k + 1] if k + 1 < len(classes) else math.inf
         ratios = sorted(r for t, r in points if low <= t < high)
         got = statistics.quantiles(ratios, n=100, method="inclusive")
-        for level, want in zip(ratio_levels()[1:], RATIO_QUANTILES[low][1:]):
+        for level, want in zip(RATIO_LEVELS[1:], RATIO_QUANTILES[low][1:]):
             assert got[round(level * 100) - 1] == pytest.approx(want, rel=0.02), (low, level)
         assert ratios[0] == pytest.approx(RATIO_QUANTILES[low][0], rel=0.02)
 
