@@ -14,17 +14,16 @@ The runtime model is Amdahl's law on compute slices:
   the medians, one point per size;
 - with one measured size s0 (median t0), the prior serial fraction f fixes the shape:
   t(s) = T1 * (f + (1 - f) / s) with T1 = t0 / (f + (1 - f) / s0);
-- with none, the fallback runtime (the job's ``time=`` hint, else its time limit, else
-  ``default_runtime``) is taken as its runtime on the smallest size whose memory holds
-  the job, other sizes by the same prior;
+- with none, the fallback runtime (the ``time=`` hint, else the time limit, else
+  ``default_runtime``) on the smallest size whose memory holds the job, other sizes by
+  the same prior (`estimate_for_job` weighs a limit against the runs: `limitevidence`);
 - a size whose instance memory is below the job's memory need is ``inf`` (cannot run).
 
 Whose runs count (`estimate_for_job`): runs are kept per owner (the job's uid) and
-kind, so one user's jobs never change another user's plans, whatever they are named.
-Runs stored without an owner (written before schema 3, or seeded by the site) are the
-site-wide prior: used only for a job whose owner has no runs of the kind, and never
-for a job with a ``time=`` hint (the hint wins over it). A job's own ``time=`` hint
-bounds what its owner's runs may make of it: each size's estimate stays within
+kind, so one user's jobs never change another user's plans. Runs stored without an
+owner (before schema 3, or seeded by the site) are the site-wide prior: used only for
+a job whose owner has no runs of the kind and no ``time=`` hint. A job's ``time=``
+hint bounds what its owner's runs may make of it: each size's estimate stays within
 [hint / `HINT_FLOOR`, hint] on the hint's curve (see `bounded_by_hint`), unless an
 overrun of the owner's counts against their hints (`slurm_mig.overruns`).
 """
@@ -44,6 +43,7 @@ from pathlib import Path
 
 from . import storeschema
 from .geometry import GpuModel
+from .limitevidence import with_limit
 from .overruns import SCHEMA_SQL as _V5
 from .overruns import GuardedOverruns, OverrunRecords
 from .owner import names_to_uids
@@ -521,9 +521,9 @@ def estimate_for_job(
 ) -> dict[int, float]:
     """Seconds per size for one job: its owner's runs of its kind on this model (within
     `bounded_by_hint` of its ``time=`` hint), else its hint, else the site-wide prior's
-    runs, else its time limit, else ``default_runtime``. ``owner`` `PRIOR` (unknown):
-    the prior only; None: a caller that knows no owners (everyone's runs, unbounded, as
-    before schema 3).
+    runs, else ``default_runtime``; without a hint, the runs are weighed against its
+    time limit (`limitevidence.with_limit`). ``owner`` `PRIOR`: the prior only; None:
+    everyone's runs (a caller that knows no owners, as before schema 3).
 
     The memory need is `memory_for_job`'s. Sizes whose estimate exceeds a finite time
     limit become ``inf`` (Slurm would kill the job there), unless that would leave no
@@ -550,6 +550,8 @@ def estimate_for_job(
             {}, model, serial_fraction=serial_fraction, fallback=hint, min_memory=min_memory
         )
         times = bounded_by_hint(times, hinted)
+    elif hint is None and limit is not None:
+        times = with_limit(times, obs, limit)
     if limit is not None:
         capped = {s: (t if t <= limit else math.inf) for s, t in times.items()}
         if any(math.isfinite(t) for t in capped.values()):

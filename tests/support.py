@@ -4,6 +4,8 @@ program, and probes of what another user or a slow client can do."""
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 import os
 import socket
@@ -275,3 +277,25 @@ def plan_jobs(jobs, nodes: tuple[str, ...] = ("gpu01",), now: float = 10_000.0):
         algorithm="far",
     )
     return plan_cycle(snap)
+
+
+def trace_limit_ratios() -> list[tuple[float, float]]:
+    """(runtime, limit / runtime) of the completed single-node GPU jobs of the ThetaGPU
+    2023 and MIT Supercloud 2021 traces (users' time limits against their runs)."""
+    theta = shared_file("traces/thetagpu-alcf-2023/data_thetagpu.csv.gz")
+    mit = shared_file("traces/mit-supercloud-slurm-2021-subset/slurm-log-queueing-clean.csv.gz")
+    out = []
+    with gzip.open(theta, "rt") as fh:
+        for row in csv.DictReader(fh):
+            run, wall = float(row["run_time"]), float(row["wall_time"])
+            if row["new_status"] == "Pass" and float(row["node_num"]) == 1 and 0 < run <= wall:
+                out.append((run, wall / run))
+    with gzip.open(mit, "rt") as fh:
+        for row in csv.DictReader(fh):
+            tres = dict(kv.split("=") for kv in row["tres_req"].split(",") if "=" in kv)
+            limit = int(row["timelimit"])
+            run = float(row["service_time"])
+            if int(float(tres.get("1002", "0"))) > 0 and row["state"] == "3" and limit < 525600:
+                if 0 < run <= limit * 60:
+                    out.append((run, limit * 60 / run))
+    return out

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurm_mig.geometry import GIB, get_model
+from slurm_mig.limitevidence import LIMIT_RATIO
 from slurm_mig.runtimes import (
     HINT_FLOOR,
     MAX_KEY,
@@ -301,7 +302,14 @@ def test_the_owners_runs_beat_the_hint_and_the_time_limit(store):
         store, "k", A100, owner="alice", **kw(hint_seconds=200.0, time_limit=900.0)
     )
     assert times == approx({1: 70.0, 2: 35.0, 3: 70 / 3, 4: 17.5, 7: 10.0})
-    # without a hint only the time limit bounds them
+    # without a hint, one run weighs as much as what the time limit suggests (900 / 8):
+    # the geometric mean, on the runs' curve
+    times = estimate_for_job(store, "k", A100, owner="alice", **kw(time_limit=900.0))
+    mid = math.sqrt(70.0 * 900.0 / LIMIT_RATIO)
+    assert times == approx({1: mid, 2: mid / 2, 3: mid / 3, 4: mid / 4, 7: mid / 7})
+    # three runs that agree keep their times: the limit is weak evidence against them
+    for i in range(2):
+        store.record("k", "A100-40GB", 1, 70.0, f"1{i}", 0, 2.0, owner="alice")
     times = estimate_for_job(store, "k", A100, owner="alice", **kw(time_limit=900.0))
     assert times == approx({1: 70.0, 2: 35.0, 3: 70 / 3, 4: 17.5, 7: 10.0})
 
@@ -311,7 +319,7 @@ def test_then_the_hint_then_the_time_limit_then_the_default(store):
         return estimate_for_job(store, "unseen", A100, **kw(**over))[1]
 
     assert on_1g(hint_seconds=500.0, time_limit=900.0) == 500.0
-    assert on_1g(time_limit=900.0) == 900.0
+    assert on_1g(time_limit=900.0) == approx(900.0 / LIMIT_RATIO)  # what a limit suggests
     assert on_1g(time_limit=math.inf) == 1000.0  # unlimited: the default
     assert on_1g() == 1000.0
     assert estimate_for_job(None, None, A100, **kw(hint_seconds=70.0))[7] == approx(10.0)
@@ -331,8 +339,10 @@ def test_sizes_over_the_time_limit_become_impossible(store):
     times = estimate_for_job(store, "x", A100, **kw(hint_seconds=400.0, time_limit=150.0))
     assert times[1] == math.inf and times[2] == math.inf
     assert times[3] == approx(400 / 3) and times[7] == approx(400 / 7)
-    # when no size would finish in time, the estimate is left as it is
-    store.record("slow", "A100-40GB", 7, 500.0, "1", 0, 1.0)
+    # when no size would finish in time, the estimate is left as it is (runs that agree:
+    # the limit does not move them)
+    for i in range(3):
+        store.record("slow", "A100-40GB", 7, 500.0, f"{i}", 0, 1.0)
     times = estimate_for_job(store, "slow", A100, **kw(time_limit=100.0))
     assert times[7] == 500.0 and times[1] == approx(3500.0)
 
@@ -387,7 +397,8 @@ def test_another_users_instant_runs_do_not_shorten_a_job(store):
     assert hinted == alone and hinted[1] == 600.0  # nor made to need the whole GPU
     # without a hint: the time limit, not mallory's runs
     limited = estimate_for_job(store, "resnet50", A100, owner="alice", **kw(time_limit=900.0))
-    assert limited[1] == 900.0
+    assert limited == estimate_for_job(None, None, A100, **kw(time_limit=900.0))
+    assert limited[1] == approx(900.0 / LIMIT_RATIO)
     # mallory's own next resnet50 job does learn from her runs
     assert estimate_for_job(store, "resnet50", A100, owner="mallory", **kw())[7] == 1.0
 

@@ -7,7 +7,7 @@ the policy knew). `SiteView` is the engine's helper: it gives each arriving job 
 face the policy sees (`arrive`), re-estimates waiting jobs when a run of their user
 and kind ends (`finished`), recomputes priorities every PriorityCalcPeriod
 (`refresh`), and predicts running jobs' ends as the daemon does: start plus the
-planned seconds, or one second from now once a job runs past them (`expected_end`).
+planned seconds, or its time limit once a job runs past them (`expected_end`).
 Under ``oracle`` knowledge and ``none`` priority the engine uses no `SiteView`.
 """
 
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..geometry import GpuModel
 from ..job import Job
+from ..limitevidence import OVERDUE_SECONDS, expected_end
 from .knowledge import (
     DEFAULT_RUNTIME,
     KNOWLEDGE_MODES,
@@ -34,9 +35,7 @@ from .priority import SitePriority, Usage, fair_tree, job_priority
 if TYPE_CHECKING:
     from ..planner.gpustate import LiveInstance
 
-__all__ = ["OVERDUE_S", "SiteConditions", "SiteView"]
-
-OVERDUE_S = 1.0  # a job past its planned end is expected to end this soon (the daemon's)
+__all__ = ["SiteConditions", "SiteView"]
 
 
 @dataclass(frozen=True)
@@ -189,17 +188,16 @@ class SiteView:
 
     def expected_end(self, inst: LiveInstance, now: float) -> float:
         """When the policy expects the job on ``inst`` to end: its start (or the
-        instance's readiness) plus the planned seconds of its remaining work, at
-        least `OVERDUE_S` from ``now`` once past it."""
+        instance's readiness) plus the planned seconds of its remaining work; once a
+        run is past that, its time limit, as the daemon expects
+        (`limitevidence.expected_end`)."""
         seen = self.seen[inst.job]
         planned = seen.times.get(inst.slot.size, math.inf)
         run = inst.run
         if run is not None:
-            end = run.started + planned * inst.rem
-        else:
-            begin = inst.ready_at if inst.ready_at > inst.start_at else inst.start_at
-            end = begin + planned * inst.rem
-        return max(end, now + OVERDUE_S) if run is not None else end
+            return expected_end(run.started, planned * inst.rem, seen.time_limit, now)
+        begin = inst.ready_at if inst.ready_at > inst.start_at else inst.start_at
+        return begin + planned * inst.rem
 
     def overdue(self, now: float, held: dict) -> list[LiveInstance]:
         """Instances of running jobs whose expected end passed since the last call
@@ -213,6 +211,6 @@ class SiteView:
             if inst is None or inst.run is None:
                 continue
             gpus.append(inst)
-            later = max(self.expected_end(inst, now), now + OVERDUE_S)
+            later = max(self.expected_end(inst, now), now + OVERDUE_SECONDS)
             heapq.heappush(ends, (later, idx))
         return gpus

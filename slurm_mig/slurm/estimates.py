@@ -242,9 +242,10 @@ def distrusted_times(
     serial_fraction: float,
 ) -> dict[int, float]:
     """Seconds per size for a job whose owner's ``time=`` hints do not count
-    (`slurm_mig.overruns`): its owner's runs of its kind, unbounded by the hint, else its
-    time limit, else ``default_runtime`` (never the site-wide prior); each size at least
-    ``longest`` (the owner's longest overrun of the kind), at most up to the limit."""
+    (`slurm_mig.overruns`): its owner's runs of its kind, unbounded by the hint (weighed
+    against the time limit), else its time limit, else ``default_runtime`` (never the
+    site-wide prior); each size at least ``longest`` (the owner's longest overrun of the
+    kind), at most up to the limit."""
     limit = time_limit if time_limit is not None and 0 < time_limit < math.inf else None
     own = bool(store is not None and key and owner and store.observations(key, model.name, owner))
     memory = memory_for_job(store, key, owner, min_memory)
@@ -253,7 +254,9 @@ def distrusted_times(
         key if own else None,
         model,
         owner=owner,
-        hint_seconds=None,
+        # no runs: planned at the limit itself, not at what a limit suggests of a run
+        # (`limitevidence`): a hint that does not count earns no credit
+        hint_seconds=None if own else limit,
         time_limit=limit,
         min_memory=memory,
         default_runtime=default_runtime,

@@ -69,6 +69,7 @@ class JobLike(Protocol):
     exit_code: int | None
     dependency: str
     eligible_time: float | None
+    time_limit: float | None  # seconds; None: unlimited
 
 
 # ---------------------------------------------------------------------------

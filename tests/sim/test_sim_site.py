@@ -5,15 +5,14 @@ engine runs the true times."""
 
 from __future__ import annotations
 
-import csv
-import gzip
 import math
 import statistics
 
 import pytest
-from support import shared_file
+from support import trace_limit_ratios
 
 from slurm_mig.geometry import get_model
+from slurm_mig.limitevidence import LIMIT_RATIO
 from slurm_mig.sim import SimJob, simulate
 from slurm_mig.sim.knowledge import LearnedRuntimes, learned_times, limit_times
 from slurm_mig.sim.limits import (
@@ -39,29 +38,8 @@ def job(jid, arrival=0.0, t=100.0, **kw) -> SimJob:
 # -- users' time limits ---------------------------------------------------------
 
 
-def _ratios() -> list[tuple[float, float]]:
-    """(runtime, limit / runtime) of the completed GPU jobs of the two traces."""
-    theta = shared_file("traces/thetagpu-alcf-2023/data_thetagpu.csv.gz")
-    mit = shared_file("traces/mit-supercloud-slurm-2021-subset/slurm-log-queueing-clean.csv.gz")
-    out = []
-    with gzip.open(theta, "rt") as fh:
-        for row in csv.DictReader(fh):
-            run, wall = float(row["run_time"]), float(row["wall_time"])
-            if row["new_status"] == "Pass" and float(row["node_num"]) == 1 and 0 < run <= wall:
-                out.append((run, wall / run))
-    with gzip.open(mit, "rt") as fh:
-        for row in csv.DictReader(fh):
-            tres = dict(kv.split("=") for kv in row["tres_req"].split(",") if "=" in kv)
-            limit = int(row["timelimit"])
-            run = float(row["service_time"])
-            if int(float(tres.get("1002", "0"))) > 0 and row["state"] == "3" and limit < 525600:
-                if 0 < run <= limit * 60:
-                    out.append((run, limit * 60 / run))
-    return out
-
-
 def test_the_ratio_table_is_what_the_two_traces_give():
-    points = _ratios()
+    points = trace_limit_ratios()
     classes = sorted(RATIO_QUANTILES)
     for k, low in enumerate(classes):
         high = classes[k + 1] if k + 1 < len(classes) else math.inf
@@ -168,12 +146,12 @@ def test_learned_times_start_from_the_limit_then_follow_the_users_runs():
     store = LearnedRuntimes()
     j = job("a", kind="train", user="u", time_limit=7200.0)
     first = learned_times(j, A100, store, owner="u")
-    assert first[1] == 7200.0  # the limit, on the smallest size
+    assert first[1] == pytest.approx(7200.0 / LIMIT_RATIO)  # the limit's share, on 1g
     assert first[7] < first[1]  # the Amdahl prior elsewhere
-    store.record("u", "train", A100.name, 7, 100.0)
-    store.record("u", "train", A100.name, 7, 140.0)
-    assert learned_times(j, A100, store, owner="u")[7] == 120.0  # the median
-    assert learned_times(j, A100, store, owner="v")[1] == 7200.0  # another user's: not
+    for _ in range(3):  # runs that agree: their median, whatever the limit
+        store.record("u", "train", A100.name, 7, 120.0)
+    assert learned_times(j, A100, store, owner="u")[7] == 120.0
+    assert learned_times(j, A100, store, owner="v") == first  # another user's: not
     assert dict(limit_times(j)) == {s: 7200.0 for s in A100.planner_sizes}
 
 
@@ -181,8 +159,9 @@ def test_the_policy_sees_estimates_while_the_engine_runs_true_times():
     jobs = [job(f"j{i}", 10.0 * i, 50.0, kind="k", user="u", time_limit=3600.0) for i in range(3)]
     policy = Record()
     r = simulate(jobs, policy, priority="none", knowledge="learned", check=True)
-    assert policy.times["j0"][1] == 3600.0  # no run yet: the limit
-    assert policy.times["j2"][7] == 50.0  # after j0 ran on 7g: what it ran
+    assert policy.times["j0"][1] == pytest.approx(3600.0 / LIMIT_RATIO)  # no run yet
+    # after j0 ran 50 s on 7g: between what it ran and what the limit alone suggested
+    assert 50.0 < policy.times["j2"][7] < policy.times["j0"][7]
     assert [f - s for f, s in zip(r.finish, r.start)] == pytest.approx([50.0] * 3)
     oracle = Record()
     simulate(jobs, oracle, knowledge="oracle")
@@ -204,15 +183,17 @@ class Watch(Record):
         return super().decide(snap)
 
 
-def test_a_job_past_its_planned_end_is_expected_to_end_a_second_later():
-    # j0 is planned (learned) at 10 s but runs 100 s; the late arrivals make decisions
+def test_a_job_past_its_planned_end_is_expected_to_run_to_its_time_limit():
+    # three runs of 10 s plan j0 (starting at 30 s) at 10 s; it runs 100 s, and the
+    # late arrivals' decisions see it busy until its limit, as the daemon does
     runs = [job("j0", 0.0, 100.0, kind="k", user="u", time_limit=36000.0)]
-    store_first = [job("p", 0.0, 10.0, kind="k", user="u", time_limit=36000.0)]
+    first = [job(f"p{i}", 0.0, 10.0, kind="k", user="u", time_limit=36000.0) for i in range(3)]
     arrivals = [job(f"a{i}", 50.0 + i, 1.0, kind="z", user="v", time_limit=600.0) for i in (0, 1)]
     policy = Watch()
-    simulate(store_first + runs + arrivals, policy, knowledge="learned", check=True)
-    late = [(now, until) for now, until in policy.until if now >= 50.0]
-    assert late and all(until == pytest.approx(now + 1.0) for now, until in late[:1])
+    simulate(first + runs + arrivals, policy, knowledge="learned", check=True)
+    assert policy.times["j0"][7] == pytest.approx(10.0)
+    late = [until for now, until in policy.until if now >= 50.0]
+    assert late and late[0] == pytest.approx(30.0 + 36000.0, abs=1.0)  # its start + limit
 
 
 def test_conditions_are_named_and_checked():

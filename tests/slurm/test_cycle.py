@@ -40,7 +40,7 @@ from slurm_mig.slurm.cycle import (
     in_place_order,
     plan_cycle,
 )
-from slurm_mig.slurm.cycle.classify import classify, dependency_ids
+from slurm_mig.slurm.cycle.classify import OVERDUE_SECONDS, classify, dependency_ids
 from slurm_mig.slurm.daemon import apply_actions
 from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 
@@ -81,6 +81,7 @@ class SimJob:
     dependency: str = ""  # "afterany:a:b", as scontrol sets it
     eligible_time: float | None = None  # --begin / when Slurm found it eligible
     gres: str = ""  # TresPerNode, as the planner last wrote it
+    time_limit: float | None = None  # seconds; None: unlimited
 
     def view(self) -> Job:
         return Job(
@@ -95,7 +96,7 @@ class SimJob:
             admin_comment=self.admin_comment,
             nodes=self.nodes,
             required_nodes=self.required_nodes,
-            time_limit=None,
+            time_limit=self.time_limit,
             submit_time=self.submit_time,
             start_time=self.start_time,
             end_time=self.end_time,
@@ -990,6 +991,29 @@ def test_a_job_not_held_is_noted_once_slurm_shows_it_held():
     again, _ = w.cycle()
     assert [n.job_id for n in of_type(again, Note)] == ["100"]
     assert job.admin_comment.startswith("slurm-mig: not planned: its comment has 600")
+
+
+def test_a_running_job_past_its_planned_end_holds_its_slices_until_its_time_limit():
+    """Planned at 60 s, still running after 200 s: expected to run to its time limit,
+    the only bound known (as Slurm's backfill plans), or a second more without one."""
+    w = World({"g": ("A100-40GB",)})
+    for jid, gpu, limit in (("1", 0, 3600.0), ("2", 1, None)):
+        w.jobs[jid] = SimJob(
+            jid,
+            T0,
+            state="RUNNING",
+            held=False,
+            start_time=T0,
+            time_limit=limit,
+            admin_comment=_record(jid, "g", gpu, 0, 8),
+        )
+        w.estimates[jid] = estimate(60.0)
+    w.now = T0 + 30
+    ends = {b.job_id: b.end for b in classify(w.snapshot()).busy}
+    assert ends == {"1": T0 + 60, "2": T0 + 60}  # as planned
+    w.now = T0 + 200
+    ends = {b.job_id: b.end for b in classify(w.snapshot()).busy}
+    assert ends == {"1": T0 + 3600, "2": T0 + 200 + OVERDUE_SECONDS}
 
 
 def test_gated_jobs_are_those_slurm_cannot_start_before_the_cycles_writes():

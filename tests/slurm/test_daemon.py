@@ -20,6 +20,7 @@ from support import squeue_job as job
 
 from slurm_mig.config import load_config
 from slurm_mig.geometry import Placement, get_model
+from slurm_mig.limitevidence import LIMIT_RATIO
 from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import RuntimeStore
 from slurm_mig.slurm.assignment import Assignment, load_key
@@ -70,7 +71,7 @@ def test_snapshot_estimates_from_hints_time_limits_and_learned_runtimes(tmp_path
     assert set(est["1"].times) == {"A100-40GB", "A30-24GB"}
     smallest = min(A100.planner_sizes)
     assert est["2"].times[A100.name][smallest] == pytest.approx(900.0)  # the hint
-    assert est["3"].times[A100.name][smallest] == pytest.approx(1800.0)  # the time limit
+    assert est["3"].times[A100.name][smallest] == pytest.approx(1800.0 / LIMIT_RATIO)  # limit
     assert est["4"].times[A100.name][smallest] == pytest.approx(600.0)  # default_runtime
     assert "mem=12X" in est["5"].problem and est["5"].times == {}
     assert est["6"].key == "bert" and est["6"].times == {}

@@ -12,6 +12,7 @@ import pytest
 from support import completed, squeue_job, uid_of
 
 from slurm_mig.geometry import Placement, get_model
+from slurm_mig.limitevidence import LIMIT_RATIO
 from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import HINT_FLOOR, MAX_KEY, PRIOR, RuntimeStore, estimate_times
 from slurm_mig.slurm.assignment import Assignment
@@ -101,7 +102,7 @@ def test_a_job_without_a_hint_reads_neither_another_users_runs_nor_his_name(tmp_
     bob = [job("20", "bob"), job("21", "bob", name="bob/resnet50", time_limit=1800.0)]
     est = snapshot(bob, store).estimates
     assert est["20"].times[A100.name][1] == pytest.approx(Config.default_runtime)
-    assert est["21"].times[A100.name][1] == pytest.approx(1800.0)  # its time limit
+    assert est["21"].times[A100.name][1] == pytest.approx(1800.0 / LIMIT_RATIO)  # its limit
     assert store.observations("resnet50", A100.name, own("bob")) == {}
 
 

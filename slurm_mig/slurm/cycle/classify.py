@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ... import jobcomment as comments
 from ...geometry import Slot, get_model
+from ...limitevidence import OVERDUE_SECONDS, expected_end
 from ...overruns import overran
 from .. import sitepolicy
 from ..assignment import Assignment
@@ -51,7 +52,6 @@ __all__ = [
     "feasible",
 ]
 
-OVERDUE_SECONDS = 1.0  # an overdue busy job is expected to end this soon
 LATE_FRACTION = 0.10  # a job ending this far off its plan (and LATE_SECONDS) re-plans
 LATE_SECONDS = 2.0
 
@@ -200,10 +200,11 @@ def _classify_job(scope: _Scope, out: Classified, job: JobLike) -> None:
 
 
 def _classify_running(out: Classified, job: JobLike, a: Assignment, now: float) -> None:
-    """An active job is busy on its slices until its planned end (or shortly, once
-    overdue); one past its plan by the late threshold is an event."""
+    """An active job is busy on its slices until its planned end (once overdue, until
+    its time limit: `limitevidence.expected_end`); one past its plan by the late
+    threshold is an event."""
     start = job.start_time or now
-    end = max(start + a.planned_seconds, now + OVERDUE_SECONDS)
+    end = expected_end(start, a.planned_seconds, job.time_limit, now)
     out.busy.append(Busy(job.job_id, a.node, a.gpu, model_slot(a), start, end, True))
     late = start + a.planned_seconds + _late_threshold(a.planned_seconds)
     if job.start_time and now > late:
