@@ -109,13 +109,19 @@ slurm-roots: $(VENV)/.installed
 # test-artifacts/unit.log), then the e2e suite once per root's release (one Slurm at a
 # time: the clusters' nodes share names), each in a random order (pyproject.toml):
 # `make test SEED=N` repeats one. --durations names the slowest tests of each run (CI's
-# whole run should stay under 50 min).
+# whole run should stay under 50 min). Every process the run starts carries its mark
+# ($SLURM_MIG_TEST_RUN, fresh per run; the clusters also register their directories):
+# at the end, and on Ctrl-C, slurm_mig.demo.leftovers names and ends what of this run
+# still runs (never another run's) and then fails the run.
 test: SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+test: RUN := $(shell od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
 test: slurm-packages view-packages alert-packages venv slurm-roots
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@echo "== test order: --randomly-seed=$(SEED) (make test SEED=$(SEED) repeats it)"
 	@mkdir -p test-artifacts; status=0; \
+	export SLURM_MIG_TEST_RUN=run$(RUN); \
+	trap '$(BIN)/python -m slurm_mig.demo.leftovers; exit 130' INT TERM; \
 	$(BIN)/pytest -q --durations=10 --randomly-seed=$(SEED) --ignore=tests/e2e \
 		>test-artifacts/unit.log 2>&1 & unit=$$!; \
 	echo "== tests/e2e on the host's Slurm (the unit tests run beside it)"; \
@@ -125,7 +131,10 @@ test: slurm-packages view-packages alert-packages venv slurm-roots
 	for release in $(SLURM_ROOTS); do \
 		echo "== tests/e2e on the Slurm of Debian $$release"; \
 		SLURM_MIG_SLURM=$$release $(BIN)/pytest -q --durations=10 --randomly-seed=$(SEED) tests/e2e || status=1; \
-	done; exit $$status
+	done; \
+	echo "== processes of this run still running (slurm_mig.demo.leftovers)"; \
+	$(BIN)/python -m slurm_mig.demo.leftovers || status=1; \
+	exit $$status
 
 lint: venv
 	$(BIN)/ruff check .

@@ -8,8 +8,9 @@ Needs root and Debian's Slurm (slurmctld, slurmd, slurm-client, munge): the host
 (slurm_mig.demo.slurmroot: 24.11, 26.05), whose daemons and client programs then run
 chrooted there (`env`'s PATH starts with wrappers for the clients), with /tmp, the
 checkout and this Python at their usual paths. Starts in about 1.2 s; ``stop()`` (also
-run at interpreter exit) kills every daemon it started and every process whose
-environment names its slurm.conf (slurmstepds and job processes outlive slurmd).
+run at interpreter exit) kills every daemon it started, then every other process of the
+cluster (slurmstepds and jobs outlive slurmd: slurm_mig.demo.procfs finds them); under a
+test run ($SLURM_MIG_TEST_RUN) it passes that mark on and registers its directory.
 Its parts: the files it writes (slurmconf), the accounting database (accountingdb),
 private nodes (privatenodes), processes and ports (processes), where the programs are
 (programs), the client commands on jobs and nodes (jobcommands) and on accounts (sacctmgr),
@@ -111,16 +112,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import accountingdb, privatenodes, slurmconf
+from . import accountingdb, leftovers, privatenodes, slurmconf
 from .cpugroup import CpuGroup, CpuGroupError
 from .jobcommands import JobCommands
 from .nodedaemons import NodeDaemons
 from .processes import (
     ClusterError,
     daemon_logs,
+    end_cluster_processes,
     free_port,
     kill_daemons,
-    kill_with_env,
     listening,
     remove_node_cgroups,
     world_reachable,
@@ -238,7 +239,8 @@ class LocalSlurm(JobCommands, NodeDaemons, AccountCommands):
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "SQUEUE_", "SINFO_", "SBATCH_"))
+            if k == leftovers.RUN_VAR  # a test run's mark: its daemons and jobs carry it
+            or not k.startswith(("SLURM_", "SQUEUE_", "SINFO_", "SBATCH_"))
         }
         env["SLURM_CONF"] = str(self.conf)
         env["PATH"] = os.pathsep.join([env.get("PATH", "/usr/bin:/bin"), *SBIN_PATHS])
@@ -322,6 +324,7 @@ class LocalSlurm(JobCommands, NodeDaemons, AccountCommands):
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
         atexit.register(self.stop)
+        leftovers.register(self.root)  # for `make test`'s check (a test run's)
         try:
             self._write_wrappers()
             self._start_munge()
@@ -506,15 +509,16 @@ class LocalSlurm(JobCommands, NodeDaemons, AccountCommands):
 
     def stop(self) -> None:
         """Kill every daemon this cluster started (slurmds and slurmctld first, then
-        slurmdbd, MariaDB and munged last) and remove its directory (kept when
-        $SLURM_MIG_E2E_KEEP is set)."""
+        slurmdbd, MariaDB and munged last), then the rest of it (slurmstepds, jobs), and
+        remove its directory (kept when $SLURM_MIG_E2E_KEEP is set); ClusterError naming
+        any process that outlived SIGKILL."""
         last = ("slurmdbd", "mariadbd", "munged")
         slurm = [n for n in self._procs if n not in last]
         for group in (slurm, ["slurmdbd"], ["mariadbd", "munged"]):
             self._kill([n for n in group if n in self._procs])
         self._procs.clear()
-        if self.root is not None:  # slurmstepds and job processes outlive slurmd
-            kill_with_env(f"SLURM_CONF={self.conf}")
+        # slurmstepds and job processes outlive slurmd
+        left = end_cluster_processes(self.conf, self.root) if self.root is not None else []
         self._remove_cgroups()
         if self.cpu_group is not None:
             self.cpu_group.remove()
@@ -522,10 +526,11 @@ class LocalSlurm(JobCommands, NodeDaemons, AccountCommands):
         atexit.unregister(self.stop)
         if self._own_root and self.root is not None and not os.environ.get("SLURM_MIG_E2E_KEEP"):
             shutil.rmtree(self.root, ignore_errors=True)
+        if left:
+            raise ClusterError(f"outlived SIGKILL: {'; '.join(map(str, left))}")
 
     def _kill(self, names: Sequence[str], grace: float = 5.0) -> None:
-        """SIGTERM the daemons ``names`` (their process groups), SIGKILL those still
-        running after ``grace`` seconds; reaped either way."""
+        """Stop the daemons ``names`` (`kill_daemons`: their process groups)."""
         kill_daemons([self._procs[name] for name in names], grace)
 
     def _make_cpu_group(self) -> None:

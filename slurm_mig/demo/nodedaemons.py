@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .processes import ClusterError
+from .procfs import mount_ns, pids
 
 if TYPE_CHECKING:
     from .localslurm import LocalSlurm
@@ -56,8 +57,8 @@ class NodeDaemons:
         proc = self._procs.get(f"slurmd-{node}")
         if proc is None or proc.poll() is not None:
             raise ClusterError(f"slurmd of {node} is not running")
-        space = _mount_ns(proc.pid)
-        if not space or space == _mount_ns(os.getpid()):
+        space = mount_ns(proc.pid)
+        if not space or space == mount_ns(os.getpid()):
             raise ClusterError(f"slurmd of {node} has no mount namespace of its own")
         if reboot:
             proc.terminate()
@@ -67,7 +68,7 @@ class NodeDaemons:
                 raise ClusterError(
                     f"slurmd of {node} outlived SIGTERM for {timeout:.0f} s"
                 ) from exc
-        victims = [p for p in _pids() if _mount_ns(p) == space]
+        victims = [p for p in pids() if mount_ns(p) == space]
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -75,7 +76,7 @@ class NodeDaemons:
                 pass
         proc.wait(timeout)
         deadline = time.monotonic() + timeout
-        while any(_mount_ns(p) == space for p in victims):
+        while any(mount_ns(p) == space for p in victims):
             if time.monotonic() > deadline:
                 raise ClusterError(f"processes of {node} outlived SIGKILL for {timeout:.0f} s")
             time.sleep(0.05)
@@ -121,18 +122,6 @@ class NodeDaemons:
 
         self.wait_for(reached, timeout, f"{node} to be {prefix}* (last {state!r})", 0.5)
         return state, time.monotonic() - t0
-
-
-def _pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
-
-
-def _mount_ns(pid: int) -> str:
-    """The process's mount namespace ("mnt:[<inode>]"), "" when it is gone."""
-    try:
-        return os.readlink(f"/proc/{pid}/ns/mnt")
-    except OSError:
-        return ""
 
 
 def _comm(pid: int) -> str:

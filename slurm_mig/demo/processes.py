@@ -1,5 +1,6 @@
-"""Process and port helpers of LocalSlurm: free ports, who listens, processes found by
-their environment, stopping daemons by process group, and the daemons' logs."""
+"""Process and port helpers of LocalSlurm: free ports, who listens, stopping daemons by
+process group and whatever else of a cluster still runs (`procfs`), and the daemons'
+logs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from . import procfs
 
 # Harmless lines every start logs (no PMIx, no saved state, munge's notes).
 LOG_NOISE = re.compile(
@@ -36,30 +39,21 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def pids_with_env(entry: str) -> list[int]:
-    """Processes (not this one) whose environment holds ``entry`` (NAME=value)."""
-    want = entry.encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            env = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if want in env.split(b"\0"):
-            pids.append(int(proc.name))
-    return pids
-
-
-def kill_with_env(entry: str) -> None:
-    """SIGKILL every process (not this one) whose environment holds ``entry``: a
-    cluster's slurmstepds and job processes outlive its slurmd."""
-    for pid in pids_with_env(entry):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+def end_cluster_processes(conf: Path, root: Path, rounds: int = 3) -> list[procfs.Found]:
+    """SIGKILL what is left of a cluster whose daemons are stopped, and wait until it is
+    gone: slurmstepds and job processes outlive slurmd (in sessions of their own). Its
+    processes are those whose environment names its slurm.conf ``conf``, that hold a
+    path under its directory ``root`` (24.11's slurmstepd shows no environment, and
+    holds slurmd's log) or share a node's namespace with one (`procfs.find`); never this
+    process or its ancestors. Those still running at the end."""
+    exclude = procfs.ancestors(os.getpid())
+    left: list[procfs.Found] = []
+    for _ in range(rounds):  # again: one may have started another meanwhile
+        found = procfs.find([f"SLURM_CONF={conf}"], [root], exclude)
+        if not found:
+            return []
+        left = procfs.end(found, timeout=5.0)
+    return left
 
 
 def world_reachable(path: Path) -> bool:

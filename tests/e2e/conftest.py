@@ -7,8 +7,9 @@
 
 ``slurm`` starts clusters for one test; ``slurm_shared`` for all tests of a module
 (faster; the tests must then leave the nodes as they found them). Every cluster is
-stopped afterwards, also when a test fails, and a failing test's report carries its
-daemons' logs. Every cluster looks like a site (`E2E_DEFAULTS`): each node a host of its
+stopped afterwards (every process of it: slurmstepds and jobs too), also when a test
+fails or the run is interrupted (Ctrl-C, SIGTERM), and a failing test's report carries
+its daemons' logs. Every cluster looks like a site (`E2E_DEFAULTS`): each node a host of its
 own (``private_nodes``: a test inspecting a node reads ``cluster.node_path(node, path)``,
 never for what the controller side should know) and jobs of nobody unless a test asks
 for root (``user="0"``). Skipped where LocalSlurm cannot run (not root, Slurm not installed);
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,6 +51,18 @@ E2E_DEFAULTS = {"private_nodes": True, "job_user": JOB_USER}
 # the same for a whole slurm-mig installation (slurm_mig.demo.live.LiveCluster), whose
 # job_submit.lua then refuses root's jobs in the MIG partition, as at a site
 LIVE_DEFAULTS = {**E2E_DEFAULTS, "allow_root_jobs": False}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI job's timeout, make's) ends the run as Ctrl-C does: the fixtures'
+    finalizers then stop every cluster, slurmstepds and jobs included."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
