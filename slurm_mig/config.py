@@ -81,7 +81,7 @@ class Config:
     lease_ttl: float = 30.0
     public_file: Path | None = None
     metrics_file: Path | None = None
-    gres: str = "on"  # "on": jobs get their instance's GRES record (see slurm/gres.py)
+    gres: str = "on"  # "on": the instance's GRES record and slice count; "records"; "off"
     write_concurrency: int = 8  # scontrol updates run at once (releases, notes)
     apply_budget: float = 3.0  # seconds of Slurm writes per cycle before a fresh read
     source: Path | None = None
@@ -171,7 +171,7 @@ OBJECTIVES = ("makespan", "jct", "balanced")
 SCHEMA: dict[str, dict[str, _Field]] = {
     "slurm": {
         "partition": _Field("partition", "str", "mig", '"mig"'),
-        "gres": _Field("gres", "choice", "on", '"on"', choices=("on", "off")),
+        "gres": _Field("gres", "choice", "on", '"on"', choices=("on", "records", "off")),
         "write_concurrency": _Field(
             "write_concurrency", "int", 8, "8", _between(1, MAX_WRITE_CONCURRENCY)
         ),

@@ -473,7 +473,20 @@ def test_check_config_command_prints_ok_and_a_summary(tmp_path, capsys):
     assert "nodes      4" in lines
     assert "gpus       8 (1 x A30-24GB, 6 x A100-40GB, 1 x H100-80GB)" in lines
     assert "backend    simulated" in lines
+    assert any(
+        ln.startswith("gres       each job's instance record and its slices") for ln in lines
+    )
     assert "reports    off (the planner reads the node files it can see)" in lines
+
+
+def test_check_config_names_the_gres_choices_and_refuses_another(tmp_path, capsys):
+    path = write(tmp_path, NODES + '[slurm]\ngres = "records"\n')
+    assert main(["check-config", str(path)]) == 0
+    assert "gres       each job's instance record; no slice count" in capsys.readouterr().out
+    path = write(tmp_path, NODES + '[slurm]\ngres = "slices"\n')
+    assert main(["check-config", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "slurm.gres: unknown value 'slices'; choose one of 'on', 'records', 'off'" in out
 
 
 def test_check_config_command_lists_each_problem_and_exits_1(tmp_path, capsys):

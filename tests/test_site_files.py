@@ -90,6 +90,9 @@ def test_writes_every_file_with_this_installs_bin_dir(tmp_path, capsys, lua_with
         assert f"  {path}\n" in out
         assert path.stat().st_mode & 0o777 == 0o644
     assert "Next steps" in out and f"Prolog={BIN}/slurm-mig-prolog" in out
+    flat = " ".join(out.split())
+    assert "GresTypes=gpu,mig_slice" in flat and "gres/mig_slice" in flat
+    assert "GRES/mig_slice=<w>" in flat  # how fairshare charges by slices
     assert "MAX_MIG_MEM = 0" in out  # no site config: says how to get the limit
     for name in UNITS:
         text = (out_dir / name).read_text()

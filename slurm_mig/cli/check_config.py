@@ -35,6 +35,14 @@ def add_parser(sub) -> None:
     cc.set_defaults(handler=run)
 
 
+GRES_SUMMARY = {
+    "on": "each job's instance record and its slices (slurm.conf: GresTypes=gpu,mig_slice; "
+    "gres.conf and Gres= from 'slurm-mig gres-conf')",
+    "records": "each job's instance record; no slice count (accounting: one gres/gpu a job)",
+    "off": "none (any job on a node can open any instance: test clusters only)",
+}
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config import ConfigError, config_path, load_config
 
@@ -60,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"nodes      {len(config.nodes)}")
     print(f"gpus       {gpus} ({by_model})")
     print(f"backend    {config.backend}")
+    print(f"gres       {GRES_SUMMARY[config.gres]}")
     print(f"key        {key}")
     if config.reports:
         print(f"reports    {config.reports} (TCP: the nodes send, the planner listens)")

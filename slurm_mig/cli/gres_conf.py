@@ -22,7 +22,10 @@ def add_parser(sub) -> None:
             "Print the node's gres.conf: AutoDetect=off and, for every GPU N and every "
             "GPU-instance id g its model can produce, 'Name=gpu Type=m<N>g<g> "
             "MultipleFiles=/dev/nvidia<N>,<GI cap>,<CI cap>' (capability minors from "
-            "/proc/driver/nvidia-caps/mig-minors). With --node-gres print the Gres= term "
+            "/proc/driver/nvidia-caps/mig-minors), then 'Name=mig_slice Count=<the node's "
+            "compute slices> Flags=CountOnly', the count Slurm's accounting charges by "
+            '(not with [slurm] gres = "records"; slurm.conf then needs '
+            "GresTypes=gpu,mig_slice). With --node-gres print the Gres= term "
             "of the node's slurm.conf line instead; with --make-nodes create the "
             "capability device nodes (root, 0444) that the records name, as the boot "
             "unit contrib/slurm-mig-caps.service does before slurmd starts."
@@ -85,8 +88,9 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     node = args.node or socket.gethostname().split(".")[0]
     models = config.gpu_models(node)
+    slices = config.gres == "on"
     if args.node_gres:
-        print(gres.node_gres(models))
+        print(gres.node_gres(models, slices))
         return 0
     if args.catalogue:
         from ..devices.open import open_backend
@@ -116,7 +120,8 @@ def _run(args: argparse.Namespace) -> int:
             made += make_gpu_nodes(len(models), args.dev, args.gpu_major)
         print(f"{PROG}: {made} device node(s) created under {args.dev}", file=sys.stderr)
         return 0
-    sys.stdout.write(gres.gres_conf(node, models, table, args.dev.rstrip("/") or "/"))
+    dev = args.dev.rstrip("/") or "/"
+    sys.stdout.write(gres.gres_conf(node, models, table, dev, slices))
     return 0
 
 

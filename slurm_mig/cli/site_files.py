@@ -169,6 +169,15 @@ def _report(target: Path, written: list[Path], install: Install, limit: int | No
             f"TaskProlog={b}/slurm-mig-taskprolog PrologFlags=Alloc JobSubmitPlugins=lua"
         )
     )
+    print(
+        _item(
+            "slurm.conf: GresTypes=gpu,mig_slice, each MIG node's Gres= from "
+            f"'{PROG} gres-conf --node-gres' (its gres.conf from '{PROG} gres-conf'); "
+            "with slurmdbd, AccountingStorageTRES=gres/gpu,gres/mig_slice (sacct then "
+            "shows each job's slices) and the MIG partition's TRESBillingWeights=\"...,"
+            'GRES/mig_slice=<w>" (fairshare charges by slices)'
+        )
+    )
     if install.config is not None and str(install.config) != DEFAULT_CONFIG:
         print(
             _item(

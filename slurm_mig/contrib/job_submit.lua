@@ -74,8 +74,10 @@ local PLANNER_UIDS = { [0] = true }
 -- root's jobs may run in the MIG partition (a test cluster's choice; never on a site)
 local ALLOW_ROOT_JOBS = false
 -- GRES whose records on a MIG node open MIG instances' devices: gpu (one record per
--- possible instance), and mps and shard, which ride on the same devices
-local MIG_GRES = { gpu = true, mps = true, shard = true }
+-- possible instance), and mps and shard, which ride on the same devices; and mig_slice,
+-- the count of the node's slices the planner gives (a job elsewhere holding some would
+-- keep planned jobs from starting)
+local MIG_GRES = { gpu = true, mps = true, shard = true, mig_slice = true }
 -- gres.conf types of the site's GPUs that are not MIG nodes' (e.g. { a100 = true }):
 -- users may request these outside the MIG partition; matched exactly (one that Slurm
 -- would take for a MIG record's type is dropped at load, with an error in the log)

@@ -11,10 +11,8 @@ checkout and this Python at their usual paths. Starts in about 1.2 s; ``stop()``
 run at interpreter exit) kills every daemon it started, then every other process of the
 cluster (slurmstepds and jobs outlive slurmd: slurm_mig.demo.procfs finds them); under a
 test run ($SLURM_MIG_TEST_RUN) it passes that mark on and registers its directory.
-Its parts: the files it writes (slurmconf), the accounting database (accountingdb),
-private nodes (privatenodes), processes and ports (processes), where the programs are
-(programs), the client commands on jobs and nodes (jobcommands) and on accounts (sacctmgr),
-and crashing and restarting a node's slurmd (nodedaemons).
+Its parts: slurmconf (files), accountingdb, privatenodes, processes (and ports), programs,
+jobcommands and sacctmgr (client commands), nodedaemons (crashing and restarting slurmd).
 Cgroups are off (task/none, proctrack/linuxproc; ``CgroupPlugin=disabled`` from 24.05,
 whose slurmd needs a cgroup hierarchy otherwise); ``task_plugin``, ``proctrack_type``
 and ``cgroup_conf`` turn them on for a test about device isolation (cgroup v1 names
@@ -167,6 +165,7 @@ class LocalSlurm(JobCommands, NodeDaemons, AccountCommands):
     nodes: Sequence[str] = ("node1",)
     partition: str = "mig"  # a second partition "debug" has the same nodes
     default_partition: str = "debug"  # where jobs without --partition go
+    partition_options: str = ""  # more of `partition`'s line (TRESBillingWeights=...)
     cpus: int = 16  # per node, whatever the machine has (SlurmdParameters=config_overrides)
     prolog: Path | None = None
     epilog: Path | None = None
@@ -444,14 +443,15 @@ class LocalSlurm(JobCommands, NodeDaemons, AccountCommands):
         node_gres = slurmconf.write_gres(self.gres, self.root / "dev", etc)
         if self.mig_layout:  # (not with `gres`: one gres.conf)
             node_gres = slurmconf.write_layout_gres(self.mig_layout, self.root / "dev", etc)
-        if node_gres:
-            lines.append("GresTypes=gpu")
+        lines += slurmconf.gres_types(node_gres)
         cgroup = slurmconf.cgroup_lines(self.cgroup_conf, self.install.version)
         if cgroup is not None:
             (etc / "cgroup.conf").write_text("".join(f"{line}\n" for line in cgroup))
         for node in self.nodes:
             lines.append(slurmconf.node_line(node, free_port(), self.cpus, node_gres.get(node, "")))
-        lines += slurmconf.partition_lines(self.partition, self.default_partition, self.nodes)
+        lines += slurmconf.partition_lines(
+            self.partition, self.default_partition, self.nodes, self.partition_options
+        )
         self.conf.write_text(slurmconf.conf_text(lines))
 
     def _make_conf_dirs(self) -> Path:

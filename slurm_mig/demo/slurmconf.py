@@ -107,16 +107,29 @@ def node_line(node: str, port: int, cpus: int, gres_term: str) -> str:
     )
 
 
-def partition_lines(partition: str, default_partition: str, nodes: Sequence[str]) -> list[str]:
-    """``partition`` and "debug", each over every node; ``default_partition`` the default."""
+def partition_lines(
+    partition: str, default_partition: str, nodes: Sequence[str], options: str = ""
+) -> list[str]:
+    """``partition`` (with ``options``) and "debug", each over every node;
+    ``default_partition`` the default."""
     names = ",".join(nodes)
     lines = []
     for part in dict.fromkeys([partition, "debug"]):
         default = "YES" if part == default_partition else "NO"
+        more = f" {options}" if options and part == partition else ""
         lines.append(
-            f"PartitionName={part} Nodes={names} Default={default} MaxTime=INFINITE State=UP"
+            f"PartitionName={part} Nodes={names} Default={default} MaxTime=INFINITE State=UP{more}"
         )
     return lines
+
+
+def gres_types(node_gres: Mapping[str, str]) -> list[str]:
+    """slurm.conf's GresTypes line for the nodes' ``Gres=`` terms (none without any):
+    gpu, and mig_slice where a node counts its slices (`slurm.gres.SLICE_GRES`)."""
+    if not any(node_gres.values()):
+        return []
+    slices = any("mig_slice:" in term for term in node_gres.values())
+    return ["GresTypes=gpu,mig_slice" if slices else "GresTypes=gpu"]
 
 
 def conf_text(lines: Sequence[str]) -> str:

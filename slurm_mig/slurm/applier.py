@@ -63,6 +63,7 @@ class SlurmApplier:
         gres: bool,
         workers: int,
         budget: float,
+        slices: bool = False,
     ) -> None:
         self.client = client
         self.key = key
@@ -70,6 +71,7 @@ class SlurmApplier:
         self.clock = clock
         self.stop = stop
         self.gres = gres
+        self.slices = slices
         self.workers = workers
         self.budget = budget
         self.unstored: set[tuple[str, int]] = set()  # runs the store refused, logged once
@@ -92,6 +94,7 @@ class SlurmApplier:
             clock=self.clock,
             stop=self.stop,
             gres=self.gres,
+            slices=self.slices,
             workers=self.workers,
             budget=self.budget,
             unstored=self.unstored,

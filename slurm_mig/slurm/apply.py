@@ -53,6 +53,7 @@ def apply_actions(
     clock: Callable[[], float] = time.time,
     stop: threading.Event | None = None,
     gres: bool = False,
+    slices: bool = False,
     workers: int = 1,
     budget: float | None = None,
     elapsed: Callable[[], float] = time.monotonic,
@@ -66,7 +67,7 @@ def apply_actions(
     skips every release. Stops between slices once ``stop`` is set, or once ``budget``
     seconds are spent (``report.cut``: the next cycle reads Slurm afresh and goes on).
     ``gres``: a released job gets its instance's GRES record (``slurm.gres``) in the
-    update that writes its token. ``unstored``: the runs whose runtime the store could
+    update that writes its token; ``slices``: and its compute slices as ``mig_slice``. ``unstored``: the runs whose runtime the store could
     not take, kept by the caller: a failure is logged at ERROR once per run, and the
     runs stored now leave it."""
     report = ApplyReport()
@@ -90,7 +91,7 @@ def apply_actions(
         report.failed.append((job_id, text))
         log.error("%s: failed: %s", what, text)
 
-    writes = _Writes(client, key, clock, gres, report, fail)
+    writes = _Writes(client, key, clock, gres, report, fail, slices=gres and slices)
     pool = _Pool(workers)
     try:
         holds = [a for a in actions if isinstance(a, Hold)]
@@ -133,16 +134,18 @@ class _Writes:
         gres: bool,
         report: ApplyReport,
         fail: Callable[[str, str, BaseException], None],
+        slices: bool = False,
     ) -> None:
         self.client = client
         self.key = key
         self.clock = clock
         self.gres = gres
+        self.slices = slices
         self.report = report
         self.fail = fail
 
     def release_fields(self, action: Release) -> dict[str, str]:
-        return _release_fields(action, self.key, self.clock, self.gres)
+        return _release_fields(action, self.key, self.clock, self.gres, self.slices)
 
 
 def _holds_and_moves(
@@ -353,8 +356,10 @@ def _apply_slice(part: Sequence[Action], w: _Writes, pool: _Pool, failed_jobs: s
         except errors as exc:
             if gres and isinstance(action, Release) and "gres" in str(exc).lower():
                 return RuntimeError(
-                    f"{exc}; node {action.assignment.node} needs the gres.conf records of "
-                    "'slurm-mig gres-conf' (README: Site set-up), or set [slurm] gres = \"off\""
+                    f"{exc}; node {action.assignment.node} needs the gres.conf records and "
+                    "the mig_slice count of 'slurm-mig gres-conf' and GresTypes=gpu,mig_slice "
+                    '(README: Site set-up), or set [slurm] gres = "records" (no slice '
+                    'count) or "off"'
                 )
             return exc
         return None
@@ -386,10 +391,10 @@ def _apply_slice(part: Sequence[Action], w: _Writes, pool: _Pool, failed_jobs: s
 
 
 def _release_fields(
-    action: Release, key: bytes, clock: Callable[[], float], gres: bool
+    action: Release, key: bytes, clock: Callable[[], float], gres: bool, slices: bool = False
 ) -> dict[str, str]:
     """The one update before a release: the record fields that changed, the signed
-    token in the Comment, the GRES record, the planner's dependency."""
+    token in the Comment, the GRES record (and the slices), the planner's dependency."""
     a = action.assignment
     token = sign(replace(a, issued=clock()), key)
     fields_ = dict(action.fields)
@@ -398,8 +403,10 @@ def _release_fields(
         from ..devices.migcaps import gi_id_for
         from .gres import Record, tres_per_node
 
-        record = Record(a.gpu, gi_id_for(get_model(a.model), a.placement))
-        fields_["TresPerNode"] = tres_per_node(record)
+        model = get_model(a.model)
+        record = Record(a.gpu, gi_id_for(model, a.placement))
+        count = model.profile(a.profile).compute_slices if slices else 0
+        fields_["TresPerNode"] = tres_per_node(record, count)
     if action.after:  # released ahead: Slurm starts it once those jobs have left
         fields_["Dependency"] = "afterany:" + ":".join(action.after)
     return fields_

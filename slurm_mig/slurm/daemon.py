@@ -176,7 +176,8 @@ class PlannerDaemon:
                 store,
                 clock,
                 self.stop,
-                gres=config.gres == "on",
+                gres=config.gres != "off",
+                slices=config.gres == "on",
                 workers=config.write_concurrency,
                 budget=config.apply_budget,
             )

@@ -8,6 +8,13 @@ instance's record before releasing it (``TresPerNode=gres:gpu:m<N>g<g>:1``), and
 devices (every other record's are denied). The Prolog sees the record's index in
 SLURM_JOB_GPUS and checks it against the signed assignment.
 
+Beside them a count-only GRES ``mig_slice`` (`SLICE_GRES`, ``Count=`` the node's compute
+slices, no files) counts the slices: with ``[slurm] gres = "on"`` a job also gets
+``gres:mig_slice:<k>``, its instance's compute slices, so that Slurm's accounting shows
+each job's slices (``sacct -o AllocTRES``), ``TRESBillingWeights=GRES/mig_slice=<w>``
+charges fairshare by slices, and Slurm itself refuses to start more slices on a node
+than it has, a second guard behind the planner.
+
 Only the standard library, ``geometry`` and ``devices.migcaps``: the Prolog imports it.
 """
 
@@ -18,6 +25,8 @@ from dataclasses import dataclass
 
 from ..devices.migcaps import cap_minors, gi_id_for, gi_ids
 from ..geometry import Placement, get_model
+
+SLICE_GRES = "mig_slice"  # the count-only GRES of a node's compute slices
 
 
 @dataclass(frozen=True)
@@ -51,14 +60,25 @@ def index_of(models: Sequence[str], record: Record) -> int | None:
     return None
 
 
-def tres_per_node(record: Record) -> str:
-    """The job's ``TresPerNode`` for ``record`` (22.05 through 26.05 read this form)."""
-    return f"gres:gpu:{record.type}:1"
+def tres_per_node(record: Record, slices: int = 0) -> str:
+    """The job's ``TresPerNode`` for ``record`` and, when ``slices`` > 0, that many
+    `SLICE_GRES` (22.05 through 26.05 read this form)."""
+    tres = f"gres:gpu:{record.type}:1"
+    return f"{tres},gres:{SLICE_GRES}:{slices}" if slices > 0 else tres
 
 
-def node_gres(models: Sequence[str]) -> str:
-    """The ``Gres=`` term of the node's slurm.conf line."""
-    return "Gres=" + ",".join(f"gpu:{r.type}:1" for r in records(models))
+def node_slices(models: Sequence[str]) -> int:
+    """The compute slices of a node's GPUs: its `SLICE_GRES` count."""
+    return sum(get_model(name).compute_slices for name in models)
+
+
+def node_gres(models: Sequence[str], slices: bool = True) -> str:
+    """The ``Gres=`` term of the node's slurm.conf line: its records, then (``slices``)
+    its `SLICE_GRES` count."""
+    terms = [f"gpu:{r.type}:1" for r in records(models)]
+    if slices:
+        terms.append(f"{SLICE_GRES}:{node_slices(models)}")
+    return "Gres=" + ",".join(terms)
 
 
 def gres_conf(
@@ -66,9 +86,11 @@ def gres_conf(
     models: Sequence[str],
     table: dict[tuple[int, int, int | None], int],
     dev: str = "/dev",
+    slices: bool = True,
 ) -> str:
-    """The node's gres.conf: ``AutoDetect=off`` and one record per possible instance
-    (``dev``: where the device nodes are, /dev on a real node)."""
+    """The node's gres.conf: ``AutoDetect=off``, one record per possible instance
+    (``dev``: where the device nodes are, /dev on a real node) and (``slices``) the
+    count-only `SLICE_GRES` of its compute slices."""
     lines = [
         f"# slurm-mig gres-conf for {node}: one gpu record per possible MIG instance",
         f"NodeName={node} AutoDetect=off",
@@ -77,6 +99,9 @@ def gres_conf(
         gi, ci = cap_minors(table, r.gpu, r.gi)
         files = [f"{dev}/nvidia{r.gpu}", cap_path(gi, dev), cap_path(ci, dev)]
         lines.append(f"NodeName={node} Name=gpu Type={r.type} MultipleFiles={','.join(files)}")
+    if slices:
+        count = node_slices(models)
+        lines.append(f"NodeName={node} Name={SLICE_GRES} Count={count} Flags=CountOnly")
     return "\n".join(lines) + "\n"
 
 

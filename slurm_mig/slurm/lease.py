@@ -86,6 +86,7 @@ class Holder:
     renewed_at: float
     ttl: float
     released: bool = False
+    web_port: int = 0  # its [planner] metrics port, where a standby redirects (0: none)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +109,8 @@ class Holder:
             return None
         if not ttl > 0:
             return None
+        port = data.get("web_port", 0)
+        valid_port = isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536
         return cls(
             host[:255],
             int(pid),
@@ -117,6 +120,7 @@ class Holder:
             float(renewed),
             float(ttl),
             data.get("released") is True,
+            port if valid_port else 0,
         )
 
     def describe(self, now: float) -> str:
@@ -181,6 +185,7 @@ class Lease:
         self.confirmed: float | None = None  # monotonic time of the last read showing it ours
         self._seen: tuple[tuple[str, float], float] | None = None  # (record key, first seen)
         self.last: Holder | None = None  # the record as last read
+        self.web_port = 0  # our HTTP endpoint's port, written in our records
         self._lock_fd: int | None = None
 
     @property
@@ -258,7 +263,10 @@ class Lease:
 
     def _record(self, now: float) -> Holder:
         since = self.since if self.since is not None else now
-        return Holder(self.host, self.pid, self.instance, self.boot_id, since, now, self.ttl)
+        return Holder(
+            self.host, self.pid, self.instance, self.boot_id, since, now, self.ttl,
+            web_port=self.web_port,
+        )  # fmt: skip
 
     def try_acquire(self) -> Holder | None:
         """Take the lease if we may; None when it is ours now, else the holder that keeps
@@ -272,7 +280,7 @@ class Lease:
             return holder
         started = self.monotonic()
         now = self.clock()
-        self._write(Holder(self.host, self.pid, self.instance, self.boot_id, now, now, self.ttl))
+        self._write(replace(self._record(now), since=now))
         self.sleep(self.settle)
         back = self.read()
         if not self.mine(back):

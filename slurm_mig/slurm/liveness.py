@@ -169,6 +169,20 @@ class Liveness:
         """True while this daemon may write to Slurm."""
         return self.lease is None or (self.active and self.lease.holds())
 
+    def primary(self) -> tuple[str, int] | None:
+        """The host and HTTP port (0: not told) of the daemon that holds the lease while
+        this one waits as a standby; None while this one plans, or no live record names
+        another."""
+        lease = self.lease
+        if self.active or lease is None:
+            return None
+        holder = lease.last
+        if holder is None or holder.released or holder.instance == lease.instance:
+            return None
+        if lease.clock() - holder.renewed_at > holder.ttl:
+            return None  # expired: this standby is about to take it over
+        return holder.host, holder.web_port
+
     def not_allowed(self) -> str:
         """Why this daemon may not write now, for a log line ("" while it may): the lease
         is another's, or ours but not renewed lately (the state directory full or

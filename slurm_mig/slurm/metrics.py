@@ -13,6 +13,7 @@ was last seen usable. `serve` (in `slurm_mig.slurm.web`) exposes them on
 from __future__ import annotations
 
 import re
+import socket
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -52,15 +53,18 @@ def _action_name(action: Any) -> str:
 class PlannerMetrics:
     """The daemon's metrics; `observe` once per cycle, `text` for a scrape."""
 
-    def __init__(self, policy: str = "", kind: str = "", batch_window: float = 0.0) -> None:
+    def __init__(
+        self, policy: str = "", kind: str = "", batch_window: float = 0.0, host: str = ""
+    ) -> None:
         self.registry = CollectorRegistry()
+        self.host = host or socket.gethostname()
         ProcessCollector(registry=self.registry)
         # declared in this order, the order of a scrape
         self._cycle_metrics()
         self._job_metrics()
         self._drift_metrics()
         self._health_metrics()
-        self.active.set(1)
+        self.set_active(True)
         self.policy = Info(f"{PREFIX}_policy", "The planning policy in use", registry=self.registry)
         self.policy.info({"policy": policy, "kind": kind})
         self.window.set(batch_window)
@@ -142,7 +146,9 @@ class PlannerMetrics:
         )
         self.active = Gauge(
             f"{p}_active",
-            "1 while this daemon holds the planner lease and plans, 0 while it waits as a standby",
+            "1 while this daemon holds the planner lease and plans, 0 while it waits as a "
+            "standby (host: the daemon's; a standby's /metrics redirects to the active one's)",
+            ["host"],
             registry=r,
         )
         self.oldest_held = Gauge(
@@ -198,7 +204,7 @@ class PlannerMetrics:
         self.refused_slots.set(refused)
 
     def set_active(self, active: bool) -> None:
-        self.active.set(1 if active else 0)
+        self.active.labels(self.host).set(1 if active else 0)
 
     def observe(
         self,

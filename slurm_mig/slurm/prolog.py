@@ -103,14 +103,14 @@ def _prolog_gated(
         if _reused(job, backend, state, now, out):
             return
         verdict = check_assignment(
-            job, key, models, config.token_ttl, now, gres=config.gres == "on"
+            job, key, models, config.token_ttl, now, gres=config.gres != "off"
         )
         if isinstance(verdict, Refusal):
             _refuse(state, verdict, job, out)
             return
         with state.gpu_lock(verdict.gpu, config.lock_timeout):
             records = state.jobs()  # once: the live jobs in the way, the GPU's runs' energy
-            gres = config.gres == "on"
+            gres = config.gres != "off"
             placed = _place(verdict, job, state, records, backend, clock, out, gres=gres, ask=ask)
             if isinstance(placed, JobRecord):
                 placed = energy_start(placed, models, state, records, backend, clock(), out)

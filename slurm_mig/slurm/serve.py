@@ -18,6 +18,10 @@ nothing a client does holds a thread, a descriptor or memory for long:
   `Cached` builds it once a cycle however many ask), at most `MAX_BODY` bytes, written
   as the client reads it;
 - a client that resets or vanishes is one debug line, never a traceback.
+
+A standby daemon (``redirect`` gives the active daemon's base URL) answers each of its
+paths with 303 See Other to the same path there, as a standby slurmctld (26.11) answers
+its ``/metrics`` endpoints: a scraper of either controller reads the daemon that plans.
 """
 
 from __future__ import annotations
@@ -137,6 +141,7 @@ class Server(Listener):
         connection_timeout: float = CONNECTION_TIMEOUT,
         max_body: int = MAX_BODY,
         monotonic: Callable[[], float] = time.monotonic,
+        redirect: Callable[[], str | None] | None = None,
     ) -> None:
         cap = max(1, max_connections or default_cap())
         super().__init__(
@@ -153,6 +158,7 @@ class Server(Listener):
         self.request_timeout = request_timeout
         self.connection_timeout = connection_timeout
         self.max_body = max_body
+        self.redirect = redirect  # -> the active daemon's base URL while this one waits
 
     def _received(self, conn: Conn, eof: bool) -> None:
         end = conn.got.find(b"\r\n\r\n", 0, MAX_REQUEST + 4)
@@ -171,6 +177,10 @@ class Server(Listener):
             self._answer(conn, _response(*_error(exc.status, str(exc))))
             return
         head_only = method == "HEAD"
+        base = self.redirect() if self.redirect is not None else None
+        if base:
+            self._answer(conn, _see_other(base + path, head_only))
+            return
         self._submit(conn, lambda: _response(*self._build(path, page), head_only=head_only))
 
     def _build(self, path: str, page: Page) -> tuple[HTTPStatus, str, bytes]:
@@ -186,9 +196,10 @@ class Server(Listener):
 
 
 def _response(
-    status: HTTPStatus, kind: str, data: bytes, head_only: bool = False
+    status: HTTPStatus, kind: str, data: bytes, head_only: bool = False, *extra: str
 ) -> list[bytes | memoryview]:
-    """The status line and headers, then the page's bytes (not a copy)."""
+    """The status line and headers (``extra`` ones last), then the page's bytes (not a
+    copy)."""
     lines = [
         f"HTTP/1.0 {status.value} {status.phrase}",
         "Server: slurm-mig",
@@ -197,10 +208,18 @@ def _response(
         f"Content-Length: {len(data)}",
         "Cache-Control: no-store",
         "Connection: close",
+        *extra,
     ]
     log.debug("http: %d, %d bytes", status.value, 0 if head_only else len(data))
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return [head] if head_only else [head, memoryview(data)]
+
+
+def _see_other(url: str, head_only: bool) -> list[bytes | memoryview]:
+    """303 See Other to ``url`` (ASCII: the caller checked the host)."""
+    data = f"303 the active planner is at {url}\n".encode()
+    kind = "text/plain; charset=utf-8"
+    return _response(HTTPStatus.SEE_OTHER, kind, data, head_only, f"Location: {url}")
 
 
 def _parse(head: bytes) -> tuple[str, str]:

@@ -1,10 +1,13 @@
 """What the planner daemon listens on besides its cycle timer: the Epilog notifications
 (``[planner] notify``, UDP) and the HTTP endpoint (``[planner] metrics``: /metrics, and
-the web page with ``[planner] web``). Either that cannot be bound is logged and left off."""
+the web page with ``[planner] web``). Either that cannot be bound is logged and left off.
+A standby's endpoint redirects (303) to the same port on the host that holds the lease."""
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..config import parse_address
@@ -14,11 +17,12 @@ if TYPE_CHECKING:
     from .notify import Listener
     from .serve import Server
 
-__all__ = ["METRICS_TYPE", "listen", "serve"]
+__all__ = ["METRICS_TYPE", "listen", "serve", "standby_redirect"]
 
 log = logging.getLogger("slurm_mig.planner")
 
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")  # a host name, nothing to inject
 
 
 def listen(daemon: PlannerDaemon) -> Listener | None:
@@ -85,6 +89,25 @@ def serve(daemon: PlannerDaemon) -> Server | None:
         )
         return None
     host, port = server.address
+    server.redirect = standby_redirect(daemon, port)
+    lease = getattr(daemon.liveness, "lease", None)
+    if lease is not None:
+        lease.web_port = port  # written in the lease record: where a standby redirects
     what = "metrics and the web page" if len(pages) > 1 else "metrics"
     log.info("serving %s on http://%s:%d/", what, host, port)
     return server
+
+
+def standby_redirect(daemon: PlannerDaemon, port: int) -> Callable[[], str | None]:
+    """While ``daemon`` waits as a standby, the base URL of the active daemon's endpoint
+    (``http://<lease holder's host>:<its port>``, ``port`` where its record names none);
+    None while it plans, or when the lease names no live holder or no plain host name."""
+
+    def base() -> str | None:
+        liveness = daemon.liveness
+        primary = liveness.primary() if liveness is not None else None
+        if primary is None or not _HOST.fullmatch(primary[0]):
+            return None
+        return f"http://{primary[0]}:{primary[1] or port}"
+
+    return base

@@ -85,8 +85,10 @@ def checklist(partition: str, state_dir: str, run_dir: str, config: str) -> list
         "  4. slurm-mig uninstall --destroy-instances --dry-run, then without --dry-run: "
         "the MIG instances no process uses are destroyed (refused while one is in use)",
         "  5. gres.conf: remove the lines of 'slurm-mig gres-conf' (NodeName=<node> "
-        "AutoDetect=off and the Name=gpu Type=m<N>g<g> records); slurm.conf: remove "
-        "Gres=gpu:m0g0:1,... from the node's NodeName line; scontrol reconfigure and "
+        "AutoDetect=off, the Name=gpu Type=m<N>g<g> records and Name=mig_slice); "
+        "slurm.conf: remove Gres=gpu:m0g0:1,...,mig_slice:<n> from the node's NodeName "
+        "line (and mig_slice from GresTypes and AccountingStorageTRES once no node has "
+        "it); scontrol reconfigure and "
         "restart slurmd (before step 6: the hooks stay while a slice record exists, to "
         "refuse and clean up its use)",
         "On the controller, once no node has a slice record:",

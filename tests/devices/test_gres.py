@@ -81,6 +81,13 @@ def test_cli_prints_gres_conf_from_the_simulated_table(tmp_path, capsys):
     assert main(["gres-conf", "--config", str(cfg), "--node", "n1"]) == 0
     out = capsys.readouterr().out
     assert out.count("Name=gpu") == 28 and "Type=m1g13" in out
+    assert out.splitlines()[-1] == "NodeName=n1 Name=mig_slice Count=14 Flags=CountOnly"
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--node-gres"]) == 0
+    assert capsys.readouterr().out.strip().endswith("gpu:m1g13:1,mig_slice:14")
+    # gres = "records": the records alone, as before slices were counted
+    cfg.write_text(cfg.read_text() + '[slurm]\ngres = "records"\n')
+    assert main(["gres-conf", "--config", str(cfg), "--node", "n1"]) == 0
+    assert "mig_slice" not in capsys.readouterr().out
     assert main(["gres-conf", "--config", str(cfg), "--node", "n1", "--node-gres"]) == 0
     assert capsys.readouterr().out.strip().endswith("gpu:m1g13:1")
 

@@ -90,6 +90,16 @@ def require_local_slurm() -> SlurmInstall:
     pytest.skip(reason)
 
 
+def require_accounting() -> None:
+    """Skip (or, on CI as root, fail) the calling test where slurmdbd or MariaDB is
+    missing for the Slurm under test."""
+    reason = skip_reason(SLURM, accounting=True)
+    if reason is not None:
+        if os.environ.get("CI") and os.geteuid() == 0:
+            pytest.fail(f"accounting tests must run on CI: {reason}")
+        pytest.skip(reason)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """Attach the daemon logs of the test's clusters to a failed setup or call."""

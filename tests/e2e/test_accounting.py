@@ -12,26 +12,17 @@ import pytest
 from slurm_mig.geometry import get_model
 from slurm_mig.workload import load_task_source
 
-from .cluster import LocalSlurm, skip_reason
-from .conftest import JOB_USER, SLURM, live_cluster, wait_until
+from .cluster import LocalSlurm
+from .conftest import JOB_USER, live_cluster, require_accounting, wait_until
 
 # what slurmctld multifactor needs for FairShare; the weights do not matter here
 PRIORITY = ["PriorityType=priority/multifactor", "PriorityWeightFairshare=10000"]
 
 
-def _require_accounting() -> None:
-    """Skip (fail on CI as root) where slurmdbd or MariaDB is missing."""
-    reason = skip_reason(SLURM, accounting=True)
-    if reason is not None:
-        if os.environ.get("CI") and os.geteuid() == 0:
-            pytest.fail(f"accounting tests must run on CI: {reason}")
-        pytest.skip(reason)
-
-
 @pytest.fixture
 def accounting(slurm):
     """``slurm`` with accounting on."""
-    _require_accounting()
+    require_accounting()
     return lambda **kwargs: slurm(accounting=True, **kwargs)
 
 
@@ -132,7 +123,7 @@ def test_stop_leaves_no_database_or_slurmdbd(accounting):
 def test_live_cluster_job_runs_under_its_association():
     """A whole installation (LiveCluster(accounting=True): hooks, job_submit.lua, planner)
     runs nobody's job once nobody has an association, charged to its default account."""
-    _require_accounting()
+    require_accounting()
     task = load_task_source("rodinia-a100", get_model("A100-40GB"))[0]
     with live_cluster("slurm-mig-acct-", accounting=True, gpus=1) as lc:
         assert lc.cluster is not None

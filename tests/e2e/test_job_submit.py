@@ -335,7 +335,7 @@ def test_comments_python_writes_pass_the_lua_unchanged(cluster: LocalSlurm) -> N
 
 @pytest.mark.parametrize(
     "option",
-    ["--gres=gpu:1", "--gpus=1", "--gpus-per-node=1", "--gres=gpu:m0g2:1"],
+    ["--gres=gpu:1", "--gpus=1", "--gpus-per-node=1", "--gres=gpu:m0g2:1", "--gres=mig_slice:1"],
 )
 def test_a_mig_job_asking_for_gres_is_refused(cluster: LocalSlurm, option: str) -> None:
     """The planner gives each job its instance's GRES record; a user's own --gres or
@@ -467,6 +467,7 @@ GPU_OPTIONS = [
     ("--gpus-per-task=1", "--ntasks=1"),
     ("--gpus-per-socket=1", "--sockets-per-node=1"),
     ("--tres-per-task=gres/gpu:m0g3:1", "--ntasks=1"),  # 23.02 and later
+    ("--gres=mig_slice:7",),  # the node's slice count: planned jobs could not start
 ]
 
 

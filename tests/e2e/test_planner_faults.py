@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,9 +35,27 @@ def _cycles(lc: LiveCluster) -> int:
     return lc.daemon_log.read_text(errors="replace").count(" done in ")
 
 
-def _start_standby(lc: LiveCluster) -> tuple[subprocess.Popen, object]:
+def _metrics_port(config_text: str) -> int:
+    return int(re.search(r'^metrics = "127\.0\.0\.1:(\d+)"', config_text, re.M).group(1))
+
+
+def _standby_answer(port: int) -> str:
+    """The head of the standby's answer to GET /metrics ("" until it listens)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head and (chunk := c.recv(4096)):
+                head += chunk
+    except OSError:
+        return ""
+    return head.decode("latin-1")
+
+
+def _start_standby(lc: LiveCluster) -> tuple[subprocess.Popen, object, int]:
     """A second planner as the backup controller runs it (`planner --standby`): its own
-    host name (a UTS namespace), its own ports, the same state directory."""
+    host name (a UTS namespace), its own ports (and its metrics port), the same state
+    directory."""
     text = lc.config_path.read_text()
     for name in ("reports", "metrics"):
         text = re.sub(rf'^{name} = "127\.0\.0\.1:\d+"', f'{name} = "127.0.0.1:{free_port()}"',
@@ -61,7 +80,7 @@ def _start_standby(lc: LiveCluster) -> tuple[subprocess.Popen, object]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    return proc, log_path
+    return proc, log_path, _metrics_port(text)
 
 
 @host_release_only
@@ -77,8 +96,14 @@ def test_a_standby_takes_over_from_a_planner_killed_mid_flight():
         lc.start_planner()
         wait_until(lambda: "planner-lease.json" in {p.name for p in lc.state_dir.iterdir()},
                    30, "the active planner to hold the lease")  # fmt: skip
-        standby, standby_log = _start_standby(lc)
+        standby, standby_log, standby_port = _start_standby(lc)
         try:
+            # as a standby slurmctld does: its /metrics sends a scraper to the active one
+            active_port = _metrics_port(lc.config_path.read_text())
+            wait_until(lambda: "303 See Other" in _standby_answer(standby_port), 30,
+                       "the standby's /metrics to redirect")  # fmt: skip
+            location = f"Location: http://{socket.gethostname()}:{active_port}/metrics\r\n"
+            assert location in _standby_answer(standby_port)
             ids = [_submit(lc, 3 + i % 8, "8G" if i % 3 else "18G") for i in range(16)]
             wait_until(lambda: _released(lc) >= 5, 90, "5 jobs released")
             lc.daemon.send_signal(signal.SIGKILL)

@@ -6,7 +6,6 @@ higher priority is planned again and completes."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -20,8 +19,7 @@ from slurm_mig.slurm.jobrecord import parse_admin_comment
 from slurm_mig.slurm.sitepolicy import job_priority
 from slurm_mig.workload import load_task_source
 
-from .cluster import skip_reason
-from .conftest import SLURM, live_cluster, wait_until
+from .conftest import live_cluster, require_accounting, wait_until
 
 A100 = get_model("A100-40GB")
 RODINIA = load_task_source("rodinia-a100", A100)
@@ -41,11 +39,7 @@ SLURM_CONF = [
 
 @pytest.fixture(scope="module")
 def lc():
-    reason = skip_reason(SLURM, accounting=True)
-    if reason is not None:
-        if os.environ.get("CI") and os.geteuid() == 0:
-            pytest.fail(f"accounting tests must run on CI: {reason}")
-        pytest.skip(reason)
+    require_accounting()
     with live_cluster(
         "slurm-mig-policy-",
         nodes=("node1", "node2"),

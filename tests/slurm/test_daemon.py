@@ -357,7 +357,13 @@ def test_release_sets_the_gres_record_and_a_node_without_it_is_named_with_the_fi
     assert slurm.released == [] and report.released == []
     [(job, text)] = report.failed
     assert job == "7" and "Invalid generic resource" in text
-    assert "node gpu01 needs the gres.conf records of 'slurm-mig gres-conf'" in text
+    assert "node gpu01 needs the gres.conf records and the mig_slice count" in text
+    assert "GresTypes=gpu,mig_slice" in text and '[slurm] gres = "records"' in text
+    # gres on with slices: the record and the instance's compute slices, in one update
+    a3 = _replace(a, profile="3g.20gb", placement=Placement(4, 4))
+    slurm = _NoGresSlurm()
+    apply_actions([Release("7", a3, "")], slurm, key=b"k" * 32, gres=True, slices=True)
+    assert slurm.updates[0]["TresPerNode"] == "gres:gpu:m1g2:1,gres:mig_slice:3"
     # gres off: no TresPerNode, released
     slurm = _NoGresSlurm()
     report = apply_actions([_replace(action)], slurm, key=b"k" * 32, clock=lambda: 1000.0)

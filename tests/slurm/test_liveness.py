@@ -27,7 +27,7 @@ from slurm_mig.config import ConfigError, config_from_dict, load_config
 from slurm_mig.explain import explain
 from slurm_mig.slurm.assignment import load_key
 from slurm_mig.slurm.daemon import STATUS_FILE, PlannerDaemon
-from slurm_mig.slurm.lease import LEASE_FILE, SETTLE, Lease, LeaseHeld, read_holder
+from slurm_mig.slurm.lease import LEASE_FILE, SETTLE, Holder, Lease, LeaseHeld, read_holder
 from slurm_mig.slurm.liveness import Liveness, StopEvent, staleness
 from slurm_mig.slurm.metrics import PlannerMetrics
 from slurm_mig.slurm.sdnotify import notify, watchdog_seconds
@@ -156,6 +156,54 @@ def test_a_standby_takes_over_once_the_active_lease_expires(tmp_path, caplog):
     assert not active.active and not active.holds()
     assert "planner lease lost to host ctl2, pid 202" in caplog.text
     assert read_holder(tmp_path / LEASE_FILE).host == "ctl2"  # it wrote nothing
+
+
+def _active_and_standby(state: Path, host: str, clock: Clock) -> tuple[Liveness, Liveness]:
+    """An active daemon on ``host`` holding the lease in ``state`` and a standby on ctl2."""
+    active = _liveness(state, host, 101, clock)
+    active.start_up()
+    standby = _liveness(state, "ctl2", 202, clock, standby=True)
+    standby.start_up()
+    return active, standby
+
+
+def test_a_standby_names_the_active_host_for_its_redirect_until_the_lease_expires(tmp_path):
+    from types import SimpleNamespace
+
+    from slurm_mig.slurm.serving import standby_redirect
+
+    clock = Clock()
+    active, standby = _active_and_standby(tmp_path, "ctl1", clock)
+    assert active.primary() is None  # it plans: it serves its own pages
+    assert standby.primary() == ("ctl1", 0)
+    assert standby_redirect(SimpleNamespace(liveness=standby), 9764)() == "http://ctl1:9764"
+    assert standby_redirect(SimpleNamespace(liveness=active), 9764)() is None
+    active.lease.web_port = 9800  # its record names its port: the redirect follows it
+    active.tick()
+    standby.lease.read()
+    assert standby_redirect(SimpleNamespace(liveness=standby), 9764)() == "http://ctl1:9800"
+    clock.t += TTL + 1  # ctl1 stopped renewing: the standby is about to take over
+    standby.lease.read()
+    assert standby.primary() is None
+    assert standby.may_plan(StopEvent()) and standby.primary() is None
+
+
+def test_a_lease_record_naming_no_plain_host_is_never_a_redirect(tmp_path):
+    from types import SimpleNamespace
+
+    from slurm_mig.slurm.serving import standby_redirect
+
+    clock = Clock()
+    for i, host in enumerate(("evil.example/x?", "ctl1\r\nSet-Cookie: a=b", "-ctl1")):
+        state = tmp_path / str(i)
+        state.mkdir()
+        _, standby = _active_and_standby(state, host, clock)
+        assert standby.primary() == (host, 0)
+        assert standby_redirect(SimpleNamespace(liveness=standby), 9764)() is None
+    record = json.loads((tmp_path / "0" / LEASE_FILE).read_text())
+    for port in (0, -1, 65536, True, "9764", 9.5):
+        assert Holder.from_json({**record, "web_port": port}).web_port == 0
+    assert Holder.from_json({**record, "web_port": 9764}).web_port == 9764
 
 
 def test_a_holder_whose_clock_runs_ahead_still_expires_for_a_standby(tmp_path):
@@ -521,16 +569,16 @@ def test_metrics_for_the_alert_rules():
     jobs = [job("1", comment="mig:time=100", submit_time=NOW - 500), job("2", submit_time=NOW - 90)]
     jobs.append(job("3", state="RUNNING", held=False, submit_time=NOW - 9000))
     _, _, report = _cycle(jobs)
-    m = PlannerMetrics("far", "batch", 0.0)
+    m = PlannerMetrics("far", "batch", 0.0, host="ctl1")
     m.site(5.0, ["gpu01", "gpu09"])
     m.observe(report, jobs)
     got = _samples(m)
     p = "slurm_mig_planner_"
     assert got[(p + "cycle_interval_seconds", ())] == 5.0
-    assert got[(p + "active", ())] == 1.0
+    assert got[(p + "active", (("host", "ctl1"),))] == 1.0
     assert got[(p + "oldest_held_job_seconds", ())] == pytest.approx(report.finished - (NOW - 500))
     usable = p + "node_usable_timestamp_seconds"
     assert got[(usable, (("node", "gpu01"),))] == report.finished
     assert got[(usable, (("node", "gpu09"),))] == 0.0  # configured, never seen usable
     m.set_active(False)
-    assert _samples(m)[(p + "active", ())] == 0.0
+    assert _samples(m)[(p + "active", (("host", "ctl1"),))] == 0.0

@@ -108,6 +108,25 @@ def test_pages_head_and_refusals(server):
             assert c.recv(64).split(b" ")[1] == status, raw[:30]
 
 
+def test_a_standby_answers_each_page_with_303_to_the_active_daemon(server):
+    primary: list[str | None] = ["http://ctl1:9764"]
+    s = server(redirect=lambda: primary[0])
+    for method in ("GET", "HEAD"):
+        with connect(s) as c:
+            c.sendall(f"{method} /metrics?x=1 HTTP/1.0\r\n\r\n".encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += c.recv(4096)
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"HTTP/1.0 303 See Other"
+        assert b"Location: http://ctl1:9764/metrics" in lines
+    with connect(s) as c:  # an unknown path is still not found, not redirected
+        c.sendall(b"GET /nope HTTP/1.0\r\n\r\n")
+        assert c.recv(64).split(b" ")[1] == b"404"
+    primary[0] = None  # it took the lease over: its own pages
+    assert scrape(s)[1] == METRICS
+
+
 def test_two_thousand_idle_connections_neither_stop_the_server_nor_slow_a_scrape(server, many_fds):
     s = server()  # the default cap: a quarter of the descriptors, at most MAX_CONNECTIONS
     assert s.max_connections <= serve.MAX_CONNECTIONS
