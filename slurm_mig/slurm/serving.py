@@ -1,7 +1,7 @@
 """What the planner daemon listens on besides its cycle timer: the Epilog notifications
 (``[planner] notify``, UDP) and the HTTP endpoint (``[planner] metrics``: /metrics, and
 the web page with ``[planner] web``). Either that cannot be bound is logged and left off.
-A standby's endpoint redirects (303) to the same port on the host that holds the lease."""
+A standby's endpoint redirects (303) to the endpoint of the daemon that holds the lease."""
 
 from __future__ import annotations
 

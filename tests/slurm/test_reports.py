@@ -198,13 +198,29 @@ def test_a_full_spool_drops_accounting_rows_last_and_says_so_loudly(tmp_path, mo
 # -- delivery -------------------------------------------------------------------------------
 
 
-def test_reports_wait_while_the_planner_is_away_and_are_delivered_once(tmp_path, state):
+def _bounded_exchanges(monkeypatch) -> list[tuple[float, float]]:
+    """Every report exchange's (seconds, connect timeout), as the spool asks for them:
+    what bounds a hook's wait, whatever the machine's load (no wall clock)."""
+    asked: list[tuple[float, float]] = []
+    real = reports.exchange
+
+    def exchange(address, lines, seconds, connect_timeout):
+        asked.append((seconds, connect_timeout))
+        return real(address, lines, seconds, connect_timeout)
+
+    monkeypatch.setattr(reports, "exchange", exchange)
+    return asked
+
+
+def test_reports_wait_while_the_planner_is_away_and_are_delivered_once(
+    tmp_path, state, monkeypatch
+):
     port = free_port()
     box = Spool(tmp_path / "run")
     box.put("run.7.0", run_line())
-    began = time.monotonic()
+    asked = _bounded_exchanges(monkeypatch)
     sent, problem = box.flush(("127.0.0.1", port))
-    assert time.monotonic() - began < 1.0
+    assert asked == [(reports.FLUSH_SECONDS, reports.CONNECT_TIMEOUT)]  # 1 s, 0.3 s at most
     assert sent == 0 and "cannot reach the planner" in problem
     assert len(box.pending()) == 1
     r = Receiver(("127.0.0.1", port), KEY, ReportDB(state)).start()
@@ -578,7 +594,9 @@ def test_mig_run_writes_its_need_into_the_jobs_need_file(tmp_path):
     assert not (tmp_path / "state" / "profiles.sqlite").exists()  # not the store
 
 
-def test_an_epilog_with_the_planner_away_is_quick_and_node_flush_delivers_later(tmp_path, capsys):
+def test_an_epilog_with_the_planner_away_is_quick_and_node_flush_delivers_later(
+    tmp_path, capsys, monkeypatch
+):
     from test_hooks import T0, make_site, run
 
     from slurm_mig.cli import main
@@ -592,9 +610,10 @@ def test_an_epilog_with_the_planner_away_is_quick_and_node_flush_delivers_later(
     site.config.write_text(text)
     env = site.env("42", site.comment("42"), SLURM_JOB_USER="bob")
     assert run(prolog_main, env, capsys)[0] == 0
-    began = time.monotonic()
+    asked = _bounded_exchanges(monkeypatch)
     rc, _, err = run(epilog_main, env, capsys, t=T0 + 65.0)
-    assert rc == 0 and time.monotonic() - began < 1.5
+    assert rc == 0 and asked  # one try, bounded as a hook's must be
+    assert all(s <= reports.FLUSH_SECONDS and c <= reports.CONNECT_TIMEOUT for s, c in asked)
     assert any("reports kept for later: cannot reach the planner" in line for line in err)
     names = sorted(p.name.split(".")[0] for p in Spool(site.run_dir).pending())
     assert names == ["instances", "run"]  # the prolog's snapshot superseded
