@@ -39,6 +39,8 @@ __all__ = [
     "get_policy",
     "policy_info",
     "policy_names",
+    "register_policy",
+    "unregister_policy",
 ]
 
 
@@ -274,9 +276,22 @@ FACTORIES: dict[str, Callable[..., Policy]] = {e.name: _imported(e) for e in _EN
 
 
 def register_policy(info: PolicyInfo, factory: Callable[..., Policy]) -> None:
-    """Add (or replace) a name at run time (tests, experiments)."""
-    _EXTRA[info.name] = info
-    FACTORIES[info.name] = factory
+    """Add a name at run time (tests, experiments); ValueError when the name is taken,
+    by a built-in policy or one registered before (never replaced silently)."""
+    key = _key(info.name)
+    if key != info.name or not key:
+        raise ValueError(f"policy name {info.name!r}: use lower case, no surrounding space")
+    if key in _EXTRA or key in _BY_NAME or _FIXPART.match(key) or key == "fixpart-sizes":
+        raise ValueError(f"policy {info.name!r} is registered already; choose another name")
+    _EXTRA[key] = info
+    FACTORIES[key] = factory
+
+
+def unregister_policy(name: str) -> None:
+    """Remove a name `register_policy` added (built-in policies stay); KeyError if none."""
+    key = _key(name)
+    del _EXTRA[key]
+    del FACTORIES[key]
 
 
 def _key(name: str) -> str:

@@ -20,6 +20,7 @@ from slurm_mig.planner.registry import (
     policy_info,
     policy_names,
     register_policy,
+    unregister_policy,
 )
 from slurm_mig.planner.registry import get_policy as registry_policy
 from slurm_mig.planner.snapshot import Gpu, Instance
@@ -103,11 +104,24 @@ def test_get_planner_refuses_every_online_policy_and_gives_every_batch_planner()
         assert plan(Batch((job,), A100)).makespan >= 5.0
 
 
-def test_register_policy_adds_a_name():
+def test_register_policy_adds_a_name_once_and_never_replaces_one():
     info = PolicyInfo("baseline-7", "online", "every job on a whole GPU", "")
     register_policy(info, lambda **kw: _named(Baseline(size=7, **kw), "baseline-7"))
-    assert get_policy("baseline-7").size == 7
-    assert "baseline-7" in policy_names("online")
+    try:
+        assert get_policy("baseline-7").size == 7
+        assert "baseline-7" in policy_names("online")
+        for taken in ("baseline-7", "adaptive", "far", "fixpart-4-3"):
+            again = PolicyInfo(taken, "online", "a second one", "")
+            with pytest.raises(ValueError, match="is registered already"):
+                register_policy(again, lambda **kw: Baseline(**kw))
+        assert get_policy("baseline-7").size == 7  # the first one stands
+        with pytest.raises(ValueError, match="lower case"):
+            register_policy(PolicyInfo("Baseline-8", "online", "", ""), Baseline)
+    finally:
+        unregister_policy("baseline-7")
+    assert "baseline-7" not in policy_names("online")
+    with pytest.raises(KeyError):
+        unregister_policy("adaptive")  # built-ins stay
 
 
 def _named(policy, name):
