@@ -41,6 +41,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .jobcomment import MAX_COMMENT, MAX_USER_COMMENT
 
@@ -328,6 +329,17 @@ def _deadline(text: str, now: float | None) -> dict[str, float]:
     if not (_TIME_RE.fullmatch(text) or _CLOCK_RE.fullmatch(text)):
         raise HintError(f"'{text}' is not a deadline; {DEADLINE_FIX}")
     return {"deadline_in": parse_duration(text)}
+
+
+@lru_cache(maxsize=1 << 16)
+def cached_hints(comment: str) -> Hints | HintError:
+    """`parse_hints` of ``comment``, or the HintError it raised, memoised: the planner
+    reads each waiting job's comment several times a cycle, cycle after cycle (hints
+    are immutable, and so is a comment's parse)."""
+    try:
+        return parse_hints(comment)
+    except HintError as exc:
+        return exc
 
 
 def parse_hints(comment: str | None, now: float | None = None, max_mem: int = 0) -> Hints:

@@ -112,6 +112,13 @@ def test_the_planner_imports_no_executor():
     assert bad == []
 
 
+def test_the_plan_validator_shares_nothing_with_the_planners():
+    """slurm_mig.plan checks every planner's output: no import of the planners, lazy
+    ones included (a shared bug would hide behind it)."""
+    graph = import_graph()
+    assert sorted(t for t in graph["slurm_mig.plan"] if _package_of(t) == "planner") == []
+
+
 def test_the_product_never_imports_the_demo_tooling():
     graph = import_graph()
     allowed = {"demo", "cli"}  # `slurm-mig demo --live` runs it

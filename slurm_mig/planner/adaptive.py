@@ -77,7 +77,7 @@ from .snapshot import (
     sizes_of,
 )
 
-__all__ = ["OBJECTIVES", "Adaptive", "make_policy"]
+__all__ = ["OBJECTIVES", "Adaptive"]
 
 INF = math.inf
 # per objective: the penalty's weight, and the order's aging (seconds of runtime a
@@ -412,10 +412,3 @@ def _number(what: str, value, allow_off: bool = False) -> float | None:
 
 
 POLICIES = {"adaptive": Adaptive}
-
-
-def make_policy(name: str, **options) -> Adaptive:
-    """The policy ``name`` of this module (the registry maps each name to its factory)."""
-    if name not in POLICIES:
-        raise ValueError(f"{__name__} has no policy {name!r}")
-    return POLICIES[name](**options)

@@ -251,7 +251,7 @@ _LAST: list[tuple[tuple[Job, ...], tuple[int, ...], Allotments | Staircase]] = [
 def allotments(tasks: Sequence[Job], sizes: Sequence[int]) -> Allotments | Staircase:
     """The table of canonical allotments for the batch: numpy's on large batches. The
     last table built for a tuple of tasks is kept: the planner and the plan's bound
-    (``plan.makespan_bounds``) of one batch share it."""
+    (``planner.bounds.makespan_bounds``) of one batch share it."""
     key = tuple(sizes)
     if _LAST and _LAST[0][0] is tasks and _LAST[0][1] == key:
         return _LAST[0][2]

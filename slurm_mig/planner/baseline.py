@@ -18,7 +18,7 @@ from .decisions import Decisions, Destroy, Op, Place
 from .registry import UnknownPolicy
 from .snapshot import ClusterSnapshot, Gpu, Instance, Job, default_size, runnable_sizes
 
-__all__ = ["Baseline", "Patched", "busy_instance", "make_policy", "place_exact", "start_ops"]
+__all__ = ["Baseline", "Patched", "busy_instance", "place_exact", "start_ops"]
 
 
 def start_ops(gpu: Gpu, job: str, slot: Slot, model: GpuModel, now: float) -> list[Op]:
@@ -173,10 +173,3 @@ class Patched:
 
 
 POLICIES = {"baseline": Baseline}
-
-
-def make_policy(name: str, **options) -> Baseline:
-    """The policy ``name`` of this module (the registry maps each name to its factory)."""
-    if name not in POLICIES:
-        raise ValueError(f"{__name__} has no policy {name!r}")
-    return POLICIES[name](**options)

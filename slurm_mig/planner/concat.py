@@ -26,8 +26,9 @@ from typing import Any
 
 from ..geometry import GpuModel, Slot, get_model
 from ..job import Job
-from ..plan import Plan, tightest_bound
+from ..plan import Plan
 from .batch import Batch
+from .bounds import tightest_bound
 from .far import FarResult, Forest, far_schedule, refine, time_assignment
 from .snapshot import Gpu
 from .timeline import Timeline, Use, run_uses, start_clocks

@@ -40,7 +40,6 @@ __all__ = [
     "DEFAULT_SLACK",
     "DeadlinePolicy",
     "assign_jobs",
-    "make_policy",
     "marginal_energy",
     "planning_deadline",
     "throughput_class",
@@ -296,8 +295,3 @@ class DeadlinePolicy:
 
 
 POLICIES = {rule: partial(DeadlinePolicy, rule) for rule in RULES}  # configs, a, default_slack
-
-
-def make_policy(name: str, **options) -> DeadlinePolicy:
-    """Registry hook: ``edf``, ``met``, ``cedf`` (options configs, a, default_slack)."""
-    return DeadlinePolicy(name, **options)

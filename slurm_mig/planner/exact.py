@@ -71,7 +71,6 @@ from ..geometry import GpuModel
 from ..job import Job
 from ..plan import Plan
 from .auto import AUTO_MAX_TASKS, _onto, auto_budget, plan_auto
-from .auto import POLICIES as AUTO_POLICIES
 from .batch import Batch
 from .exact_search import EXACT_MAX_OPTIONS, _far, _OutOfTime, _Search, _solve, searchable  # noqa: F401 - re-exported
 from .exact_tree import _Tree  # noqa: F401 - re-exported
@@ -86,7 +85,6 @@ __all__ = [
     "auto_budget",
     "exact_schedule",
     "make_exact",
-    "make_planner",
     "plan_auto",
     "plan_exact",
     "searchable",
@@ -162,11 +160,3 @@ def make_exact(**options) -> BatchPolicy:
 
 
 POLICIES = {"exact": make_exact}
-
-
-def make_planner(name: str, **options) -> BatchPolicy:
-    """``exact`` or ``auto`` by name (the registry maps each name to its factory)."""
-    factories = {**POLICIES, **AUTO_POLICIES}
-    if name not in factories:
-        raise ValueError(f"{__name__} has no planner {name!r}; it has exact, auto")
-    return factories[name](**options)

@@ -324,12 +324,3 @@ POLICIES = {
     "fixpart-best": make_fixpart_best,
     "fixpart-SIZES": make_fixpart,
 }
-
-
-def make_planner(name: str, **options) -> BatchPolicy:
-    """The planner ``name`` of this module (the registry maps each name to its factory)."""
-    if name.startswith("fixpart-") and name != "fixpart-best":
-        return make_fixpart(name[len("fixpart-") :], **options)
-    if name not in POLICIES:
-        raise ValueError(f"{__name__} has no planner {name!r}")
-    return POLICIES[name](**options)

@@ -387,10 +387,3 @@ def make_far_pcie(**options) -> BatchPolicy:
 
 
 POLICIES = {"far-pcie": make_far_pcie}
-
-
-def make_planner(name: str = "far-pcie", **options) -> BatchPolicy:
-    """The planner ``name`` of this module (the registry maps each name to its factory)."""
-    if name not in POLICIES:
-        raise PcieError(f"{__name__} has no planner {name!r}; it has far-pcie")
-    return POLICIES[name](**options)

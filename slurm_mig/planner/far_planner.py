@@ -17,7 +17,7 @@ from .registry import BatchPolicy, bind_options
 from .sequencing import OBJECTIVES, check_objective, sequence_plan
 from .timeline import to_plan
 
-__all__ = ["OBJECTIVES", "make_planner", "plan_far"]
+__all__ = ["OBJECTIVES", "plan_far"]
 
 
 def plan_far(
@@ -69,13 +69,6 @@ def make_far(**options) -> BatchPolicy:
 
 
 POLICIES = {"far": make_far}
-
-
-def make_planner(name: str = "far", **options) -> BatchPolicy:
-    """The planner ``name`` of this module (the registry maps each name to its factory)."""
-    if name not in POLICIES:
-        raise ValueError(f"{__name__} has no planner {name!r}")
-    return POLICIES[name](**options)
 
 
 def _checked(options: dict) -> dict:

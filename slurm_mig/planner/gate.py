@@ -285,10 +285,3 @@ class PcieAware:
 POLICIES = {
     "pcie-aware": PcieAware
 }  # options: delay_threshold, wait_time_threshold, protect_others, tie
-
-
-def make_policy(name: str, **options):
-    """The policy ``name`` of this module (the registry maps each name to its factory)."""
-    if name not in POLICIES:
-        raise PcieError(f"{__name__} has no policy {name!r}; it has pcie-aware")
-    return POLICIES[name](**options)

@@ -24,12 +24,15 @@ Pure functions over the snapshot's GPUs (``planner.snapshot.Gpu``):
   and placement giving it the lowest cost. Only restartable, running jobs move; the
   simulator charges each move its migration time plus the instance's creation.
 
-Online policies (``make_policy``, registry names): ``first-fit`` (static layout, first
+Online policies (registry names): ``first-fit`` (static layout, first
 fit: the paper's ablation baseline), ``static`` (the same under a site's name: a fixed
 MIG layout, uniform or mixed per GPU, ``match=exact|fit``), ``no-mig`` (whole GPUs),
 ``ff+lb`` (+ conditional load balancing),
 ``ff+lb+dp`` (+ dynamic, fragmentation-aware exact-size partitioning),
 ``ff+lb+dp+mig`` and ``frag-aware`` (+ migration on departure: the paper's method).
+Their options: threshold, layout, size, backfill, match, min_remaining_s,
+trace_fragmentation, order (arrival, short), and (frag-aware) load_balance, dynamic and
+migrate to switch a technique off; ``no-mig`` takes neither layout nor match.
 """
 
 from __future__ import annotations
@@ -72,7 +75,6 @@ __all__ = [
     "fragmentation_cost",
     "gpu_running",
     "is_lazy",
-    "make_policy",
     "mask_cost",
     "parse_layout",
     "plan_departure",
@@ -427,19 +429,3 @@ POLICIES: dict[str, Callable[..., FragAwarePolicy]] = {
     "frag-aware": make_frag_aware,
     "no-mig": make_no_mig,
 }
-
-
-def make_policy(name: str, **options) -> FragAwarePolicy:
-    """Registry hook: a fresh policy for ``name``.
-
-    Options: threshold, layout, size, backfill, match, min_remaining_s,
-    trace_fragmentation, order (arrival, short), and (frag-aware) load_balance / dynamic / migrate to switch a
-    technique off. ``static`` is ``first-fit`` under the name a site would use (a fixed
-    layout, never repartitioned: ``layout=7``, ``4-3``, ``1-1-1-1-1-1-1`` or a mixed
-    ``7/4-3``; ``match=exact``: typed GRES requests, a job waits for its own size or the
-    smallest larger one the layout has; ``match=fit``: untyped, any idle instance it
-    runs on, the smallest first). ``no-mig``: whole GPUs, every job on a full GPU (one
-    7g instance per GPU, made once); it takes neither layout nor match."""
-    if name not in POLICIES:
-        raise ValueError(f"{__name__} has no policy {name!r}; it has {', '.join(_VARIANTS)}")
-    return POLICIES[name](**options)

@@ -45,7 +45,6 @@ from .snapshot import ClusterSnapshot, Gpu, Job, Planned, runnable_sizes
 __all__ = [
     "MigmPolicy",
     "best_slot",
-    "make_policy",
     "reachability",
     "reachability_table",
     "slot_reachability",
@@ -382,10 +381,3 @@ POLICIES = {
     "migm-a": partial(MigmPolicy, "migm-a", by_size=True),
     "migm-b": partial(MigmPolicy, "migm-b", by_size=False),
 }
-
-
-def make_policy(name: str, **options) -> MigmPolicy:
-    """The policy ``name`` of this module (the registry maps each name to its factory)."""
-    if name not in POLICIES:
-        raise ValueError(f"{__name__} has no policy {name!r}; it has migm-a, migm-b")
-    return POLICIES[name](**options)

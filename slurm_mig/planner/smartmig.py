@@ -49,7 +49,6 @@ __all__ = [
     "Draw",
     "SmartMigPolicy",
     "features",
-    "make_policy",
     "top_k",
 ]
 
@@ -362,10 +361,3 @@ def _repartition(gpu: Gpu, lay: Layout, snap: ClusterSnapshot) -> tuple[Gpu, lis
 
 
 POLICIES = {"smart-mig": partial(SmartMigPolicy, "smart-mig")}  # options in SmartMigPolicy
-
-
-def make_policy(name: str, **options: Any) -> SmartMigPolicy:
-    """The policy ``name`` of this module (the registry maps each name to its factory)."""
-    if name not in POLICIES:
-        raise ValueError(f"{__name__} has no policy {name!r}")
-    return POLICIES[name](**options)

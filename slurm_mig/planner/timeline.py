@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from ..geometry import GpuModel, Slot
 from ..job import Job
-from ..plan import Plan, PlannedTask, Reconfiguration, tightest_bound
+from ..plan import Plan, PlannedTask, Reconfiguration
+from .bounds import tightest_bound
 from .snapshot import ClusterSnapshot, Gpu, Instance
 
 

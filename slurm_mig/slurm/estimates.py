@@ -1,5 +1,5 @@
 """Each job's `Estimate` for the cycle: its kind, its owner and its runtime estimate
-from the learned runs of that owner and kind (`profiles.estimate_for_job`), or, while
+from the learned runs of that owner and kind (`runtimes.estimate_for_job`), or, while
 an overrun of its owner's counts against their ``time=`` hints, from what they ran
 (`slurm_mig.overruns`: read once per cycle, and from the runs squeue shows).
 
@@ -20,10 +20,10 @@ import math
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from functools import lru_cache
 from typing import Any
 
 from ..geometry import get_model
+from ..hints import cached_hints
 from ..overruns import OVERRUN_MEMORY_S, live_overruns, merge
 from ..owner import owner_of
 from ..runtimes import MAX_KEY, estimate_for_job, memory_for_job
@@ -80,20 +80,8 @@ class _CycleStore:
         return self._mem[k]
 
 
-@lru_cache(maxsize=1 << 16)
-def _hints_of(comment: str) -> Any:
-    """``parse_hints(comment)``, or the HintError; memoised: a steady cycle reads the
-    same comments again (the hints are immutable)."""
-    from ..hints import HintError, parse_hints
-
-    try:
-        return parse_hints(comment)
-    except HintError as exc:
-        return exc
-
-
 class Estimator:
-    """Runtime estimates of jobs (`profiles.estimate_for_job`: the learned runs of the
+    """Runtime estimates of jobs (`runtimes.estimate_for_job`: the learned runs of the
     job's owner and kind within its ``time=`` hint, else the hint, else the site-wide
     prior, else its time limit, else default_runtime), for one cycle at ``now`` (epoch
     seconds) over squeue's ``jobs``: a hint of an owner with an overrun that counts
@@ -135,7 +123,7 @@ class Estimator:
     @staticmethod
     def key_of(job: Any) -> tuple[str, Any]:
         """The job's kind (`job_kind`) and its hints (or the HintError)."""
-        hints = _hints_of(job.comment)
+        hints = cached_hints(job.comment)
         key = None if isinstance(hints, Exception) else hints.key
         return job_kind(job.name, job.job_id, key), hints
 
@@ -212,7 +200,7 @@ class Estimator:
     def _trusted(
         self, job: Any, key: str, owner: str, hints: Any, names: tuple[str, ...]
     ) -> dict[str, dict[int, float]]:
-        """Seconds per size per model (`profiles.estimate_for_job`)."""
+        """Seconds per size per model (`runtimes.estimate_for_job`)."""
         return {
             name: estimate_for_job(
                 self.store,

@@ -14,8 +14,9 @@ import pytest
 from slurm_mig.cli.plan import format_plan
 from slurm_mig.geometry import get_model
 from slurm_mig.job import Job
-from slurm_mig.plan import BOUND_NAMES, lower_bound, makespan_bounds, tightest_bound, validate_plan
+from slurm_mig.plan import lower_bound, validate_plan
 from slurm_mig.planner import Batch
+from slurm_mig.planner.bounds import BOUND_NAMES, makespan_bounds, tightest_bound
 from slurm_mig.planner.concat import plan_batches
 from slurm_mig.planner.far import (
     Forest,

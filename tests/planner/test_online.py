@@ -14,7 +14,6 @@ from slurm_mig.planner.online import (
     choose_placement,
     fragmentation_cost,
     is_lazy,
-    make_policy,
     parse_layout,
     plan_departure,
     profile_terms,
@@ -217,7 +216,7 @@ def test_policy_options_are_checked():
         FragAwarePolicy(threshold=1.5)
     with pytest.raises(ValueError, match="size 'big' must be one of"):
         FragAwarePolicy(size="big")
-    assert make_policy("frag-aware", migrate=False).migrate is False
+    assert get_policy("frag-aware", migrate=False).migrate is False
     assert get_policy("ff+lb", threshold=0.6).threshold == 0.6
 
 

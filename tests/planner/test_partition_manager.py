@@ -11,7 +11,6 @@ from slurm_mig.geometry import GIB, Placement, Slot, get_model, valid_partitions
 from slurm_mig.planner.partition_manager import (
     MigmPolicy,
     best_slot,
-    make_policy,
     reachability,
     reachability_table,
     slot_reachability,
@@ -176,6 +175,8 @@ def test_migm_policies_keep_the_simulator_invariants(name):
     assert isinstance(policy.policy, MigmPolicy) and policy.by_size == (name == "migm-a")
 
 
-def test_make_policy_names_the_choices():
-    with pytest.raises(ValueError, match="has migm-a, migm-b"):
-        make_policy("migm-c")
+def test_an_unknown_migm_variant_names_the_choices():
+    from slurm_mig.planner.registry import UnknownPolicy, get_policy
+
+    with pytest.raises(UnknownPolicy, match="choose one of .*migm-a, migm-b"):
+        get_policy("migm-c")

@@ -41,26 +41,22 @@ def _times(est: Estimate, model: GpuModel, memo: dict) -> Mapping[int, float]:
     return table
 
 
-def job_deadline(job: JobLike, memo: dict | None = None) -> float | None:
+def job_deadline(job: JobLike) -> float | None:
     """A job's deadline (epoch seconds): Slurm's own (``sbatch --deadline``), else its
     ``deadline=`` hint (a date, or a duration after submission), else None. A hint that
-    does not parse gives none (the estimate reports the problem)."""
+    does not parse gives none (the estimate reports the problem). The comment's parse
+    is the estimate's own (`hints.cached_hints`): one per comment, not one per use."""
     own = getattr(job, "deadline", None)
     if own:
         return float(own)
-    from ...hints import HintError, parse_hints
+    from ...hints import HintError, cached_hints
 
     text = job.comment or ""
     if "deadline=" not in text:
         return None
-    cache = memo if memo is not None else {}
-    key = ("deadline-hint", text)
-    if key not in cache:
-        try:
-            cache[key] = parse_hints(text)
-        except HintError:
-            cache[key] = None
-    hints = cache[key]
+    hints = cached_hints(text)
+    if isinstance(hints, HintError):
+        hints = None
     if hints is None or job.submit_time is None:
         return None if hints is None else hints.deadline_at
     return hints.deadline(job.submit_time)
@@ -78,7 +74,7 @@ def _job(
         alpha=est.alpha,
         restartable=est.restartable,
         kind=est.key,
-        deadline=job_deadline(job, memo),
+        deadline=job_deadline(job),
         priority=float(priority),
     )
 
