@@ -3,7 +3,7 @@ and FAR at scale (issue 20): 5,000 jobs on 512 GPUs against the dual bound.
 
 Targets: n = 1000 in <= 10 ms (also the first plan of a fresh process, as `slurm-mig
 plan` times it), n = 15 in <= 2 ms on the project's 2-core machine; 5,000 jobs on 512
-GPUs in <= 2 s and within 1.10 x the dual bound T* (``plan.makespan_bounds``).
+GPUs in <= 2 s and within 1.10 x the dual bound T* (``planner.bounds.makespan_bounds``).
 Paper (authors' Python): 19.43 ms at n = 15, 1620.82 ms at n = 1000; their C++ tool,
 -O2 with its phase-3 bugs patched: 0.2 ms and 90-118 ms on this machine
 (shared/data/far-reference/far_harness_benchmark_summary.csv).
@@ -24,8 +24,8 @@ import sys
 import time
 
 from slurm_mig.geometry import get_model
-from slurm_mig.plan import makespan_bounds
 from slurm_mig.planner import Batch
+from slurm_mig.planner.bounds import makespan_bounds
 from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.workload import generate
 
