@@ -67,9 +67,9 @@ def apply_actions(
     skips every release. Stops between slices once ``stop`` is set, or once ``budget``
     seconds are spent (``report.cut``: the next cycle reads Slurm afresh and goes on).
     ``gres``: a released job gets its instance's GRES record (``slurm.gres``) in the
-    update that writes its token; ``slices``: and its compute slices as ``mig_slice``. ``unstored``: the runs whose runtime the store could
-    not take, kept by the caller: a failure is logged at ERROR once per run, and the
-    runs stored now leave it."""
+    update that writes its token; ``slices``: and its compute slices as ``mig_slice``.
+    ``unstored``: the runs whose runtime the store could not take, kept by the caller:
+    a failure is logged at ERROR once per run, and the runs stored now leave it."""
     report = ApplyReport()
     began = elapsed()
     notes = [a for a in actions if isinstance(a, Note)]
