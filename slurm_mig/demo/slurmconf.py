@@ -126,10 +126,12 @@ def partition_lines(
 def gres_types(node_gres: Mapping[str, str]) -> list[str]:
     """slurm.conf's GresTypes line for the nodes' ``Gres=`` terms (none without any):
     gpu, and mig_slice where a node counts its slices (`slurm.gres.SLICE_GRES`)."""
+    from ..slurm.gres import SLICE_GRES
+
     if not any(node_gres.values()):
         return []
-    slices = any("mig_slice:" in term for term in node_gres.values())
-    return ["GresTypes=gpu,mig_slice" if slices else "GresTypes=gpu"]
+    slices = any(f"{SLICE_GRES}:" in term for term in node_gres.values())
+    return [f"GresTypes=gpu,{SLICE_GRES}" if slices else "GresTypes=gpu"]
 
 
 def conf_text(lines: Sequence[str]) -> str:
