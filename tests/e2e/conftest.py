@@ -193,6 +193,14 @@ host_release_only = pytest.mark.skipif(
 )
 
 
+def one_on_every_release(values: list[str], kept: str) -> list:
+    """Parameters of a test run once per value on the host's Slurm, and for ``kept``
+    alone on the other releases: what varies (a policy) does not touch Slurm's release,
+    the test's path through Slurm does, and one value walks it."""
+    assert kept in values, kept
+    return [v if v == kept else pytest.param(v, marks=host_release_only) for v in values]
+
+
 def planner_address(lc: LiveCluster, what: str) -> tuple[str, int]:
     """The (host, port) of the planner's ``[planner] <what>`` (metrics, notify, reports)."""
     from slurm_mig.config import load_config, parse_address

@@ -29,7 +29,7 @@ from slurm_mig.demo.live import (
 from slurm_mig.geometry import get_model
 from slurm_mig.workload import load_task_source
 
-from .conftest import LIVE_DEFAULTS, require_local_slurm
+from .conftest import LIVE_DEFAULTS, one_on_every_release, require_local_slurm
 
 A100 = get_model("A100-40GB")
 RODINIA = load_task_source("rodinia-a100", A100)
@@ -60,7 +60,10 @@ def live():
             shutil.rmtree(lc.root, ignore_errors=True)
 
 
-@pytest.mark.parametrize("policy", ["far", "auto", "far-pcie", "frag-aware", "adaptive"])
+@pytest.mark.parametrize(
+    "policy",
+    one_on_every_release(["far", "auto", "far-pcie", "frag-aware", "adaptive"], "adaptive"),
+)
 def test_batch_runs_as_planned_on_two_simulated_a100s(live, policy):
     """The Rodinia batch under a batch planner (its plan is then held to), adaptive (the
     daemon's default: a batch on idle GPUs goes to FAR, whose plan is held to) or an
@@ -158,7 +161,9 @@ def test_adaptive_sizes_jobs_that_arrive_one_by_one_by_load(live):
     assert lc.live_instances() == []
 
 
-@pytest.mark.parametrize("policy", ["edf", "met", "cedf", "smart-mig"])
+@pytest.mark.parametrize(
+    "policy", one_on_every_release(["edf", "met", "cedf", "smart-mig"], "smart-mig")
+)
 def test_deadline_policies_run_jobs_with_deadlines(live, policy):
     """SMART-MIG's online policies on real Slurm: jobs carry deadlines from sbatch
     --deadline (read back from squeue), a duration hint or a UTC date hint; every job
