@@ -14,13 +14,16 @@ VIEW_PKGS := tmux chromium
 # promtool checks and unit-tests the Prometheus alert rules (contrib/slurm-mig-alerts.yml,
 # tests/slurm/test_alerts.py); Debian ships it in the prometheus package.
 ALERT_PKGS := prometheus
+# rpmbuild and rpmlint for `make rpm` (and its test in tests/e2e/test_package.py);
+# Debian ships both.
+RPM_PKGS := rpm rpmlint
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Other Slurm releases for the e2e suite: debootstrapped Debian roots, cached in
 # /var/cache/slurm-mig/roots ($$SLURM_MIG_ROOTS) across clones. trixie: 24.11, sid: 26.05.
 SLURM_ROOTS := trixie sid
 
 .PHONY: venv test demo bench lint format clean clean-roots slurm-packages slurm-roots view-packages \
-	alert-packages
+	alert-packages rpm-packages deb rpm
 
 # `make` alone builds the manual page and the shell completion (`docs`, below).
 all: docs
@@ -87,6 +90,18 @@ alert-packages:
 			--no-install-recommends $(ALERT_PKGS); }; \
 	fi
 
+rpm-packages:
+	@if command -v rpmbuild >/dev/null 2>&1 && command -v rpmlint >/dev/null 2>&1; then \
+		echo "rpm packages: present"; \
+	else \
+		echo "rpm packages: installing $(RPM_PKGS)"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends $(RPM_PKGS) >/dev/null 2>&1 || { \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends $(RPM_PKGS); }; \
+	fi
+
 # Builds the roots that are missing (about 30 s each; as root only, where LocalSlurm can
 # run at all). Outside CI a root that cannot be built is skipped by the e2e suite with
 # the reason; on CI ($$CI set) it is a failure.
@@ -115,7 +130,7 @@ slurm-roots: $(VENV)/.installed
 # still runs (never another run's) and then fails the run.
 test: SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 test: RUN := $(shell od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
-test: slurm-packages view-packages alert-packages venv slurm-roots
+test: slurm-packages view-packages alert-packages rpm-packages venv slurm-roots
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	@echo "== test order: --randomly-seed=$(SEED) (make test SEED=$(SEED) repeats it)"
@@ -233,3 +248,19 @@ completion: $(VENV)/.installed-docs
 	$(BIN)/shtab --shell=bash slurm_mig.cli.build_parser \
 		-o $(DOCS_DIR)/bash-completion/completions/slurm-mig
 	$(BIN)/shtab --shell=zsh slurm_mig.cli.build_parser -o $(DOCS_DIR)/zsh/site-functions/_slurm-mig
+
+# The packages (packaging/build.py): the application in a private environment in
+# /opt/slurm-mig laid out for the target's Python, with the units, the man page and
+# completion, and /etc/slurm-mig/config.toml as a config file. `make deb` builds for this
+# machine's python3 (DEB_PYTHON=3.13 for Debian 13); `make rpm` for EL 9's python3.11
+# (RPM_PYTHON=3.12 for EL 10) and checks the result with rpmlint. Both land in dist/.
+DEB_PYTHON ?= $(shell python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+RPM_PYTHON ?= 3.11
+
+deb: $(VENV)/.installed-docs
+	$(BIN)/python packaging/build.py deb --python $(DEB_PYTHON) --out dist
+
+rpm: $(VENV)/.installed-docs rpm-packages
+	rm -f dist/slurm-mig-*.rpm
+	$(BIN)/python packaging/build.py rpm --python $(RPM_PYTHON) --out dist
+	rpmlint -r packaging/slurm-mig.rpmlintrc dist/slurm-mig-*.rpm

@@ -35,6 +35,7 @@ from .slurmconf import LayoutInstance
 from .slurmroot import SlurmInstall
 
 ROOT = Path(__file__).resolve().parents[2]
+INSTALLED_BIN = "/opt/slurm-mig/bin"  # where the .deb and .rpm put the commands
 DONE_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 )
@@ -70,6 +71,10 @@ class LiveCluster:
     # at start, one gres.conf record per instance typed by its profile (`layout`), and
     # no hooks, job_submit.lua or planner. None: slurm-mig.
     static_layout: str | None = None
+    # slurm-mig as its package installs it in the release's root (``slurm``, a root
+    # with the .deb installed): the hooks, job_submit.lua (its `site-files`) and the
+    # planner run from /opt/slurm-mig there, not from this source tree
+    installed: bool = False
     cluster: LocalSlurm | None = field(default=None, init=False)
     daemon: subprocess.Popen | None = field(default=None, init=False)
 
@@ -150,12 +155,13 @@ class LiveCluster:
         self._write_config(key)
         static = self.static_layout is not None
         hooks = {"SLURM_MIG_CONFIG": str(self.config_path)}
+        prolog, epilog, task_prolog = self._hooks()
         self.cluster = LocalSlurm(
             nodes=tuple(self.nodes),
             cpus=8 * self.gpus,
-            prolog=None if static else ROOT / "prolog" / "slurm-mig-prolog",
-            epilog=None if static else ROOT / "epilog" / "slurm-mig-epilog",
-            task_prolog=None if static else ROOT / "prolog" / "slurm-mig-taskprolog",
+            prolog=None if static else prolog,
+            epilog=None if static else epilog,
+            task_prolog=None if static else task_prolog,
             hook_env={} if static else hooks,
             job_submit_lua=None if static else self._job_submit_lua(),
             root=self.root / "slurm",
@@ -172,6 +178,27 @@ class LiveCluster:
         if static:
             self._make_layout()
         return self
+
+    def _hooks(self) -> tuple[Path, Path, Path]:
+        """The Prolog, Epilog and TaskProlog: the installed package's, or this tree's."""
+        if self.installed:
+            bin_dir = Path(INSTALLED_BIN)
+            names = ("slurm-mig-prolog", "slurm-mig-epilog", "slurm-mig-taskprolog")
+            return tuple(bin_dir / n for n in names)  # type: ignore[return-value]
+        return (
+            ROOT / "prolog" / "slurm-mig-prolog",
+            ROOT / "epilog" / "slurm-mig-epilog",
+            ROOT / "prolog" / "slurm-mig-taskprolog",
+        )
+
+    def command(self, *args: str) -> list[str]:
+        """The argv of ``slurm-mig ARGS``: the installed one inside the release's root
+        (``installed``), else this tree's with this interpreter."""
+        if not self.installed:
+            return [sys.executable, "-m", "slurm_mig", *args]
+        if self.slurm is None or self.slurm.root is None:
+            raise ValueError("installed=True needs slurm=, a root with the package installed")
+        return self.slurm.argv([f"{INSTALLED_BIN}/slurm-mig", *args])
 
     def layout(self) -> dict[str, list[LayoutInstance]]:
         """Node -> the instances of `static_layout` on its GPUs, smallest first (the
@@ -207,8 +234,7 @@ class LiveCluster:
         this cluster's config (its partition, MAX_MIG_MEM of its GPU model)."""
         site = self.root / "site"
         subprocess.run(
-            [sys.executable, "-m", "slurm_mig", "site-files", "--force", "--config",
-             str(self.config_path), str(site)],
+            self.command("site-files", "--force", "--config", str(self.config_path), str(site)),
             check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         lua = site / "job_submit.lua"
@@ -288,8 +314,8 @@ class LiveCluster:
     def start_planner(self) -> None:
         log = open(self.daemon_log, "a")  # noqa: SIM115 - the daemon's lifetime
         self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "slurm_mig", "-v", "planner", "--config", str(self.config_path)],
-            env={**self.env, "PYTHONPATH": str(ROOT)},
+            self.command("-v", "planner", "--config", str(self.config_path)),
+            env=self.env if self.installed else {**self.env, "PYTHONPATH": str(ROOT)},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
