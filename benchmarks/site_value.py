@@ -105,7 +105,6 @@ MODEL = "A100-40GB"
 TRACE, TRACE_JOBS = "miso-trace", 1000
 GPUS_PER_NODE = 8
 JOB_USER = "65534"  # nobody, by number (26.05 refuses --uid=<name>)
-DEFAULT_POLICY = "adaptive"
 MESSAGE_TIMEOUT = 30  # nodes share two CPUs (benchmarks/daemon_scale.py)
 TIMES = ("jct_mean", "jct_p95", "makespan", "wait_mean")
 TARGET_JCT, TARGET_ERROR = 0.9, 0.15
@@ -472,7 +471,7 @@ def simulated(args: argparse.Namespace, jobs: Sequence[Job]) -> tuple[dict, dict
         label, swept = sweep(jobs, nodes, args.seed, lambda s: print(s, file=sys.stderr))
     planner = planner_settings(args.planner)
     policy = str(planner["algorithm"])
-    if (policy, planner["objective"]) != (DEFAULT_POLICY, "balanced"):
+    if planner.get("objective"):  # else the daemon's: balanced where the policy takes one
         policy += f":objective={planner['objective']}"
     layout, typed = label_layout(label)
     sims = {}

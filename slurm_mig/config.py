@@ -77,7 +77,8 @@ class Config:
     max_planned: int = 2000  # held jobs with a standing plan at most (0: no limit)
     reorder: int = 0  # lower-priority jobs that may go before a job (-1: no bound)
     site_policy: str = "on"  # "on": Slurm's priority, limits and reservations decide
-    objective: str = "balanced"  # makespan | jct | balanced (planner.sequencing)
+    # makespan | jct | balanced (planner.sequencing); "": balanced where the policy takes one
+    objective: str = ""
     lease_ttl: float = 30.0
     public_file: Path | None = None
     metrics_file: Path | None = None
@@ -194,7 +195,7 @@ SCHEMA: dict[str, dict[str, _Field]] = {
             "reorder", "int", 0, "0 (strict priority order; -1: no bound)", _between(-1, 100_000)
         ),  # fmt: skip
         "site_policy": _Field("site_policy", "choice", "on", '"on"', choices=("on", "off")),
-        "objective": _Field("objective", "choice", "balanced", '"balanced"', choices=OBJECTIVES),
+        "objective": _Field("objective", "choice", "", '"balanced"', choices=OBJECTIVES),
         "cycle": _Field("cycle", "float", 5.0, "5.0", _POSITIVE),
         "token_ttl": _Field("token_ttl", "float", 3600.0, "3600.0", _POSITIVE),
         "release_ahead": _Field("release_ahead", "float", 600.0, "600.0", _NON_NEGATIVE),
@@ -375,6 +376,10 @@ def _validate(data: Mapping, source: Path | None) -> tuple[Config | None, list[s
             f"({2 * values['cycle']:g} s): released jobs would be held again before Slurm "
             "could start them; raise it, or 0 to turn it off",
         )
+    if values["objective"] and not problems:
+        refused = _check_objective(values["algorithm"], values["objective"])
+        if refused is not None:
+            bad("planner.objective", refused)
     if problems:
         return None, problems
     return Config(nodes=nodes, source=source, **values), []  # type: ignore[arg-type]
@@ -411,6 +416,18 @@ def _check_policy(value: str) -> str | None:
             f"unknown policy {value!r}{hint}; choose one of {', '.join(names)} "
             "('slurm-mig plan --help' says what each does)"
         )
+    return None
+
+
+def _check_objective(algorithm: str, objective: str) -> str | None:
+    """Why policy ``algorithm`` cannot take ``[planner] objective``, or None (what the
+    policy declares in the registry)."""
+    from .planner.registry import UnknownPolicy, policy_info
+
+    try:
+        policy_info(algorithm).objective_options(objective)
+    except UnknownPolicy as exc:
+        return str(exc)
     return None
 
 

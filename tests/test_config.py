@@ -146,8 +146,9 @@ def test_the_annotated_example_is_valid_and_documents_the_defaults(tmp_path):
     text = EXAMPLE.read_text()
     for section, fields in SCHEMA.items():  # every key is shown and explained
         assert f"[{section}]" in text
-        for key in fields:
-            assert f"\n{key} = " in text, key
+        for key, field in fields.items():  # one unset by default is shown commented out
+            shown = f"\n{key} = " in text or (field.default == "" and f"\n#{key} = " in text)
+            assert shown, key
     assert len(example.nodes) >= 1
 
 
@@ -650,14 +651,42 @@ def test_keygen_with_a_broken_config_says_so_instead_of_guessing(tmp_path, capsy
 # [planner] objective
 
 
-def test_objective_defaults_to_balanced_and_takes_the_planner_names(tmp_path):
-    from slurm_mig.planner.sequencing import DEFAULT_OBJECTIVE, OBJECTIVES
+def test_objective_is_unset_by_default_and_takes_the_planner_names(tmp_path):
+    from slurm_mig.planner.sequencing import OBJECTIVES
 
     assert config_mod.OBJECTIVES == OBJECTIVES  # the hooks do not import the planner
-    assert load_config(write(tmp_path, NODES)).objective == DEFAULT_OBJECTIVE == "balanced"
+    assert load_config(write(tmp_path, NODES)).objective == ""  # balanced where taken
     for name in OBJECTIVES:
         path = write(tmp_path, NODES + f'[planner]\nobjective = "{name}"\n')
         assert load_config(path).objective == name
+
+
+def test_an_objective_the_policy_does_not_take_is_refused_not_dropped(tmp_path, capsys):
+    """The pair the policy's registry entry does not declare: one line from check-config
+    and from the planner's start, naming the policies that take it."""
+    path = write(tmp_path, NODES + '[planner]\nalgorithm = "baseline"\nobjective = "jct"\n')
+    problems = check_config(path)
+    assert problems == [
+        f"{path}: planner.objective: policy 'baseline' takes no objective (it plans by its "
+        "own rule); remove objective 'jct', or choose a policy that takes it: auto, far, "
+        "far-pcie, adaptive"
+    ]
+    assert main(["check-config", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert problems[0] in out.splitlines() and "Traceback" not in out + err
+    assert main(["planner", "--config", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [f"slurm-mig: error: {problems[0]}"]
+    # far-pcie names its own objectives
+    pcie = write(tmp_path, NODES + '[planner]\nalgorithm = "far-pcie"\nobjective = "balanced"\n')
+    assert check_config(pcie) == [
+        f"{pcie}: planner.objective: policy 'far-pcie': objective 'balanced': choose "
+        "makespan, jct, start or online"
+    ]
+    # left out, the policy's own rule: no problem for any policy
+    for algorithm in ("baseline", "far-pcie", "adaptive", "static"):
+        path = write(tmp_path, NODES + f'[planner]\nalgorithm = "{algorithm}"\n')
+        assert check_config(path) == []
 
 
 def test_a_bad_objective_is_one_clear_line(tmp_path, capsys):

@@ -33,36 +33,44 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _type_checking_imports(tree: ast.AST) -> set[int]:
+    """The ids of the import nodes under ``if TYPE_CHECKING:`` (for type checkers only)."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for branch in node.body:
+                ids.update(id(sub) for sub in ast.walk(branch))
+    return ids
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (anywhere in its code)."""
+    """Module -> the package's modules it imports when it runs, anywhere in its code
+    (a lazy import inside a function counts); an import only under ``if
+    TYPE_CHECKING:`` does not, and leaves the module's other imports of the same
+    target counted."""
     files = {_module_name(p): p for p in ROOT.rglob("*.py") if "inject" not in p.parts}
     graph: dict[str, set[str]] = {m: set() for m in files}
     for module, path in files.items():
         tree = ast.parse(path.read_text(), str(path))
         is_package = path.name == "__init__.py"
+        typing_only = _type_checking_imports(tree)
         for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if isinstance(getattr(node, "parent", None), ast.If):
-                    pass
+                # ``from . import sub`` needs the module sub, not what its package's
+                # __init__ imports; ``from pkg import name`` needs pkg
                 base = _resolve(module, is_package, node)
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+                subs = [f"{base}.{a.name}" for a in node.names]
+                targets = [t for t in subs if t in files]
+                if len(targets) < len(subs):
+                    targets.append(base)
             for t in targets:
                 if t in files and t != module:
                     graph[module].add(t)
-    # ``if TYPE_CHECKING:`` imports are for type checkers only
-    for module, path in files.items():
-        tree = ast.parse(path.read_text(), str(path))
-        is_package = path.name == "__init__.py"
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                for sub in ast.walk(node):
-                    if isinstance(sub, ast.ImportFrom):
-                        base = _resolve(module, is_package, sub)
-                        for t in [base] + [f"{base}.{a.name}" for a in sub.names]:
-                            graph[module].discard(t)
     return graph
 
 
@@ -226,3 +234,8 @@ def test_the_walk_sees_imports():
     assert "slurm_mig.planner.registry" in graph["slurm_mig.config"]  # lazy, in a function
     assert "slurm_mig.slurm.statusview" in graph["slurm_mig.slurm.web"]
     assert "slurm_mig.power" in graph["slurm_mig.slurm.accounting"]
+    # imported under TYPE_CHECKING and again inside a function: the lazy one counts
+    assert "slurm_mig.devices.catalogue" in graph["slurm_mig.devices.nvml"]
+    # ``from . import sub`` needs the module, not its package's __init__
+    assert "slurm_mig.planner" not in graph["slurm_mig.planner.snapshot"]
+    assert "slurm_mig.planner.cluster_snapshot" in graph["slurm_mig.planner.snapshot"]

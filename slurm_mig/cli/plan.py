@@ -208,14 +208,15 @@ def run(args: argparse.Namespace) -> int:
 def objective_option(name: str, objective: str | None) -> dict[str, str]:
     """``{"objective": ...}`` for planner ``name``: ``--objective`` (an error if the
     planner takes none), else the daemon's default where the planner takes one."""
+    from ..planner.registry import policy_info
     from ..planner.sequencing import DEFAULT_OBJECTIVE, objective_options
 
-    got = objective_options(name, objective or DEFAULT_OBJECTIVE)
-    if objective and not got:
-        raise UnknownPlanner(
-            f"--objective {objective}: planner {name!r} does not take it; use far or auto"
-        )
-    return got
+    if not objective:
+        return objective_options(name, DEFAULT_OBJECTIVE)
+    try:
+        return policy_info(name).objective_options(objective)
+    except ValueError as exc:
+        raise UnknownPlanner(f"--objective {objective}: {exc}") from None
 
 
 def run_objective(args: argparse.Namespace, tasks, model) -> tuple:

@@ -274,9 +274,15 @@ class LiveCluster:
             # Slurm latency no plan models); adaptive, the daemon's default, and the
             # other objectives run where a test names them
             "algorithm": "far",
-            "objective": "makespan",
             **self.planner,
         }
+        from ..planner.registry import policy_info
+
+        if (
+            "objective" not in planner
+            and "makespan" in policy_info(planner["algorithm"]).objectives
+        ):
+            planner["objective"] = "makespan"
         lines = ["[slurm]", 'partition = "mig"', "", "[nodes]"]
         lines += [f'"{n}" = {json.dumps([self.model] * self.gpus)}' for n in self.nodes]
         lines += [

@@ -96,7 +96,7 @@ def planner_settings(overrides: Sequence[str], scale: float = 1.0) -> dict[str, 
             out[key] = json.loads(text)
         except ValueError:
             out[key] = text
-    return out
+    return {k: v for k, v in out.items() if v != ""}  # "" (objective): the default
 
 
 # ---------------------------------------------------------------------------

@@ -1,11 +1,11 @@
 """One GPU's MIG catalogue as its driver reports it, and the check against geometry's tables.
 
-``read_catalogue`` asks NVML (``NvmlBackend.catalogue``) for every
-``NVML_GPU_INSTANCE_PROFILE_*`` constant and keeps what the driver says: name, slices,
+``slurm_mig.devices.nvml.read_catalogue`` asks NVML for every
+``NVML_GPU_INSTANCE_PROFILE_*`` constant and keeps here what the driver says: name, slices,
 memory, instance count, placements (in memory slices: ``GpuModel.from_nvml``). Profiles are keyed by NAME, never by id: ids differ
 between models. ``compare`` lists where the offline tables and the driver disagree;
 ``driver_wins`` builds the model the planner should use (the driver's names and memory).
-pynvml is imported only when a catalogue is read.
+This module reads no hardware (NVML builds a `Catalogue`; nothing here imports it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from ..geometry import GpuModel, Placement, Profile
 from .base import DeviceError, InvalidRequest
@@ -89,15 +88,6 @@ def suffix_of(nvml_class: str | None) -> str:
         if nvml_class and nvml_class.endswith(key):
             return text
     return ""
-
-
-def read_catalogue(gpu: int, pynvml_module: Any = None) -> Catalogue:
-    """The MIG catalogue of GPU ``gpu`` read through NVML (``NvmlBackend.catalogue``);
-    DeviceError (a message and a hint, as the NVML backend raises them) when the driver
-    cannot be asked."""
-    from .nvml import NvmlBackend
-
-    return NvmlBackend(pynvml_module).catalogue(gpu)
 
 
 # -- the check ---------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from .nvmlsession import DEFAULT_HINT, NvmlSession, nvml_text
 if TYPE_CHECKING:
     from .catalogue import Catalogue
 
-__all__ = ["NvmlBackend", "NvmlProfile", "detect_model"]
+__all__ = ["NvmlBackend", "NvmlProfile", "detect_model", "read_catalogue"]
 
 _MAX_PROFILE_CONSTANT = 64  # a guard: NVML answers INVALID_ARGUMENT long before
 _GIB = 1024**3
@@ -581,3 +581,10 @@ class NvmlBackend(NvmlSession, MigBackend):
             f"{i.profile} at {i.placement.start}:{i.placement.size} ({i.uuid})" for i in in_way
         )
         return PlacementConflict(f"{err.message}; in the way: {desc}", hint=err.hint)
+
+
+def read_catalogue(gpu: int, pynvml_module: Any = None) -> Catalogue:
+    """The MIG catalogue of GPU ``gpu`` read through NVML (``NvmlBackend.catalogue``);
+    DeviceError (a message and a hint, as the NVML backend raises them) when the driver
+    cannot be asked."""
+    return NvmlBackend(pynvml_module).catalogue(gpu)

@@ -97,7 +97,7 @@ class _Recent:
     """The recent arrivals: their times and their runtimes at their most efficient
     size, for the arrival rate and a typical runtime. Kept from snapshot to snapshot
     where the snapshot says what arrived; read from the jobs it holds otherwise (the
-    daemon builds a fresh policy every cycle)."""
+    daemon's snapshots do not say)."""
 
     def __init__(self) -> None:
         self.times: deque[float] = deque(maxlen=RATE_WINDOW)

@@ -64,9 +64,6 @@ __all__ = [
 ]
 
 MIN_RUNTIME = 1e-3  # a planned runtime is never shorter (the planner needs > 0)
-# Policies free to put a job of its size on any legal slot: with ``reorder`` their runs
-# are list-scheduled at the sizes they chose (the others plan each run themselves).
-LIST_SCHEDULED = frozenset({"far", "auto", "exact"})
 
 
 @dataclass(frozen=True)
@@ -104,7 +101,7 @@ def driver_settings(
     decides for itself (an online one, which the driver does not drive)."""
     if not options:
         return base
-    if callable(getattr(policy, "decide", None)):
+    if policy.kind == "online":
         raise UnknownPolicy(
             f"policy {name!r}: {', '.join(options)}: an option of the batch driver; "
             f"{name} is an online policy and takes only its own options"
@@ -181,11 +178,21 @@ class Deciding(Protocol):
     def decide_groups(self, groups: Sequence[ClusterSnapshot]) -> list[Decisions]: ...
 
 
+def _list_scheduled(policy: Policy) -> bool:
+    """Whether ``policy``'s registry entry lets the driver list-schedule it."""
+    from .registry import policy_info
+
+    try:
+        return policy_info(policy.name).list_scheduled
+    except UnknownPolicy:  # a policy object built outside the registry
+        return False
+
+
 def as_online(policies: Sequence[Policy], settings: BatchSettings = BatchSettings()) -> Deciding:
     """The policies of a cluster, one per GPU model, behind one `decide`: online ones
     offered the waiting jobs (`Offered`), batch planners driven here (`Driven`, with
     ``settings``); the one place that tells the two kinds apart."""
-    if all(callable(getattr(p, "decide", None)) for p in policies):
+    if all(p.kind == "online" for p in policies):
         return Offered(policies)
     return Driven(policies, settings)  # type: ignore[arg-type]
 
@@ -420,7 +427,7 @@ class _Runs:
                 # instead of its several onto busy ones (same quality, measured)
                 start = (
                     None
-                    if getattr(self.policies[g], "name", "") in LIST_SCHEDULED
+                    if _list_scheduled(self.policies[g])
                     else replace(snap, gpus=tuple(self.starts(g)), planned={})
                 )
                 tasks = tuple(task_of(snap.pending[j.id], snap, self.st.moldable) for j in jobs)
@@ -445,9 +452,7 @@ class _Runs:
         self.count += 1
         for g, jobs in self._split(chunk).items():
             snap = self.groups[g]
-            if getattr(self.policies[g], "name", "") in LIST_SCHEDULED and all(
-                j.id in self.size for j in jobs
-            ):
+            if _list_scheduled(self.policies[g]) and all(j.id in self.size for j in jobs):
                 self._list_schedule(g, jobs, number)
                 continue
             start = replace(snap, gpus=tuple(self.starts(g)), planned={})

@@ -383,6 +383,9 @@ def make_far_pcie(**options) -> BatchPolicy:
         float(options.get("delay_threshold", DELAY_THRESHOLD)),
         float(options.get("wait_time_threshold", WAIT_TIME_THRESHOLD)),
     )  # validate now
+    objective = options.get("objective", "makespan")
+    if objective not in OBJECTIVES:
+        raise PcieError(f"objective {objective!r}: choose one of {', '.join(OBJECTIVES)}")
     return BatchPolicy("far-pcie", bind_options(plan_far_pcie, "far-pcie", options))
 
 

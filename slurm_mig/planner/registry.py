@@ -40,6 +40,7 @@ __all__ = [
     "policy_info",
     "policy_names",
     "register_policy",
+    "takes_objective",
     "unregister_policy",
 ]
 
@@ -94,22 +95,49 @@ def bind_options(fn: Callable[..., Plan], name: str, options: dict[str, Any]) ->
 
 @dataclass(frozen=True)
 class PolicyInfo:
-    """A registered name: its kind, a line for --help, and the module whose
-    ``POLICIES`` maps the name to its factory (called as ``factory(**options)``)."""
+    """A registered name: its kind, a line for --help, the module whose ``POLICIES``
+    maps the name to its factory (called as ``factory(**options)``), and what the
+    policy declares: the ``objective`` values it takes (none: it plans by its own rule,
+    and an objective given to it is refused), and whether the batch driver may
+    list-schedule it (choose sizes once on idle GPUs, then place in order)."""
 
     name: str
     kind: Literal["batch", "online"]
     summary: str
     target: str
+    objectives: tuple[str, ...] = ()
+    list_scheduled: bool = False
+
+    def objective_options(self, objective: str | None) -> dict[str, str]:
+        """``{"objective": objective}`` for a policy that takes it; ``{}`` for none
+        given; UnknownPolicy (one line, naming what it takes) for one it does not."""
+        if not objective:
+            return {}
+        if objective in self.objectives:
+            return {"objective": objective}
+        if self.objectives:
+            *rest, last = self.objectives
+            raise UnknownPolicy(
+                f"policy {self.name!r}: objective {objective!r}: choose {', '.join(rest)} or {last}"
+            )
+        others = ", ".join(takes_objective(objective)) or "none"
+        raise UnknownPolicy(
+            f"policy {self.name!r} takes no objective (it plans by its own rule); remove "
+            f"objective {objective!r}, or choose a policy that takes it: {others}"
+        )
 
 
 _P = "slurm_mig.planner."
+# the objectives of planner.sequencing's post-pass (FAR's plan re-sequenced)
+_SEQUENCED = ("makespan", "jct", "balanced")
 _ENTRIES = (
     PolicyInfo(
         "auto",
         "batch",
         "FAR, plus an exact search where a batch is small enough (default)",
         _P + "auto",
+        objectives=_SEQUENCED,
+        list_scheduled=True,
     ),
     PolicyInfo(
         "far",
@@ -117,18 +145,22 @@ _ENTRIES = (
         "FAR: allotment family, LPT list scheduling over the repartitioning tree, "
         "moves and swaps; batches appended onto busy GPUs reversed (FAR Section 4)",
         _P + "far_planner",
+        objectives=_SEQUENCED,
+        list_scheduled=True,
     ),
     PolicyInfo(
         "far-pcie",
         "batch",
         "FAR candidates ranked under the PCIe slowdown model (Eq. 2), with the co-location gate",
         _P + "far_pcie",
+        objectives=("makespan", "jct", "start", "online"),
     ),
     PolicyInfo(
         "exact",
         "batch",
         "branch and bound over FAR's search space (small batches only)",
         _P + "exact",
+        list_scheduled=True,
     ),
     PolicyInfo(
         "miso-opt",
@@ -160,6 +192,7 @@ _ENTRIES = (
         "the MIG timeline, larger slices only while they cost the waiting jobs less than "
         "they gain, backfilling before reserved slices; a batch on idle GPUs goes to FAR",
         _P + "adaptive",
+        objectives=("balanced", "jct", "makespan"),
     ),
     PolicyInfo(
         "baseline",
@@ -311,6 +344,12 @@ def policy_info(name: str) -> PolicyInfo:
     raise UnknownPolicy(f"unknown policy {name!r}; choose one of {', '.join(policy_names())}")
 
 
+def takes_objective(objective: str) -> list[str]:
+    """The registered policies that take ``objective``."""
+    infos = [*_ENTRIES, *_EXTRA.values()]
+    return [i.name for i in infos if objective in i.objectives]
+
+
 def policy_names(kind: str | None = None) -> list[str]:
     """Registered names (``fixpart-SIZES`` stands for every fixed partition)."""
     infos = [*_ENTRIES, *_EXTRA.values()]
@@ -355,6 +394,8 @@ def get_policy(name: str, **options: Any) -> Policy:
 
 
 def _call(info: PolicyInfo, key: str, factory: Callable[..., Policy], options: dict) -> Policy:
+    if "objective" in options:  # declared, not found out from the factory's TypeError
+        info.objective_options(options["objective"])
     try:
         policy = factory(**options)
     except TypeError as exc:

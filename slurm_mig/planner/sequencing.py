@@ -97,31 +97,20 @@ def mean_completion(plan: Plan) -> float:
 
 
 def accepts_objective(name: str, objective: str) -> bool:
-    """Whether the registered policy ``name`` takes the option ``objective=objective``:
-    its module's ``OBJECTIVES`` (when it declares them) lists the value and the policy
-    builds with it. False for a policy that cannot be built (e.g. its module absent)."""
-    from importlib import import_module
-
-    from .registry import get_policy, policy_info
+    """Whether the registered policy ``name`` takes ``objective=objective``: what its
+    registry entry declares (`PolicyInfo.objectives`); False for an unknown name."""
+    from .registry import UnknownPolicy, policy_info
 
     try:
-        info = policy_info(name)
-        module = import_module(info.target.split(":")[0])
-    except (ImportError, ValueError):
+        return objective in policy_info(name).objectives
+    except UnknownPolicy:
         return False
-    declared = getattr(module, "OBJECTIVES", None)
-    if declared is not None and objective not in declared:
-        return False
-    try:
-        get_policy(name, objective=objective)
-    except (ImportError, TypeError, ValueError):
-        return False
-    return True
 
 
 def objective_options(name: str, objective: str | None) -> dict[str, str]:
-    """``{"objective": objective}`` when policy ``name`` accepts it, else ``{}`` (the
-    policy plans by its own rule; e.g. the online baselines take no objective)."""
+    """``{"objective": objective}`` when policy ``name`` takes it, else ``{}`` (for a
+    default applied where it fits; a value the user gave goes through
+    `PolicyInfo.objective_options`, which refuses it instead)."""
     if not objective:
         return {}
     return {"objective": objective} if accepts_objective(name, objective) else {}

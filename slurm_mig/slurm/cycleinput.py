@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import Config
 from ..geometry import get_model
-from .cycle import NodeRecord, Snapshot
+from .cycle import NodeRecord, Snapshot, configured_objective
 from .estimates import Estimator
 from .jobrecord import in_partition, job_phase
 
@@ -83,7 +83,7 @@ def build_snapshot(
         learned=frozenset(learned),
         policy=policy,
         reorder=config.reorder,
-        objective=config.objective,
+        objective=configured_objective(config.algorithm, config.objective),
         limited=dict(limited or {}),
         throttles=dict(throttles or {}),
         node_records=tuple(node_records),

@@ -46,8 +46,10 @@ from .cycle import (
     Backoff,
     CycleResult,
     Learn,
+    PolicySet,
     Refusals,
     Snapshot,
+    configured_objective,
     plan_cycle,
     requeued_by_slurm,
     requeued_runs,
@@ -159,6 +161,9 @@ class PlannerDaemon:
         # released jobs Slurm kept pending (a limit, licenses, not started), deferred
         # for a back-off that doubles each time; array throttles learned
         self.limited = Backoff()
+        # the policies, built once for the run (a group of GPUs that changes gets anew)
+        objective = configured_objective(config.algorithm, config.objective)
+        self.policies = PolicySet(config.algorithm, objective)
         # slots a job was requeued from in a row (refused by its node), barred for it
         self.refusals = Refusals()
         self.sent: set[str] = set()  # jobs this daemon released, of those squeue shows
@@ -239,7 +244,7 @@ class PlannerDaemon:
                 refused=self.refusals.avoid(now),
                 sent=self.sent,
             )
-            result = plan_cycle(snap)
+            result = plan_cycle(snap, self.policies)
         except (SlurmError, StoreError) as exc:
             text = " ".join(str(exc).split())
             what = "Slurm" if isinstance(exc, SlurmError) else "the runtime store"

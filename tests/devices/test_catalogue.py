@@ -18,8 +18,8 @@ from slurm_mig.devices.catalogue import (  # noqa: E402
     compare,
     driver_wins,
     error_line,
-    read_catalogue,
 )
+from slurm_mig.devices.nvml import read_catalogue
 
 MIB = 1024**2
 BOTH = [k for k in fake.CHIPS if k in geometry.MODELS]

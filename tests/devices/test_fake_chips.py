@@ -13,7 +13,8 @@ import fake_pynvml as fake  # noqa: E402
 
 from slurm_mig import geometry  # noqa: E402
 from slurm_mig.devices.boards import detect_model  # noqa: E402
-from slurm_mig.devices.catalogue import compare, driver_wins, read_catalogue  # noqa: E402
+from slurm_mig.devices.catalogue import compare, driver_wins  # noqa: E402
+from slurm_mig.devices.nvml import read_catalogue  # noqa: E402
 
 MIB = 1024**2
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
@@ -14,6 +15,7 @@ from slurm_mig.planner.baseline import Baseline, place_exact, start_ops
 from slurm_mig.planner.batch import Batch, UnknownPlanner, get_planner
 from slurm_mig.planner.decisions import Destroy, Place
 from slurm_mig.planner.registry import (
+    FACTORIES,
     PolicyInfo,
     UnknownPolicy,
     describe,
@@ -122,6 +124,30 @@ def test_register_policy_adds_a_name_once_and_never_replaces_one():
     assert "baseline-7" not in policy_names("online")
     with pytest.raises(KeyError):
         unregister_policy("adaptive")  # built-ins stay
+
+
+def test_each_policy_takes_exactly_the_objectives_its_entry_declares():
+    """The registry's declarations (`PolicyInfo.objectives`, ``list_scheduled``) are
+    what the factories do: a declared objective builds, any other one the factory
+    refuses itself; FAR's family alone is list-scheduled."""
+    candidates = {"makespan", "jct", "balanced", "start", "online"}
+    for name in policy_names():
+        factory = FACTORIES[name]
+        if name == "fixpart-SIZES":
+            factory = partial(factory, "4-3")
+        name = "fixpart-4-3" if name == "fixpart-SIZES" else name
+        info = policy_info(name)
+        for objective in sorted(candidates):
+            declared = objective in info.objectives
+            try:
+                built = factory(objective=objective)
+            except (TypeError, ValueError):
+                built = None
+            assert (built is not None) == declared, (name, objective)
+        with pytest.raises(UnknownPolicy, match=r"objective 'fastest'|takes no objective"):
+            registry_policy(name, objective="fastest")
+    listed = {n for n in policy_names() if n != "fixpart-SIZES" and policy_info(n).list_scheduled}
+    assert listed == {"far", "auto", "exact"}
 
 
 def _named(policy, name):

@@ -639,3 +639,51 @@ def test_a_job_released_ahead_of_a_job_whose_release_failed_stays_held():
     assert [j for j, _ in report.failed] == [first.job_id]
     assert report.released == [other.job_id] and report.skipped == 1
     assert ("release", (other.job_id,)) in slurm.calls
+
+
+def test_the_daemon_builds_its_policies_once_per_run_not_per_cycle(tmp_path):
+    """One policy per group of GPUs for the daemon's whole run, kept across cycles as
+    the simulator keeps one (10 cycles, two GPU models: two built); a group whose GPUs
+    change gets a fresh one, a group that stays keeps its own."""
+    from slurm_mig.planner.baseline import Baseline
+    from slurm_mig.planner.registry import PolicyInfo, register_policy, unregister_policy
+
+    made: list[Baseline] = []
+
+    def counted(**options):
+        policy = Baseline(**options)
+        made.append(policy)
+        return policy
+
+    register_policy(PolicyInfo("counted", "online", "Baseline, counted", ""), counted)
+    try:
+        nodes = {"gpu01": ["A100-40GB"], "gpu02": ["A30-24GB"]}
+        cfg = load_config(write_config(tmp_path, nodes, algorithm="counted"))
+
+        class Slurm:
+            shown_nodes = [node("gpu01"), node("gpu02")]
+
+            def jobs(self, partition=None):
+                return [job("5", comment="mig:mem=4G,time=60")]
+
+            def nodes(self, partition=None):
+                return list(self.shown_nodes)
+
+            def update_job(self, job_id, **fields):
+                pass
+
+            def release(self, *job_ids):
+                pass
+
+        slurm = Slurm()
+        daemon = PlannerDaemon(cfg, slurm, None, b"k" * 32, clock=lambda: 2000.0)
+        for _ in range(10):
+            assert daemon.run_cycle().error is None
+        assert len(made) == 2 == daemon.policies.built
+        slurm.shown_nodes = [node("gpu01"), node("gpu02", "DOWN")]
+        daemon.run_cycle()
+        slurm.shown_nodes = [node("gpu01"), node("gpu02")]
+        daemon.run_cycle()
+        assert len(made) == 3  # gpu02's group anew; gpu01's kept throughout
+    finally:
+        unregister_policy("counted")

@@ -90,6 +90,7 @@ from .assignments import assignments
 from .backoff import BACKOFF_BASE, BACKOFF_MAX, Backoff
 from .classify import LATE_FRACTION, LATE_SECONDS, OVERDUE_SECONDS, Classified, classify
 from .inputs import Estimate, JobLike, NodeRecord, Snapshot
+from .policyset import PolicySet, configured_objective
 from .refused import REFUSALS, Refusals, avoid_refused, requeued_by_slurm, requeued_runs
 from .result import cycle_result, in_place_order
 from .reuse import link_reuse, release_ahead
@@ -97,6 +98,8 @@ from .schedule import schedule
 from .snapshot import cluster_snapshots, job_deadline
 
 __all__ = [
+    "PolicySet",
+    "configured_objective",
     "ACTIVE_STATES",
     "ADMIN_TAG",
     "BACKOFF_BASE",
@@ -143,12 +146,13 @@ __all__ = [
 ]
 
 
-def plan_cycle(snap: Snapshot) -> CycleResult:
-    """The actions this cycle takes, from Slurm's view alone (pure and deterministic)."""
+def plan_cycle(snap: Snapshot, policies: PolicySet | None = None) -> CycleResult:
+    """The actions this cycle takes, from Slurm's view alone (deterministic): the
+    policies ``policies`` keeps (the daemon's, built once per run), else new ones."""
     with paused_gc():
         view = classify(snap)
         groups = cluster_snapshots(snap, view)
-        decisions = schedule(snap, view, groups)
+        decisions = schedule(snap, view, groups, policies)
         planned, released, requeues = assignments(snap, view, groups, decisions)
         planned, released = avoid_refused(snap, view, groups, planned, released)
         final = link_reuse(planned, [b for b in view.busy if not b.stale])

@@ -78,7 +78,8 @@ class Snapshot:
     # job priority 0, no limits read, no reservations (the planner's order is arrival)
     policy: SitePolicy | None = None
     reorder: int = 0  # lower-priority jobs that may go before a job (-1: no bound)
-    # [planner] objective, passed to the policy when it takes one ("": its own default)
+    # the objective the policy plans by ("": its own rule); the daemon's is
+    # `policyset.configured_objective`: [planner] objective, else balanced where taken
     objective: str = ""
     # held jobs that Slurm kept pending after their release (a limit, licenses, not
     # started in time), and why, while their back-off lasts (the daemon's `Backoff`)

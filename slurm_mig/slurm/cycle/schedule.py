@@ -1,6 +1,7 @@
 """Step 3 of the cycle: the planning core's driver with the policy the config names
 (whether to re-plan, batches, planning through the registry, the release gate); the
-configured ``objective`` goes to the policy when it takes one (far, auto, adaptive)."""
+configured ``objective`` goes to the policy (the config refuses one the policy does not
+take), and without one ``balanced`` where the policy takes it (far, auto, adaptive)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,32 @@ from collections.abc import Sequence
 
 from ...planner.decisions import Decisions
 from ...planner.driver import BatchSettings, step_groups
-from ...planner.registry import get_policy
-from ...planner.sequencing import objective_options
 from ...planner.snapshot import ClusterSnapshot
 from .classify import Classified
 from .inputs import Snapshot
+from .policyset import PolicySet
+from .snapshot import group_keys
 
 __all__ = ["schedule"]
 
 
 def schedule(
-    snap: Snapshot, view: Classified, groups: Sequence[ClusterSnapshot]
+    snap: Snapshot,
+    view: Classified,
+    groups: Sequence[ClusterSnapshot],
+    policies: PolicySet | None = None,
 ) -> list[Decisions]:
-    """Step 3: the planning core's driver with the configured policy (package doc)."""
+    """Step 3: the planning core's driver with the configured policy (package doc):
+    the daemon's `PolicySet` keeps the policies across cycles; without one (a test, a
+    single cycle) they are built for this cycle."""
     if not groups:
         return []
-    options = objective_options(snap.algorithm, snap.objective)
-    policies = [get_policy(snap.algorithm, **options) for _ in groups]
+    wanted = (snap.algorithm, snap.objective)
+    if policies is None or (policies.algorithm, policies.objective) != wanted:
+        policies = PolicySet(*wanted)
     settings = BatchSettings(
         window=snap.batch_window,
         size=max(0, snap.batch_size),
         reorder=None if snap.reorder < 0 else snap.reorder,
     )
-    return step_groups(groups, policies, settings)
+    return step_groups(groups, policies.for_groups(group_keys(snap, view)), settings)

@@ -92,6 +92,13 @@ def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot
     )
 
 
+def group_keys(snap: Snapshot, view: Classified) -> list[tuple[str, str, tuple]]:
+    """What identifies each group of `cluster_snapshots`, in its order: reservation,
+    GPU model and the GPUs as (node, index)."""
+    groups = _gpu_groups(snap, view)
+    return [(pool, name, tuple(sorted(groups[(pool, name)]))) for pool, name in sorted(groups)]
+
+
 def _gpu_groups(snap: Snapshot, view: Classified) -> dict[tuple[str, str], list[tuple[str, int]]]:
     """(reservation, GPU model) -> its GPUs as (node, index): each group is planned
     apart ("" for the nodes of no active reservation)."""
