@@ -25,8 +25,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .geometry import get_model
+
 # Section 5.1: achievable PCIe 4.0 bandwidth of the paper's A100-PCIe-40GB, GB/s.
-PCIE_MAX_A100 = 30.08
+PCIE_MAX_A100 = get_model("A100-40GB").board.pcie_max_gbps  # 30.08 GB/s, measured
 
 
 class PcieError(ValueError):
@@ -78,11 +80,13 @@ def max_sharers(alpha: float, demand: float, threshold: float = 1.0,
 
 
 def pcie_max_for(model: Any) -> float:
-    """PCIe_max per GPU for a geometry model: the paper's measured 30.08 GB/s on PCIe
-    4.0 parts (A30, A100); twice that on the PCIe 5.0 generation (H100 and later),
-    our assumption. ``model`` is a GpuModel or anything with ``timing_family``."""
-    family = getattr(model, "timing_family", None)
-    return PCIE_MAX_A100 if family in ("A30", "A100") else 2 * PCIE_MAX_A100
+    """PCIe_max per GPU for a geometry model: its catalogue entry's
+    `Board.pcie_max_gbps` (the paper's measured 30.08 GB/s on PCIe 4.0 parts, twice
+    that from PCIe 5.0 on, our assumption; each with its source)."""
+    board = getattr(model, "board", None)
+    if board is None:
+        raise PcieError(f"{getattr(model, 'name', model)!r}: no board facts (PCIe) for this model")
+    return float(board.pcie_max_gbps)
 
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ valid partitions, FAR's repartitioning tree and reconfiguration times.
 from __future__ import annotations
 
 from .masks import MaskTables, compute_mask, mask_tables, slot_mask
-from .model import GIB, GeometryError, GpuModel, Placement, Profile, Slot, TreeNode
+from .model import GIB, Board, GeometryError, GpuModel, Placement, Profile, Slot, TreeNode
 from .slots import (
     blocked_compute,
     can_coexist,
@@ -23,6 +23,7 @@ from .slots import (
 from .tables import ALIASES, MODELS, get_model
 
 __all__ = [
+    "Board",
     "ALIASES",
     "GIB",
     "MODELS",

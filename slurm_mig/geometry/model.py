@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["GIB", "GeometryError", "GpuModel", "Placement", "Profile", "Slot", "TreeNode"]
+__all__ = [
+    "GIB",
+    "Board",
+    "GeometryError",
+    "GpuModel",
+    "Placement",
+    "Profile",
+    "Slot",
+    "TreeNode",
+]
 
 _PLANNER_CLASSES = {"1_SLICE", "2_SLICE", "3_SLICE", "4_SLICE", "7_SLICE"}
 # The double-memory 1g: a size-1 instance on two memory slices, planned for a job whose
@@ -107,8 +116,37 @@ class TreeNode:
 
 
 @dataclass(frozen=True)
+class Board:
+    """A model's facts beside its MIG geometry, each with where it comes from:
+    ``tdp_w``, the board power the energy model scales SMART-MIG's A100 curve by (the
+    PCIe card's where the model has one); ``max_w``, the most any of its form factors
+    draws (the bound on a measured energy counter); ``host_link`` and
+    ``pcie_max_gbps``, its link to the host and the PCIe slowdown model's bandwidth per
+    GPU (Eq. 1-2)."""
+
+    tdp_w: float
+    max_w: float
+    host_link: str
+    pcie_max_gbps: float
+    power_source: str
+    pcie_source: str
+
+    def __post_init__(self) -> None:
+        for what in ("tdp_w", "max_w", "pcie_max_gbps"):
+            if not 0 < getattr(self, what) < 1e5:
+                raise GeometryError(f"board {what} {getattr(self, what)!r}: give a positive figure")
+        if self.max_w < self.tdp_w:
+            raise GeometryError(f"board max_w {self.max_w} is below its tdp_w {self.tdp_w}")
+        for what in ("host_link", "power_source", "pcie_source"):
+            if not getattr(self, what).strip():
+                raise GeometryError(f"board {what}: say it (a fact without a source is refused)")
+
+
+@dataclass(frozen=True)
 class GpuModel:
-    """One MIG-capable GPU model."""
+    """One MIG-capable GPU model: its MIG geometry and its `Board` facts. A model
+    without its board facts is refused here, where it is made: no figure is borrowed
+    from another model."""
 
     name: str
     timing_family: str  # row of Table 1 used for create/destroy times
@@ -127,6 +165,14 @@ class GpuModel:
     renamed: dict[str, str] = field(default_factory=dict)  # earlier driver name -> ours
     nvml_placement_unit: int = 1  # NVML placement units per memory slice (RTX PRO 6000: 3)
     source: str = ""  # where the profile table comes from
+    board: Board | None = None  # required: None is refused (`__post_init__`)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.board, Board):
+            raise GeometryError(
+                f"GPU model {self.name}: no board facts (power, host link) with their "
+                "sources; add them to its entry in slurm_mig/geometry/tables.py"
+            )
 
     @property
     def all_profiles(self) -> tuple[Profile, ...]:

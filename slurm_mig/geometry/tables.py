@@ -8,6 +8,7 @@ import re
 
 from .model import (
     GIB,
+    Board,
     GeometryError,
     GpuModel,
     Placement,
@@ -150,6 +151,7 @@ def _model7(
     measured: dict[str, float] | None = None,
     renamed: dict[str, str] | None = None,
     source: str = "",
+    board: Board | None = None,
 ) -> GpuModel:
     create, destroy = _RECONFIG[family]
     profiles = _profiles(names, _LATTICE7, total_gb / 8, measured)
@@ -166,6 +168,7 @@ def _model7(
         extra_profiles=_media7(profiles[0]),
         renamed=dict(renamed or {}),
         source=source,
+        board=board,
     )
 
 
@@ -194,6 +197,14 @@ def _a30() -> GpuModel:
         destroy_s=dict(destroy),
         extra_profiles=media,
         source="MIG user guide, Supported MIG Profiles, A30 table; -lgipp for +me",
+        board=Board(
+            165,
+            165,
+            "PCIe 4.0 x16",
+            PCIE4,
+            "NVIDIA A30 datasheet: 165 W (a PCIe card only)",
+            _PCIE4_SRC,
+        ),
     )
 
 
@@ -245,9 +256,39 @@ def _rtx_pro_6000() -> GpuModel:
         extra_profiles=extra,
         nvml_placement_unit=3,
         source="MIG user guide Table 11 (RTX PRO 6000); -lgip/-lgipp, driver 610.43.02",
+        board=Board(
+            600,
+            600,
+            "PCIe 5.0 x16",
+            PCIE5,
+            "RTX PRO 6000 Blackwell: 600 W (VideoCardz via gpu.name, 2025-03; the Server "
+            "Edition's limit is configurable below it)",
+            _PCIE5_SRC,
+        ),
     )
 
 
+# The PCIe slowdown model's bandwidth per GPU (Eq. 1-2): the PCIe paper measured 30.08
+# GB/s on its PCIe 4.0 A30 and A100; twice that for the PCIe 5.0 generation and every
+# later host link is our assumption (a faster link, NVLink-C2C's 450 GB/s each way to a
+# Grace CPU, only over-counts contention).
+PCIE4 = 30.08
+PCIE5 = 2 * PCIE4
+_PCIE4_SRC = "PCIe paper (shared/seeds): 30.08 GB/s measured on PCIe 4.0 A30 and A100"
+_PCIE5_SRC = "twice the PCIe paper's PCIe 4.0 figure (our assumption)"
+_C2C_SRC = (
+    "NVLink-C2C to the Grace CPU, 900 GB/s both ways (NVIDIA GH200 and GB200 briefs); "
+    "the slowdown model keeps the PCIe 5.0 figure (our assumption, conservative)"
+)
+# SXM and superchip board powers of the Blackwell generation: the per-GPU "max thermal
+# design power" table of verda.com/blog/gb300-nvl72-architecture (B200 1 kW, B300 1.1
+# kW, GB200 1.2 kW, GB300 1.4 kW); B200's 1000 W also in NVIDIA's HGX B200 figures
+# (docs.vultr.com inference cookbook, hardware overview).
+_BLACKWELL_W = "per-GPU max TDP table, verda.com/blog/gb300-nvl72-architecture"
+_GH200_W = (
+    "GH200 module: up to 1000 W, the Grace CPU and its LPDDR5X included (NVIDIA GH200 "
+    "brief; an upper bound for the GPU alone)"
+)
 _GUIDE = "MIG user guide, Supported MIG Profiles"
 _PARTED = "mig-parted deployments/systemd/config-default.yaml"
 
@@ -255,9 +296,51 @@ MODELS: dict[str, GpuModel] = {
     m.name: m
     for m in (
         _a30(),
-        _model7("A100-40GB", "A100", _names7(5, 10, 20, 40), 40, source=_GUIDE + ", A100"),
-        _model7("A100-80GB", "A100", _names7(10, 20, 40, 80), 80, source=_GUIDE + ", A100"),
-        _model7("H100-80GB", "H100", _names7(10, 20, 40, 80), 80, source=_GUIDE + ", H100"),
+        _model7(
+            "A100-40GB",
+            "A100",
+            _names7(5, 10, 20, 40),
+            40,
+            source=_GUIDE + ", A100",
+            board=Board(
+                250,
+                400,
+                "PCIe 4.0 x16",
+                PCIE4,
+                "SMART-MIG (shared/seeds): 250 W cap of its A100-40GB PCIe; NVIDIA A100 datasheet: 400 W SXM4",
+                _PCIE4_SRC,
+            ),
+        ),
+        _model7(
+            "A100-80GB",
+            "A100",
+            _names7(10, 20, 40, 80),
+            80,
+            source=_GUIDE + ", A100",
+            board=Board(
+                300,
+                400,
+                "PCIe 4.0 x16",
+                PCIE4,
+                "NVIDIA A100 datasheet: 300 W PCIe, 400 W SXM4",
+                _PCIE4_SRC,
+            ),
+        ),
+        _model7(
+            "H100-80GB",
+            "H100",
+            _names7(10, 20, 40, 80),
+            80,
+            source=_GUIDE + ", H100",
+            board=Board(
+                350,
+                700,
+                "PCIe 5.0 x16",
+                PCIE5,
+                "NVIDIA H100 PCIe product brief PB-11133-001: 350 W; H100 datasheet: 700 W SXM5",
+                _PCIE5_SRC,
+            ),
+        ),
         # H100 94GB (SXM5, PCIe) and H100 NVL: the same names (guide; mig-parted's
         # "H100 NVL, H800 NVL" configs; gpu-operator PR #903's -lgip of an H100 NVL).
         # Usable memory: the -lgip of an H100 NVL in gpu-operator PR #900/#903 (1g 10.75,
@@ -275,12 +358,22 @@ MODELS: dict[str, GpuModel] = {
                 "4_SLICE": 46.38,
             },
             source=_PARTED + "; -lgip in gpu-operator #903 and mig-parted #101",
+            board=Board(
+                400, 400, "PCIe 5.0 x16", PCIE5, "NVIDIA H100 NVL (94 GB): up to 400 W", _PCIE5_SRC
+            ),
         ),
         # H100 96GB: the H100 on GH200 (guide "H100 96GB product (H100 on GH200)";
         # mig-parted "H100-96GB, PG506-96GB, GH200" configs: 1g.12gb, 1g.12gb+me,
         # 1g.24gb, 2g.24gb, 3g.48gb, 4g.48gb, 7g.96gb). No -lgip output found: usable
         # memory is the reserve estimate.
-        _model7("H100-96GB", "H100", _names7(12, 24, 48, 96), 96, source=_PARTED),
+        _model7(
+            "H100-96GB",
+            "H100",
+            _names7(12, 24, 48, 96),
+            96,
+            source=_PARTED,
+            board=Board(1000, 1000, "NVLink-C2C (GH200)", PCIE5, _GH200_W, _C2C_SRC),
+        ),
         # Table 1 has no H200 or B200 row: they take the H100 figures.
         # Usable memory: the -lgip of an H200 in mig-parted issue #120.
         _model7(
@@ -297,6 +390,14 @@ MODELS: dict[str, GpuModel] = {
                 "7_SLICE": 139.75,
             },
             source=_GUIDE + ", H200; -lgip in mig-parted #120",
+            board=Board(
+                600,
+                700,
+                "PCIe 5.0 x16",
+                PCIE5,
+                "NVIDIA H200 datasheet: 600 W H200 NVL (PCIe), 700 W SXM",
+                _PCIE5_SRC,
+            ),
         ),
         # GH200 144G HBM3e (device 0x2348): mig-parted PR #139 (2024-10-23) with its
         # -lgip (1g.18gb 17.50 GiB, 1g.36gb and 2g.36gb 35.25 GiB; IDs 19/20/15/14);
@@ -308,6 +409,7 @@ MODELS: dict[str, GpuModel] = {
             144,
             measured={"1_SLICE": 17.5, "1_SLICE_REV2": 35.25, "2_SLICE": 35.25},
             source="mig-parted PR #139 (-lgip)",
+            board=Board(1000, 1000, "NVLink-C2C (GH200)", PCIE5, _GH200_W, _C2C_SRC),
         ),
         # Usable memory: B200 -lgip outputs. The first driver gave 1g.23gb 22.00 GiB
         # (mig-parted PR #166, gpu-operator PR #1242), a later one 20.50 GiB (mig-parted
@@ -320,6 +422,7 @@ MODELS: dict[str, GpuModel] = {
             180,
             measured={"1_SLICE": 20.5, "1_SLICE_REV2": 44.25, "2_SLICE": 44.25},
             source=_GUIDE + ", B200; -lgip in mig-parted #166 and #187",
+            board=Board(1000, 1000, "PCIe (HGX B200)", PCIE5, _BLACKWELL_W, _PCIE5_SRC),
         ),
         # GB200 (HGX, device 0x2941): 186 GB in the guide's Supported GPUs table. The
         # first drivers named 1g.24gb, 3g.95gb, 4g.95gb, 7g.189gb (mig-parted 89dd81a3,
@@ -341,13 +444,28 @@ MODELS: dict[str, GpuModel] = {
                 "7g.189gb": "7g.186gb",
             },
             source="mig-parted ebab1f77 and issue #227 (-lgip)",
+            board=Board(1200, 1200, "NVLink-C2C (GB200)", PCIE5, _BLACKWELL_W, _C2C_SRC),
         ),
         # B300 (device 0x3182) and GB300 (0x31C2): mig-parted 47c56d96 and 75449116
         # (2025-10): 1g x7, 1g+me x1, double-memory 1g x4, 2g x3, 3g x2, 4g x1, 7g x1,
         # the 7-slice lattice's counts. No -lgip output found: memory estimated,
         # placements the lattice's (check against the driver).
-        _model7("B300-269GB", "H100", _names7(34, 67, 135, 269), 269, source=_PARTED),
-        _model7("GB300-278GB", "H100", _names7(35, 70, 139, 278), 278, source=_PARTED),
+        _model7(
+            "B300-269GB",
+            "H100",
+            _names7(34, 67, 135, 269),
+            269,
+            source=_PARTED,
+            board=Board(1100, 1100, "PCIe (HGX B300)", PCIE5, _BLACKWELL_W, _PCIE5_SRC),
+        ),
+        _model7(
+            "GB300-278GB",
+            "H100",
+            _names7(35, 70, 139, 278),
+            278,
+            source=_PARTED,
+            board=Board(1400, 1400, "NVLink-C2C (GB300)", PCIE5, _BLACKWELL_W, _C2C_SRC),
+        ),
         _rtx_pro_6000(),
     )
 }

@@ -27,9 +27,9 @@ from ..planner.decisions import Create, Destroy, Move, Place
 from ..planner.gpustate import JobRun, LiveInstance
 from ..planner.snapshot import ClusterSnapshot
 from ..planner.snapshot import Gpu as GpuView
+from ..power import power_curve
 from .api import PolicyError, RunningView, SimJob
 from .cluster import EPS, Gpu, InvariantError, build_view, geometry_for
-from .energy import power_curve
 from .inputcheck import SimInputError, validate_jobs
 from .invariants import DONE, HELD, PENDING, check_end, check_instant
 from .metrics import SimResult

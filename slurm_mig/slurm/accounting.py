@@ -9,7 +9,7 @@ only: it is on the Epilog's path), and reports the same record to the planner
 daemon instead gathers the lines of every node whose run directory it can read (the
 nodes of one host, or a shared run directory) once a cycle (`gather`, remembering how
 far it read each file). Every run has a *modelled* energy (``energy_j``): the GPU's
-power curve over busy compute slices (``sim.energy``, SMART-MIG's A100 curve scaled by
+power curve over busy compute slices (``power``, SMART-MIG's A100 curve scaled by
 board power), a run charged its share of the idle power plus the power its slices add
 on an idle GPU. Where the GPU has an energy counter (NVML on a real GPU) the run also
 has a *measured* one (``measured_j``): its share of the counter, split across the GPU's

@@ -5,6 +5,7 @@ pinned so the new profiles change none of its sizes, slots, tree or partitions."
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -14,6 +15,7 @@ from slurm_mig.geometry import (
     ALIASES,
     GIB,
     MODELS,
+    Board,
     GeometryError,
     Placement,
     can_coexist,
@@ -239,3 +241,31 @@ def test_new_models_take_the_h100_row_of_table_1(name):
         assert model.create_time(s) == h100.create_time(s)
         assert model.destroy_time(s) == h100.destroy_time(s)
     assert model.source
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_model_has_its_power_and_host_link_with_their_sources(name):
+    """Issue 37: each catalogue entry holds its board power, its largest form factor's
+    power and its host link, each with a source; the power and PCIe models read them
+    there, never another model's."""
+    from slurm_mig.pcie import pcie_max_for
+    from slurm_mig.power import max_watts, power_curve
+
+    model = MODELS[name]
+    board = model.board
+    assert isinstance(board, Board)
+    assert 0 < board.tdp_w <= board.max_w and board.pcie_max_gbps > 0
+    assert board.power_source.strip() and board.pcie_source.strip() and board.host_link
+    assert power_curve(model)[-1] == pytest.approx(248.5 * board.tdp_w / 250.0)
+    assert max_watts(name) == board.max_w
+    assert pcie_max_for(model) == board.pcie_max_gbps
+
+
+def test_a_model_without_its_board_facts_is_refused_where_it_is_made():
+    a100 = get_model("A100-40GB")
+    with pytest.raises(GeometryError, match="A100-40GB: no board facts"):
+        dataclasses.replace(a100, board=None)
+    with pytest.raises(GeometryError, match="power_source: say it"):
+        dataclasses.replace(a100.board, power_source=" ")
+    with pytest.raises(GeometryError, match="max_w 100 is below its tdp_w 250"):
+        dataclasses.replace(a100.board, max_w=100)

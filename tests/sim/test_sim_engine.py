@@ -11,8 +11,8 @@ import pytest
 from slurm_mig.geometry import Placement, Slot, get_model
 from slurm_mig.pcie import PCIE_MAX_A100, slowdown
 from slurm_mig.planner.decisions import Create, Decisions, Destroy, Move, Place
+from slurm_mig.power import A100_CURVE_W, power_curve
 from slurm_mig.sim import PolicyError, SimInputError, SimJob, simulate
-from slurm_mig.sim.energy import A100_CURVE_W, power_curve
 
 A100 = get_model("A100-40GB")
 A30 = get_model("A30-24GB")
