@@ -5,6 +5,7 @@ program, and probes of what another user or a slow client can do."""
 from __future__ import annotations
 
 import csv
+import errno
 import gzip
 import json
 import os
@@ -299,3 +300,15 @@ def trace_limit_ratios() -> list[tuple[float, float]]:
                 if 0 < run <= limit * 60:
                     out.append((run, limit * 60 / run))
     return out
+
+
+def fill_disk(path) -> None:
+    """Write ``path`` until its file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"x" * 4096)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)

@@ -239,3 +239,23 @@ def test_the_walk_sees_imports():
     # ``from . import sub`` needs the module, not its package's __init__
     assert "slurm_mig.planner" not in graph["slurm_mig.planner.snapshot"]
     assert "slurm_mig.planner.cluster_snapshot" in graph["slurm_mig.planner.snapshot"]
+
+
+def test_no_test_module_imports_another():
+    """Shared builders live in support modules (tests/support.py, tests/hintcases.py,
+    tests/slurm/hooksite.py, ...) and fixtures in conftest.py: a test module imports no
+    other test module, so that each one's tests are its own."""
+    tests = Path(__file__).resolve().parent
+    found = []
+    for path in sorted(tests.rglob("test_*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                if name.rpartition(".")[2].startswith("test_"):
+                    found.append(f"{path.relative_to(tests)} imports {name}")
+    assert found == [], "\n".join(found)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_hints import BAD, GOOD, fuzz_comments
+from hintcases import BAD, GOOD, fuzz_comments
 
 from slurm_mig import jobcomment as comments
 from slurm_mig.geometry import Placement

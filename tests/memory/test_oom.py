@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_wrapper import OOM_TEXTS
+from oomtexts import OOM_TEXTS
 
 from slurm_mig.memory.oom import FORMS, Tail, classify_tail, classify_text, oom_kills
 

@@ -7,8 +7,6 @@ How the hooks act on a refused token is tests/slurm/test_hooks.py and test_hook_
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import math
 import os
@@ -16,9 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hooksite import NODE, T0, assignment, v1_token
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_hooks import NODE, T0, assignment
 
 from slurm_mig.geometry import Placement
 from slurm_mig.slurm.assignment import (
@@ -43,13 +41,6 @@ KEY = bytes(range(KEY_BYTES))
 OTHER_KEY = bytes(KEY_BYTES)
 B64URL = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown)")
-
-
-def v1_token(a_json: dict, key: bytes) -> str:
-    """A token of format 1 (base64 JSON and its HMAC), as slurm-mig signed them before."""
-    payload = base64.urlsafe_b64encode(json.dumps(a_json).encode()).rstrip(b"=").decode()
-    mac = hmac.new(key, f"v1.{payload}".encode(), hashlib.sha256).digest()
-    return f"v1.{payload}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
 
 
 def verify_for(token: str, **binding) -> Assignment:

@@ -9,14 +9,14 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from cyclesite import StubConfig
 from support import squeue_job as job
 from support import write_config
-from test_observability import Estimator, _Config
 
 from slurm_mig.cli import avail, main
 from slurm_mig.geometry import Placement, Slot, get_model
 from slurm_mig.slurm.cycle import Snapshot, plan_cycle
-from slurm_mig.slurm.daemon import CycleReport
+from slurm_mig.slurm.daemon import CycleReport, Estimator
 from slurm_mig.slurm.projection import project_jobs
 from slurm_mig.slurm.public import capacity, summary, write_public
 
@@ -51,7 +51,7 @@ def test_capacity_counts_jobs_kept_instances_and_plans_as_taken():
 
 
 def _report(jobs, nodes):
-    est = Estimator(_Config(), None)
+    est = Estimator(StubConfig(), None)
     snap = Snapshot(
         now=NOW,
         jobs=tuple(jobs),

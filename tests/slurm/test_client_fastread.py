@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fastreadsite import record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,42 +23,12 @@ from slurm_mig.slurm.client import (
     WIDE,
     FastReadError,
     FieldFilled,
-    FixedWidthLayout,
     Job,
     SlurmClient,
     jobs_from_fixed_width,
 )
 
 WIDTHS = dict(FAST_FIELDS)
-BASE = {
-    "JobID": "41",
-    "JobArrayID": "41",
-    "UserID": "0",
-    "UserName": "root",
-    "Partition": "mig",
-    "State": "PENDING",
-    "Reason": "JobHeldUser",
-    "PriorityLong": "0",
-    "NumNodes": "1",
-    "RestartCnt": "0",
-    "exit_code": "0",
-    "SubmitTime": "1795633577",
-    "StartTime": "N/A",
-    "EndTime": "N/A",
-    "EligibleTime": "N/A",
-    "Deadline": "N/A",
-    "Nice": "0",
-    "Account": "(null)",
-    "QOS": "normal",
-    "Reservation": "(null)",
-    "Dependency": "(null)",
-    "Name": "train",
-    "Comment": "mig:mem=4G",
-    "admin_comment": "(null)",
-    "TimeLimit": "10:00",
-    "ReqNodes": "",
-    "NodeList": "",
-}
 BASE_JOB = Job(
     job_id="41",
     name="train",
@@ -79,21 +50,6 @@ BASE_JOB = Job(
     qos="normal",
     uid=0,
 )
-
-
-def cell(value: str | bytes, width: int, cut: bool = True) -> bytes:
-    """One field as squeue's _print_str prints it: cut to ``width`` bytes (unless
-    ``cut`` is False, as for node lists and time limits) and padded with spaces."""
-    raw = value.encode() if isinstance(value, str) else value
-    if cut:
-        raw = raw[:width]
-    return raw.ljust(width, b" ")
-
-
-def record(layout: FixedWidthLayout = WIDE, **values: str | bytes) -> bytes:
-    fields = {**BASE, **values}
-    uncut = {"TimeLimit", "ReqNodes", "NodeList"}
-    return b"".join(cell(fields[n], w, n not in uncut) for n, w in layout.fields) + b"\n"
 
 
 def test_the_format_names_every_field_once() -> None:

@@ -5,36 +5,22 @@ checked against the same records."""
 
 from __future__ import annotations
 
-import json
 import sys
 import types
-from pathlib import Path
 
 import pytest
+from slurmfixtures import FIXTURES, RELEASES, jobs_of, load
 
 from slurm_mig.slurm import client as client_module
 from slurm_mig.slurm.client import (
     UNUSABLE_NODE_STATES,
-    Job,
     Node,
     PyslurmDisagrees,
     SlurmClient,
     SlurmError,
-    job_from_json,
     nodes_from_json,
     reason_from_pyslurm,
 )
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
-RELEASES = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists())
-
-
-def load(release: str, name: str) -> dict:
-    return json.loads((FIXTURES / release / name).read_text())
-
-
-def jobs_of(release: str, name: str = "squeue.json") -> dict[str, Job]:
-    return {j.job_id: j for j in map(job_from_json, load(release, name)["jobs"])}
 
 
 def roles(release: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_hooks import T0, make_site, run
+from hooksite import T0, make_site, run
 
 from slurm_mig.devices.migcaps import minor
 from slurm_mig.slurm.holders import MAX_HOLDERS, Holder, describe_holders, find_holders

@@ -17,20 +17,20 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support import FakeClock, attempts_as, open_tmp_dir
-from test_assignment import v1_token
-from test_hooks import (
+from hooksite import (
     EPILOG,
     NODE,
     PROLOG,
     T0,
     TASK_PROLOG,
     Site,
-    _exe,
     assignment,
+    exe,
     make_site,
     run,
+    v1_token,
 )
+from support import FakeClock, attempts_as, open_tmp_dir
 
 from slurm_mig.geometry import Placement, can_coexist, get_model
 from slurm_mig.slurm import nodestate
@@ -46,11 +46,6 @@ from slurm_mig.slurm.nodestate import JobRecord, NodeState, NodeStateError, Refu
 
 A100 = get_model("A100-40GB")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, mount, users)")
-
-
-@pytest.fixture
-def site(tmp_path: Path) -> Site:
-    return make_site(tmp_path)
 
 
 def refusal_of(site: Site, job: str = "42"):
@@ -290,7 +285,7 @@ def test_a_full_disk_in_the_epilog_is_a_warning(site, capsys):
         site.config.write_text(text)
         env = site.env("42", site.comment("42"))
         assert run(prolog_main, env, capsys)[0] == 0
-        from test_nodestate import fill_disk
+        from support import fill_disk
 
         NodeState(disk / "run" / NODE).remove_task("42")  # else the epilog frees a page
         fill_disk(disk / "filler")
@@ -311,7 +306,7 @@ def _full_run_dir(site: Site, disk: Path) -> None:
     env = site.env("41", site.comment("41", gpu=1))
     assert prolog_main(env, clock=lambda: T0 + 1) == 0
     assert epilog_main(env, clock=lambda: T0 + 2) == 0
-    from test_nodestate import fill_disk
+    from support import fill_disk
 
     fill_disk(disk / "filler")
 
@@ -359,7 +354,7 @@ def test_a_need_file_cannot_fill_the_run_directory(site, capsys):
     # memory-need file (the one file they may write there); the next Prolog trimmed it
     # and won the race, but an Epilog lost its runtime, metrics and accounting row. The
     # need file now lives on a file system of its own, of one page.
-    from test_nodestate import fill_disk
+    from support import fill_disk
 
     from slurm_mig.slurm import reports
 
@@ -430,7 +425,7 @@ def test_the_jobs_user_can_read_its_task_record_but_not_grow_or_keep_it():
         s = make_site(tmp)
         s.config.chmod(0o644)
         env = s.env("42", s.comment("42", issued=time.time()), SLURM_JOB_UID="4242")
-        assert _exe(PROLOG, env).returncode == 0
+        assert exe(PROLOG, env).returncode == 0
         task = s.run_dir / "task" / "42.json"
         st = task.stat()
         assert (st.st_uid, st.st_gid) == (0, 0) and (st.st_mode & 0o7777) == 0o440
@@ -451,7 +446,7 @@ def test_the_jobs_user_can_read_its_task_record_but_not_grow_or_keep_it():
         assert task.stat().st_size == st.st_size
         theirs = attempts_as(4343, {"read": "open(path).read()"}, gid=4242, path=task)
         assert theirs["read"] in ("EACCES", "EPERM")  # another user, same group ids: nothing
-        assert _exe(EPILOG, env).returncode == 0 and not task.exists()
+        assert exe(EPILOG, env).returncode == 0 and not task.exists()
 
 
 @pytest.mark.parametrize(
@@ -505,7 +500,7 @@ def test_the_task_prolog_as_the_user_reads_its_own_record_only():
         s = make_site(tmp)  # in a directory other users can reach
         s.config.chmod(0o644)
         env = s.env("42", s.comment("42", issued=time.time()), SLURM_JOB_UID="4242")
-        p = _exe(PROLOG, env)
+        p = exe(PROLOG, env)
         assert p.returncode == 0, p.stderr
         uuid = s.state.job("42").uuid
         task = s.task_env(env)
@@ -529,7 +524,7 @@ def test_the_task_prolog_as_the_user_reads_its_own_record_only():
         # it cannot read job 42's record: asks for a requeue (refused: not its job), exits 1
         assert theirs.returncode == 1 and uuid not in theirs.stdout + theirs.stderr
         assert theirs.stdout.startswith("export CUDA_VISIBLE_DEVICES=\n")
-        assert _exe(EPILOG, env).returncode == 0
+        assert exe(EPILOG, env).returncode == 0
 
 
 # -- many hooks at once ------------------------------------------------------------------------

@@ -10,10 +10,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-import pytest
-from test_hooks import T0, Site, clock_at, make_site
+from hooksite import T0, Site, clock_at
 
 from slurm_mig.config import load_config
 from slurm_mig.devices.simulated import SimulatedBackend
@@ -23,11 +21,6 @@ from slurm_mig.slurm.hooks import JobEnv, Outcome, epilog, prolog
 from slurm_mig.slurm.nodestate import KeptInstance
 
 MODELS = ("A100-40GB", "A100-40GB")
-
-
-@pytest.fixture
-def site(tmp_path: Path) -> Site:
-    return make_site(tmp_path)
 
 
 class Gate:

@@ -13,8 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_client_fastread import BASE, record
-from test_hooks import T0, make_site, run
+from fastreadsite import BASE, record
+from hooksite import T0, make_site, run
 
 from slurm_mig import jobcomment as comments
 from slurm_mig.geometry import Placement

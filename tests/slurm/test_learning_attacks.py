@@ -227,7 +227,7 @@ def test_memory_needs_reported_by_the_nodes_are_learned_under_the_jobs_uid(tmp_p
 
 
 def test_the_epilog_reports_a_memory_need_with_the_jobs_uid(tmp_path, capsys):
-    from test_hooks import T0, make_site, run
+    from hooksite import T0, make_site, run
 
     from slurm_mig.slurm import reports
     from slurm_mig.slurm.hooks import epilog_main, prolog_main

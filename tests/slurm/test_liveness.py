@@ -564,11 +564,11 @@ def _samples(m: PlannerMetrics) -> dict[tuple, float]:
 
 
 def test_metrics_for_the_alert_rules():
-    from test_observability import NOW, _cycle
+    from cyclesite import NOW, observed_cycle
 
     jobs = [job("1", comment="mig:time=100", submit_time=NOW - 500), job("2", submit_time=NOW - 90)]
     jobs.append(job("3", state="RUNNING", held=False, submit_time=NOW - 9000))
-    _, _, report = _cycle(jobs)
+    _, _, report = observed_cycle(jobs)
     m = PlannerMetrics("far", "batch", 0.0, host="ctl1")
     m.site(5.0, ["gpu01", "gpu09"])
     m.observe(report, jobs)

@@ -7,7 +7,7 @@ import errno
 import os
 
 import pytest
-from test_hooks import T0, make_site, run
+from hooksite import T0, make_site, run
 
 from slurm_mig.slurm import needarea
 from slurm_mig.slurm.hooks import epilog_main, prolog_main

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import stat
 
+from hooksite import NODE, T0, make_site, run
 from prometheus_client.parser import text_string_to_metric_families
-from test_hooks import NODE, T0, make_site, run
 
 from slurm_mig.slurm import nodemetrics
 from slurm_mig.slurm.hooks import epilog_main, prolog_main

@@ -5,7 +5,6 @@ unreadable records reported instead of raised."""
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import stat
@@ -13,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from support import FakeClock, open_tmp_dir
+from support import FakeClock, fill_disk, open_tmp_dir
 
 from slurm_mig.geometry import Placement
 from slurm_mig.slurm import nodestate
@@ -237,18 +236,6 @@ def test_runtime_log_is_rotated_and_both_files_are_read(tmp_path, monkeypatch):
     size = current.stat().st_size
     state.append_runtime({"job_id": "x"}, rotate=False)
     assert current.stat().st_size > size
-
-
-def fill_disk(path) -> None:
-    """Write ``path`` until its file system is full."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"x" * 4096)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
 
 
 @as_root

@@ -9,7 +9,7 @@ import socket
 import threading
 
 import pytest
-from test_hooks import make_site, run
+from hooksite import make_site, run
 
 from slurm_mig.config import load_config
 from slurm_mig.slurm.hooks import _notify, epilog_main, prolog_main

@@ -8,14 +8,15 @@ import json
 import re
 from pathlib import Path
 
+from cyclesite import NOW, cycle_snapshot, observed_cycle, planned_jobs
 from prometheus_client.parser import text_string_to_metric_families
-from test_daemon import job
+from support import squeue_job as job
 
 from slurm_mig.explain import explain
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.slurm import nodemetrics
-from slurm_mig.slurm.cycle import Snapshot, plan_cycle
-from slurm_mig.slurm.daemon import CycleReport, Estimator
+from slurm_mig.slurm.cycle import plan_cycle
+from slurm_mig.slurm.daemon import CycleReport
 from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 from slurm_mig.slurm.metrics import PlannerMetrics, replan_reason
 from slurm_mig.slurm.projection import project_jobs, running_drift
@@ -24,44 +25,10 @@ from slurm_mig.slurm.statusview import build_view, largest_free
 
 ROOT = Path(__file__).resolve().parents[2]
 A100 = get_model("A100-40GB")
-NOW = 10_000.0
-
-
-class _Config:
-    default_runtime = 600.0
-    serial_fraction = 0.3
-
-
-def _snapshot(jobs, now=NOW, plans=None) -> Snapshot:
-    est = Estimator(_Config(), None)
-    return Snapshot(
-        now=now,
-        jobs=tuple(jobs),
-        nodes={"gpu01": ("A100-40GB",)},
-        estimates={j.job_id: est(j, ["A100-40GB"]) for j in jobs},
-        batch_window=0.0,
-        release_ahead=0.0,
-        plans=plans,
-        algorithm="far",  # standing plans to report
-    )
-
-
-def _cycle(jobs, now=NOW, number=1, plans=None):
-    """The snapshot, result and report of cycle ``number`` over ``jobs`` on one A100
-    (``plans``: the standing plans it starts from)."""
-    snap = _snapshot(jobs, now, plans)
-    result = plan_cycle(snap)
-    report = CycleReport(number, now, now + 0.25, result, None, policy="far", batch_window=0.0)
-    report.extra = {"projected": project_jobs(result.snapshots, result.decisions)}
-    return snap, result, report
-
-
-def _planned_jobs():
-    return [job(str(i), comment=f"mig:time={100 + 10 * i},mem=15G") for i in range(1, 6)]
 
 
 def test_projection_orders_planned_jobs_after_the_work_on_their_slices():
-    _, result, report = _cycle(_planned_jobs())
+    _, result, report = observed_cycle(planned_jobs())
     projected = report.extra["projected"]
     assert set(projected) == set(result.planned)
     for jid, a in result.planned.items():
@@ -80,7 +47,7 @@ def test_projection_orders_planned_jobs_after_the_work_on_their_slices():
 
 
 def test_running_drift_from_the_admin_comment():
-    _, result, _ = _cycle(_planned_jobs())
+    _, result, _ = observed_cycle(planned_jobs())
     a = next(iter(result.planned.values()))
     running = job(
         a.job_id,
@@ -94,7 +61,7 @@ def test_running_drift_from_the_admin_comment():
 
 
 def test_daemon_metrics_from_a_cycle_parse_with_the_client_parser():
-    _, result, report = _cycle(_planned_jobs())
+    _, result, report = observed_cycle(planned_jobs())
     m = PlannerMetrics("far", "batch", 30.0)
     m.observe(report, [job("1"), job("2", held=False)], {"9": 12.0, "8": -3.0})
     fams = {f.name: f for f in text_string_to_metric_families(m.text().decode())}
@@ -126,7 +93,7 @@ def test_replan_reasons_drop_names():
 
 def test_public_summary_holds_no_users_uuids_or_comments(tmp_path):
     jobs = [job(str(i), user="alice", comment=f"secret mig:time={60 + i}") for i in range(1, 4)]
-    _, result, report = _cycle(jobs)
+    _, result, report = observed_cycle(jobs)
     path = tmp_path / "pub" / "plan.json"
     assert write_public(path, report) is None
     assert oct(path.stat().st_mode & 0o777) == "0o644"
@@ -146,8 +113,8 @@ def test_status_view_counts_slices_and_the_largest_free_block():
     assert largest_free(A100, [Placement(0, 4), Placement(4, 4)]) == ("", 0)
     # 1g at slices 0 and 4: three and two free compute slices around them, none of 4 or 7
     assert largest_free(A100, [Placement(0, 1), Placement(4, 1)])[1] == 2
-    jobs = _planned_jobs()
-    _, result, report = _cycle(jobs)
+    jobs = planned_jobs()
+    _, result, report = observed_cycle(jobs)
     status = report.to_json()
     view = build_view(status, jobs, {}, NOW)
     assert [g.node for g in view.gpus] == ["gpu01"]
@@ -158,8 +125,8 @@ def test_status_view_counts_slices_and_the_largest_free_block():
 
 
 def test_explain_a_planned_job_from_its_records_and_the_summary():
-    jobs = _planned_jobs()
-    _, result, report = _cycle(jobs)
+    jobs = planned_jobs()
+    _, result, report = observed_cycle(jobs)
     pub = summary(report)
     jid, a = next((j, a) for j, a in result.planned.items() if j in pub["jobs"])
     j = job(jid, comment="mig:time=110,mem=15G", admin_comment=admin_comment_for(a))
@@ -179,8 +146,8 @@ def test_explain_a_planned_job_from_its_records_and_the_summary():
 
 
 def test_explain_a_held_job_whose_plan_slurm_has_not_heard_of():
-    jobs = _planned_jobs()
-    _, result, report = _cycle(jobs)
+    jobs = planned_jobs()
+    _, result, report = observed_cycle(jobs)
     pub = summary(report)
     held = [j for j, e in pub["jobs"].items() if e["state"] == "planned"]
     assert held, "some jobs wait for their slices"
@@ -198,7 +165,7 @@ def test_explain_a_held_job_beyond_max_planned_says_it_waits_for_the_first_ones(
     from dataclasses import replace
 
     jobs = [job(str(i), comment="mig:time=600,mem=15G") for i in range(1, 21)]
-    snap = replace(_snapshot(jobs, NOW), max_planned=8)
+    snap = replace(cycle_snapshot(jobs, NOW), max_planned=8)
     result = plan_cycle(snap)
     assert len(result.planned) == 8 and result.beyond == 12
     report = CycleReport(1, NOW, NOW + 0.25, result, None, policy="far", max_planned=8)
@@ -235,8 +202,8 @@ def test_grafana_dashboard_uses_only_metrics_that_exist():
 def test_web_page_draws_the_gantt_and_every_planned_job():
     from slurm_mig.slurm.web import WebState, gantt_svg, gantt_views, page_html
 
-    jobs = _planned_jobs()
-    _, result, report = _cycle(jobs)
+    jobs = planned_jobs()
+    _, result, report = observed_cycle(jobs)
     status = report.to_json()
     state = WebState()
     state.update(status["projected"], NOW)

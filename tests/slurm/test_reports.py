@@ -127,7 +127,7 @@ def test_a_genuine_mac_over_a_payload_that_is_not_a_report_is_refused():
 
 
 def test_an_assignment_token_is_no_report():
-    from test_hooks import assignment
+    from hooksite import assignment
 
     from slurm_mig.slurm.assignment import sign
 
@@ -487,7 +487,7 @@ def test_the_newest_instances_snapshot_wins(receiver, state):
 
 
 def test_the_epilog_reports_to_a_planner_that_cannot_read_the_node(tmp_path, capsys):
-    from test_hooks import T0, make_site, run
+    from hooksite import T0, make_site, run
 
     from slurm_mig.cli import main
     from slurm_mig.config import load_config
@@ -571,7 +571,7 @@ def test_the_daemon_starts_the_receiver_and_logs_what_arrived(state, caplog):
 
 
 def test_mig_run_writes_its_need_into_the_jobs_need_file(tmp_path):
-    from test_hooks import make_site
+    from hooksite import make_site
 
     from slurm_mig.memory.runner import Runner
 
@@ -597,7 +597,7 @@ def test_mig_run_writes_its_need_into_the_jobs_need_file(tmp_path):
 def test_an_epilog_with_the_planner_away_is_quick_and_node_flush_delivers_later(
     tmp_path, capsys, monkeypatch
 ):
-    from test_hooks import T0, make_site, run
+    from hooksite import T0, make_site, run
 
     from slurm_mig.cli import main
     from slurm_mig.slurm.hooks import epilog_main, prolog_main
@@ -633,7 +633,7 @@ def test_an_epilog_with_the_planner_away_is_quick_and_node_flush_delivers_later(
 def test_reports_spooled_before_a_key_rotation_are_delivered_signed_with_the_new_key(
     tmp_path, capsys
 ):
-    from test_hooks import T0, make_site, run
+    from hooksite import T0, make_site, run
 
     from slurm_mig.cli import main
     from slurm_mig.slurm.assignment import generate_key, load_key

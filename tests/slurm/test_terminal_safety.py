@@ -16,11 +16,11 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from cyclesite import observed_cycle
 from hypothesis import given
 from hypothesis import strategies as st
 from support import node, run_slurm_mig, write_config
 from support import squeue_job as job
-from test_observability import _cycle
 
 from slurm_mig.explain import explain
 from slurm_mig.safetext import UnsafeLogFile, open_private_log, printable
@@ -307,7 +307,7 @@ def test_log_files_are_created_0600_never_through_a_link(tmp_path):
 
 
 def _report(jobs, number: int, now: float, plans=None):
-    _, result, report = _cycle(jobs, now, number, plans)
+    _, result, report = observed_cycle(jobs, now, number, plans)
     return result, report
 
 

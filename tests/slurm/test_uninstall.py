@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_client_fixtures import FIXTURES, RELEASES, jobs_of
+from slurmfixtures import FIXTURES, RELEASES, jobs_of
 
 from slurm_mig.cli import main
 from slurm_mig.cli.uninstall import destroy_instances, release_jobs

@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from test_observability import NOW, _cycle, _planned_jobs
+from cyclesite import NOW, observed_cycle, planned_jobs
 
 from slurm_mig.slurm import receiver, web
 
@@ -37,8 +37,8 @@ def site(monkeypatch):
     """A daemon as the page sees it: its last cycle, the jobs squeue showed, 300 jobs of
     history; renders timed."""
     monkeypatch.setattr(receiver, "node_records", lambda config, only=None: {})
-    jobs = _planned_jobs()
-    _, _, report = _cycle(jobs)
+    jobs = planned_jobs()
+    _, _, report = observed_cycle(jobs)
     daemon = SimpleNamespace(config=None, last_report=report, last_jobs=jobs, web_state=None)
     routes = web.pages(daemon)
     _history(daemon.web_state, 300)
@@ -74,7 +74,7 @@ def test_eight_page_clients_never_hold_the_cycles_update(site):
     began = time.monotonic()
     try:
         for cycle in range(12):  # each cycle: a new report (the page is stale) and update
-            report = _cycle(_planned_jobs())[2]
+            report = observed_cycle(planned_jobs())[2]
             report.number = 2 + cycle
             site.daemon.last_report = report
             t0 = time.perf_counter()
@@ -112,8 +112,8 @@ def test_concurrent_first_requests_share_one_render(site):
 
 def test_the_gantt_is_drawn_once_a_cycle_and_the_page_at_most_every_few_seconds(monkeypatch):
     monkeypatch.setattr(receiver, "node_records", lambda config, only=None: {})
-    jobs = _planned_jobs()
-    report = _cycle(jobs)[2]
+    jobs = planned_jobs()
+    report = observed_cycle(jobs)[2]
     daemon = SimpleNamespace(config=None, last_report=report, last_jobs=jobs, web_state=None)
     clock = [0.0]
     routes = web.pages(daemon, monotonic=lambda: clock[0])
@@ -129,6 +129,6 @@ def test_the_gantt_is_drawn_once_a_cycle_and_the_page_at_most_every_few_seconds(
     assert len(pages) == 60 // web.RENDER_MAX_S  # the header's "ago" kept fresh
     for step in range(60, 70):  # a new cycle every second: the page every RENDER_MIN_S
         clock[0] = float(step)
-        daemon.last_report = _cycle(jobs)[2]
+        daemon.last_report = observed_cycle(jobs)[2]
         routes["/"]()
     assert len(drawn) == 1 + 10 // web.RENDER_MIN_S
