@@ -18,6 +18,11 @@ ALERT_PKGS := prometheus
 # Debian ships both.
 RPM_PKGS := rpm rpmlint
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# $(call apt_install,PACKAGES): apt-get install, quietly; where that fails (stale lists),
+# apt-get update and once more, loudly
+APT_GET := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
+apt_install = $(APT_GET) install -y -q --no-install-recommends $(1) >/dev/null 2>&1 || { \
+	$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $(1); }
 # Other Slurm releases for the e2e suite: debootstrapped Debian roots, cached in
 # /var/cache/slurm-mig/roots ($$SLURM_MIG_ROOTS) across clones. trixie: 24.11, sid: 26.05.
 SLURM_ROOTS := trixie sid
@@ -72,22 +77,14 @@ view-packages:
 	if [ -z "$$missing" ]; then echo "view packages: present"; \
 	else \
 		echo "view packages: installing$$missing"; \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			--no-install-recommends $$missing >/dev/null 2>&1 || { \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			--no-install-recommends $$missing; }; \
+		$(call apt_install,$$missing); \
 	fi
 
 alert-packages:
 	@if command -v promtool >/dev/null 2>&1; then echo "alert packages: present"; \
 	else \
 		echo "alert packages: installing $(ALERT_PKGS)"; \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			--no-install-recommends $(ALERT_PKGS) >/dev/null 2>&1 || { \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			--no-install-recommends $(ALERT_PKGS); }; \
+		$(call apt_install,$(ALERT_PKGS)); \
 	fi
 
 rpm-packages:
@@ -95,11 +92,7 @@ rpm-packages:
 		echo "rpm packages: present"; \
 	else \
 		echo "rpm packages: installing $(RPM_PKGS)"; \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			--no-install-recommends $(RPM_PKGS) >/dev/null 2>&1 || { \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			--no-install-recommends $(RPM_PKGS); }; \
+		$(call apt_install,$(RPM_PKGS)); \
 	fi
 
 # Builds the roots that are missing (about 30 s each; as root only, where LocalSlurm can

@@ -178,11 +178,33 @@ def environment(stage: Path, python: str, wheels: Path, pip: str) -> None:
     )
 
 
+def clean_copy(dest: Path) -> Path:
+    """The tree's files as git sees them (tracked, and untracked ones it does not
+    ignore) copied to ``dest``: a wheel built there holds no stale file of an earlier
+    build (setuptools' build/ keeps modules the tree no longer has)."""
+    listed = subprocess.run(
+        ["git", "-C", str(TREE), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+    )
+    if listed.returncode != 0:
+        raise BuildError("git ls-files failed: build from a git checkout of slurm-mig")
+    for name in sorted(set(listed.stdout.decode().split("\0")) - {""}):
+        src = TREE / name
+        if src.is_file():
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target, follow_symlinks=False)
+    return dest
+
+
 def stage_tree(stage: Path, python: str, pip: str) -> None:
     """Every file of the package under ``stage``, laid out as installed."""
     with tempfile.TemporaryDirectory() as tmp:
-        _run([pip, "wheel", "--quiet", "--no-deps", "-w", tmp, str(TREE)], "building the wheel")
-        environment(stage, python, Path(tmp), pip)
+        source = clean_copy(Path(tmp) / "source")
+        wheels = Path(tmp) / "wheels"
+        _run([pip, "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(source)],
+             "building the wheel")  # fmt: skip
+        environment(stage, python, wheels, pip)
     usr_bin = stage / "usr/bin"
     usr_bin.mkdir(parents=True)
     for name in ("slurm-mig", "mig-run"):

@@ -28,7 +28,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -158,10 +158,10 @@ def squeue_job(client: SlurmClient, job_id: str) -> Job:
 @contextmanager
 def live_cluster(prefix: str, **kwargs) -> Iterator[LiveCluster]:
     """A whole slurm-mig installation (LiveCluster with `LIVE_DEFAULTS` and ``kwargs``) on
-    the Slurm under test, started in a fresh directory named ``prefix...`` that every
+    the Slurm under test (or ``slurm=``, e.g. a root with the package installed), started in a fresh directory named ``prefix...`` that every
     user can pass through; stopped afterwards, and its directory removed unless
     $SLURM_MIG_E2E_KEEP is set."""
-    install = require_local_slurm()
+    install = kwargs.pop("slurm", None) or require_local_slurm()
     root = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(root, 0o755)
     cluster = LiveCluster(root, slurm=install, **{**LIVE_DEFAULTS, **kwargs})
@@ -172,6 +172,23 @@ def live_cluster(prefix: str, **kwargs) -> Iterator[LiveCluster]:
         cluster.stop()
         if not os.environ.get("SLURM_MIG_E2E_KEEP"):
             shutil.rmtree(root, ignore_errors=True)
+
+
+def assert_ran_as_planned(lc: LiveCluster, job_ids: Sequence[str]) -> None:
+    """Each job saw its own planned instance, alive from before it started to its end;
+    no two instances overlapped in slices and time; none is left behind."""
+    from slurm_mig.demo.live import overlapping_lifetimes
+
+    records = {r["job"]: r for r in lc.records()}
+    planned = lc.assignments(job_ids)
+    assert len(planned) == len(job_ids), (sorted(planned), job_ids)
+    for j in job_ids:
+        r, a = records[j], planned[j]
+        assert (r["profile"], r["gpu"]) == (a.profile, a.gpu), (j, r, a)
+        assert r["placement"] == [a.placement.start, a.placement.size], (j, r, a)
+        assert r["uuid"].startswith("MIG-") and r["alive_at_end"], (j, r)
+    assert overlapping_lifetimes(lc.audit()) == []
+    assert lc.live_instances() == []  # no instance left behind
 
 
 def wait_until(ok: Callable, timeout: float, what: str, poll: float = 0.3):

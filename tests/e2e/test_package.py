@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_mig.demo.live import INSTALLED_BIN, LiveCluster, overlapping_lifetimes
+from slurm_mig.demo.live import INSTALLED_BIN, LiveCluster
 from slurm_mig.demo.slurmroot import SlurmInstall, cache_dir
 from slurm_mig.geometry import get_model
 from slurm_mig.workload import load_task_source
 
-from .conftest import LIVE_DEFAULTS, SLURM, require_local_slurm
+from .conftest import SLURM, assert_ran_as_planned, live_cluster, require_local_slurm
 
 TREE = Path(__file__).resolve().parents[2]
 PREVIOUS, CURRENT = "0.1.0-0", "0.1.0-1"  # the upgrade: one package over an older one
@@ -185,32 +185,20 @@ def test_the_deb_installs_upgrades_and_removes_as_a_site_expects(packages, site_
     assert (root / "var/lib/slurm-mig/profiles.sqlite").exists()
 
 
-@pytest.fixture
-def installed_live(packages, site_root):
-    """A LiveCluster whose hooks, job_submit.lua and planner are the installed package's."""
-    ok(site_root, "dpkg", "-i", str(packages[CURRENT]))
-    clusters: list[LiveCluster] = []
-
-    def start(**kw) -> LiveCluster:
-        home = Path(tempfile.mkdtemp(prefix="slurm-mig-live-"))
-        os.chmod(home, 0o755)  # jobs of other users read the config
-        lc = LiveCluster(home, slurm=site_root, installed=True, **{**LIVE_DEFAULTS, **kw})
-        clusters.append(lc)
-        return lc.start()
-
-    yield start
-    for lc in clusters:
-        lc.stop()
-        if not os.environ.get("SLURM_MIG_E2E_KEEP"):
-            shutil.rmtree(lc.root, ignore_errors=True)
-
-
-def test_jobs_run_on_their_planned_slices_from_the_installed_package(installed_live):
+def test_jobs_run_on_their_planned_slices_from_the_installed_package(packages, site_root):
     """The installed job_submit.lua holds MIG jobs and refuses a raw GRES request; the
     installed planner releases each job onto its slice; the installed Prolog creates it,
     the job sees its own instance only, and the Epilog leaves nothing behind, also for a
     job that fails."""
-    lc = installed_live(nodes=("node1",), gpus=1, planner={"algorithm": "adaptive"})
+    ok(site_root, "dpkg", "-i", str(packages[CURRENT]))
+    with live_cluster(
+        "slurm-mig-live-", slurm=site_root, installed=True, nodes=("node1",), gpus=1,
+        planner={"algorithm": "adaptive"},
+    ) as lc:  # fmt: skip
+        _run_jobs_through_the_installed_package(lc)
+
+
+def _run_jobs_through_the_installed_package(lc: LiveCluster) -> None:
     conf = (lc.cluster.root / "etc" / "slurm.conf").read_text()
     assert f"{INSTALLED_BIN}/slurm-mig-prolog" in (lc.cluster.root / "hooks" / "prolog").read_text()
     assert "Prolog=" in conf and "TaskProlog=" in conf
@@ -232,14 +220,7 @@ def test_jobs_run_on_their_planned_slices_from_the_installed_package(installed_l
     jobs = lc.wait_done([*ids, failing], 240)
     assert {jobs[j].state for j in ids} == {"COMPLETED"}, lc.cluster.logs()
     assert jobs[failing].state == "FAILED"
-    records = {r["job"]: r for r in lc.records()}
-    planned = lc.assignments(ids)
-    for j in ids:
-        r, a = records[j], planned[j]
-        assert (r["profile"], r["gpu"]) == (a.profile, a.gpu), (j, r, a)
-        assert r["uuid"].startswith("MIG-") and r["alive_at_end"]
-    assert overlapping_lifetimes(lc.audit()) == []
-    assert lc.live_instances() == []
+    assert_ran_as_planned(lc, ids)
     assert lc.status().get("policy") == "adaptive"
 
 
