@@ -28,7 +28,7 @@ The cycle in steps, each a function of its own module of this package:
    release gate - the code the simulator runs too.
 4. `assignments` (``assignments``): the driver's standing plans and releases as
    `Assignment`s (a plan that did not change keeps its record).
-5. `link_reuse` and `release_ahead` (``reuse``): ``keep_for``/``reuse_from`` where the
+5. `link_reuse` and `early_releases` (``reuse``): ``keep_for``/``reuse_from`` where the
    next job on an instance runs on the identical instance, so the Epilog keeps it for
    that job; the held jobs released ahead of their slices (``afterany``).
 6. `cycle_result` (``result``): what to release (with the record fields that changed),
@@ -93,7 +93,7 @@ from .inputs import Estimate, JobLike, NodeRecord, Snapshot
 from .policyset import PolicySet, configured_objective
 from .refused import REFUSALS, Refusals, avoid_refused, requeued_by_slurm, requeued_runs
 from .result import cycle_result, in_place_order
-from .reuse import link_reuse, release_ahead
+from .reuse import early_releases, link_reuse
 from .schedule import schedule
 from .snapshot import cluster_snapshots, job_deadline
 
@@ -130,6 +130,7 @@ __all__ = [
     "classify",
     "cluster_snapshots",
     "cycle_result",
+    "early_releases",
     "in_place_order",
     "job_deadline",
     "job_phase",
@@ -139,7 +140,6 @@ __all__ = [
     "parse_admin_comment",
     "plan_cycle",
     "record_fields",
-    "release_ahead",
     "requeued_by_slurm",
     "requeued_runs",
     "schedule",
@@ -156,5 +156,5 @@ def plan_cycle(snap: Snapshot, policies: PolicySet | None = None) -> CycleResult
         planned, released, requeues = assignments(snap, view, groups, decisions)
         planned, released = avoid_refused(snap, view, groups, planned, released)
         final = link_reuse(planned, [b for b in view.busy if not b.stale])
-        ahead = release_ahead(snap, view, final, released)
+        ahead = early_releases(snap, view, final, released)
         return cycle_result(snap, view, groups, decisions, final, released, requeues, ahead)

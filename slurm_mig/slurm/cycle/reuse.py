@@ -14,7 +14,7 @@ from .classify import Busy, Classified, dependency_ids
 from .inputs import Snapshot
 from .slots import model_slot
 
-__all__ = ["AHEAD_DEPTH", "link_reuse", "order_key", "release_ahead"]
+__all__ = ["AHEAD_DEPTH", "early_releases", "link_reuse", "order_key"]
 
 # jobs released ahead in a row on a slice at most: the next job after a running one, and
 # the one after it (a hand-off takes milliseconds while a cycle, woken by the Prolog,
@@ -81,7 +81,7 @@ def link_reuse(plans: Mapping[str, Assignment], busy: Sequence[Busy]) -> dict[st
     return out
 
 
-def release_ahead(
+def early_releases(
     snap: Snapshot,
     view: Classified,
     final: Mapping[str, Assignment],
