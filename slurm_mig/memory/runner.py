@@ -55,7 +55,7 @@ class Runner:
         self.env = dict(os.environ if env is None else env)
         self.make_forecaster = forecaster
         self.err = err or sys.stderr
-        self.mode = select_mode(opts, self.env, self._say)
+        self.mode = select_mode(opts, self.env, self.say)
         self.choice = CHOICES[opts.memory_source]
         model = model_for(opts)
         job = self.env.get("SLURM_JOB_ID") or f"mig-run-{os.getpid()}"
@@ -92,9 +92,9 @@ class Runner:
                 outcome = self._launch(attempt)
                 if outcome.need is None or self.stopping:
                     return outcome.exit_code
-                problem = self._restart_problem(outcome.need)
+                problem = self.restart_problem(outcome.need)
                 if problem is not None:
-                    self._say(f"{outcome.reason}; {problem}")
+                    self.say(f"{outcome.reason}; {problem}")
                     return outcome.exit_code or EXIT_FAILED
                 code = self.mode.restart(self.slices, outcome)
                 if code is not None:
@@ -102,7 +102,7 @@ class Runner:
                 attempt += 1
             return outcome.exit_code
         except RestartError as exc:
-            self._say(f"error: {exc}")
+            self.say(f"error: {exc}")
             return EXIT_FAILED
         finally:
             for sig, handler in previous.items():
@@ -148,9 +148,9 @@ class Runner:
         control.write_text("on\n", encoding="utf-8")
         kills = oom.oom_kills()
         env = self._child_env(attempt, out)
-        nvml, why = open_nvml(self.choice, env, self._say)
+        nvml, why = open_nvml(self.choice, env, self.say)
         if nvml is None and self.choice.nvml_only:
-            self._say(f"error: --memory-source nvml: {why}")
+            self.say(f"error: --memory-source nvml: {why}")
             return Outcome(exit_code=EXIT_USAGE)
         try:
             self.child = subprocess.Popen(
@@ -162,13 +162,13 @@ class Runner:
         except OSError as exc:  # as a shell says it: 127 not found, 126 not runnable
             if nvml is not None:
                 nvml.close()
-            self._say(f"error: cannot run {self.opts.command[0]!r}: {exc.strerror}")
+            self.say(f"error: cannot run {self.opts.command[0]!r}: {exc.strerror}")
             return Outcome(exit_code=127 if isinstance(exc, FileNotFoundError) else 126)
         tee = StderrTee(self.child.stderr)
         writer = TraceWriter(trace_path(self.opts.trace, attempt))
         watch = _Watch(self, out, tee, kills, nvml)
         if nvml is not None:
-            nvml.start(self.child.pid, self.opts.sample_interval, self._say)
+            nvml.start(self.child.pid, self.opts.sample_interval, self.say)
         try:
             restart = self._follow(watch, writer, control)
             if restart is not None:
@@ -217,7 +217,7 @@ class Runner:
             except subprocess.TimeoutExpired:
                 continue
 
-    def _restart_problem(self, need: int) -> str | None:
+    def restart_problem(self, need: int) -> str | None:
         """Why the job cannot restart on a slice of ``need`` bytes, or None."""
         done = self.mode.restarts_done()
         if done >= self.opts.max_restarts:
@@ -235,7 +235,7 @@ class Runner:
 
     def _record_need(self, key: str, need: int, job: str) -> None:
         """The job's memory need recorded for the planner (see ``modes.record_need``)."""
-        record_need(self.opts.config, self.env, self._say, key, need, job)
+        record_need(self.opts.config, self.env, self.say, key, need, job)
 
-    def _say(self, message: str) -> None:
+    def say(self, message: str) -> None:
         print(f"{PROG}: {message}", file=self.err, flush=True)

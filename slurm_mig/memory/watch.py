@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from . import oom, trace
 from .options import EXIT_FAILED
@@ -24,18 +24,35 @@ from .sources import (
 )
 from .trace import Sample, human
 
-if TYPE_CHECKING:
-    from .runner import Runner
-
 __all__ = [
     "MAX_UPDATES",
     "OOM_FACTOR",
     "Outcome",
     "StderrTee",
     "TraceWriter",
+    "WatchHost",
     "merge_samples",
     "trace_path",
 ]
+
+
+class WatchHost(Protocol):
+    """What a launch's watch needs of the ``mig-run`` that started it (`runner.Runner`
+    is one): the options, the slice and memory source, the forecaster to build,
+    whether it is stopping, and the two calls it makes back."""
+
+    opts: Any
+    choice: Any
+    stopping: bool
+    make_forecaster: Any
+
+    @property
+    def slice(self) -> Any: ...
+
+    def say(self, message: str) -> None: ...
+
+    def restart_problem(self, need: int) -> str | None: ...
+
 
 MAX_UPDATES = 16  # forecaster updates per poll; a larger backlog is merged (peaks kept)
 OOM_FACTOR = 1.1  # a real OOM restarts with the observed peak times this
@@ -143,7 +160,7 @@ class _Watch:
 
     def __init__(
         self,
-        runner: Runner,
+        runner: WatchHost,
         out: Path,
         tee: StderrTee,
         kills: int = -1,
@@ -179,7 +196,7 @@ class _Watch:
     def _announce(self, what: str) -> None:
         if what and what != self.announced:
             self.announced = what
-            self.runner._say(f"memory source: {what}")
+            self.runner.say(f"memory source: {what}")
 
     def poll(self, writer: TraceWriter) -> Outcome | None:
         """Forecast on new samples (the probe's, or NVML's once it is the source); the
@@ -225,7 +242,7 @@ class _Watch:
                 self.last_need = int(need)
             if not getattr(decision, "restart", False) or self.runner.stopping:
                 continue
-            problem = self.runner._restart_problem(int(need))
+            problem = self.runner.restart_problem(int(need))
             reason = (
                 f"forecast at iteration {s.iteration}: {decision.reason}"
                 if getattr(decision, "reason", "")
@@ -235,7 +252,7 @@ class _Watch:
                 return Outcome(exit_code=EXIT_FAILED, need=int(need), reason=reason)
             if not self.warned:
                 self.warned = True
-                self.runner._say(f"warning: {reason}; {problem}; the job goes on")
+                self.runner.say(f"warning: {reason}; {problem}; the job goes on")
         return None
 
     def form(self, returncode: int, info: dict) -> oom.OomForm | None:
@@ -266,7 +283,7 @@ class _Watch:
         where = info.get("iteration", self.last_iteration)
         on = f"{self.runner.slice.profile or 'the slice'} ({human(self.runner.slice.capacity)})"
         if not form.gpu:
-            self.runner._say(
+            self.runner.say(
                 f"the job was killed by {form.what} at iteration {where}; a larger GPU slice "
                 "does not help: ask for more host memory (--mem)"
             )
@@ -274,7 +291,7 @@ class _Watch:
         context = int(info.get("context_bytes", self.probe.context))
         observed = max(self.peak, int(info.get("requested_bytes", 0)))
         if form.kind == "nvml-assert" and 0 < observed + context < self.runner.slice.capacity / 2:
-            self.runner._say(
+            self.runner.say(
                 f"the CUDA caching allocator's NVML assert at iteration {where} with {on} "
                 f"less than half full ({human(observed + context)}): not an out-of-memory, "
                 "so no restart; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False avoids it"

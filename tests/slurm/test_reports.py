@@ -582,7 +582,7 @@ def test_mig_run_writes_its_need_into_the_jobs_need_file(tmp_path):
     runner = SimpleNamespace(
         opts=SimpleNamespace(config=str(site.config)),
         env={"SLURM_JOB_ID": "42", "SLURMD_NODENAME": NODE},
-        _say=said.append,
+        say=said.append,
     )
     Runner._record_need(runner, "resnet", 12 << 30, "42")
     assert said == []
