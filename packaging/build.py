@@ -73,7 +73,10 @@ def metadata() -> dict[str, str]:
 
 
 def _run(argv: list[str], what: str, **kw) -> None:
-    res = subprocess.run(argv, capture_output=True, text=True, **kw)
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, **kw)
+    except OSError as exc:
+        raise BuildError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from None
     if res.returncode != 0:
         tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-15:])
         raise BuildError(f"{what} failed (exit {res.returncode}):\n{tail}")
