@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..safefs import grant_user
-from .reportcodec import plain, whole_number
+from .reportcodec import KEY_CHARS, plain, whole_number
 
 __all__ = [
     "AREA_OPTIONS",
@@ -47,7 +47,6 @@ NEED_FILE = "need"
 AREA_OPTIONS = "size=4k,nr_inodes=4,mode=0711,uid=0,gid=0"
 _MS_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
 _UMOUNT_FLAGS = 0x2 | 0x8  # MNT_DETACH | UMOUNT_NOFOLLOW
-_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
 def area_path(run_dir: Path, job_id: str) -> Path:
@@ -191,7 +190,7 @@ def read_need(
     if not isinstance(data, dict) or set(data) != {"key", "need"}:
         return None, f"memory need file {name} is not {{key, need}}; ignored"
     key, need = data["key"], data["need"]
-    if not (isinstance(key, str) and 0 < len(key) <= 128 and _KEY_CHARS.issuperset(key)):
+    if not (isinstance(key, str) and 0 < len(key) <= 128 and KEY_CHARS.issuperset(key)):
         return None, f"memory need file {name}: the key is not a job kind; ignored"
     if hint_key is not None and key != hint_key:
         return None, f"memory need file {name}: key {key!r} is not the job's; ignored"

@@ -8,7 +8,7 @@ open longest that has not sent its whole batch and sent nothing for `IDLE` secon
 and when none is idle the others wait in the listen backlog (a burst of Epilogs is
 served);
 the first byte must come within `FIRST_BYTE` seconds and everything within `TIMEOUT`
-from accept to close, at most `BATCH_BYTES` and `reports.BATCH` lines (what is read then
+from accept to close, at most `BATCH_BYTES` and `BATCH` lines (what is read then
 is handled). So idle clients, however many, delay a node's report by a few
 milliseconds, not a slot's timeout; the cycle neither waits for the receiver nor makes
 a Slurm call for it. The lines of a connection are checked in one of `WORKERS` threads
@@ -47,11 +47,11 @@ from .. import storeschema
 from ..owner import owner_of, valid_uid
 from ..safefs import make_private
 from ..safetext import printable
-from . import reports
 from .accounting import INSERT_RUN, STORE, row
 from .accounting import schema as accounting_schema
 from .listener import Conn, Listener
-from .reports import ReportError, open_report
+from .noderecords import JobRecord, KeptInstance
+from .reportcodec import BATCH, KEY_CHARS, KINDS, ReportError, open_report
 
 log = logging.getLogger("slurm_mig.planner")
 
@@ -233,8 +233,6 @@ class ReportDB:
         """node -> {"jobs": [JobRecord], "kept": [KeptInstance]} of its latest snapshot."""
         import json
 
-        from .nodestate import JobRecord, KeptInstance
-
         out = {}
         for node, jobs, kept in self._read("SELECT node, jobs, kept FROM nodes WHERE seq >= 0"):
             try:
@@ -269,7 +267,7 @@ def _need(b: Mapping[str, Any]) -> bool:
         and valid_uid(d["uid"])
         and isinstance(key, str)
         and 0 < len(key) <= 128
-        and reports._KEY_CHARS.issuperset(key)
+        and KEY_CHARS.issuperset(key)
         and isinstance(need, int)
         and not isinstance(need, bool)
         and 0 < need < 2**50
@@ -279,8 +277,6 @@ def _need(b: Mapping[str, Any]) -> bool:
 def _snapshot(data: Mapping[str, Any]) -> tuple[str, str] | None:
     """The snapshot's jobs and kept instances as canonical JSON, None when invalid."""
     import json
-
-    from .nodestate import JobRecord, KeptInstance
 
     jobs, kept = data.get("jobs"), data.get("kept")
     if not isinstance(jobs, list) or not isinstance(kept, list):
@@ -341,7 +337,7 @@ class Receiver(Listener):
         self.db = db
         self.timeout = timeout
         self.rate = rate
-        self.stored = {k: 0 for k in reports.KINDS}  # since the last `take_counts`
+        self.stored = {k: 0 for k in KINDS}  # since the last `take_counts`
         self.refused_reports = 0
         self._closed = 0  # connections closed idle, at a cap or timed out, at the last take
         self._write = threading.Lock()  # one writer at a time (sqlite's rule anyway)
@@ -371,9 +367,9 @@ class Receiver(Listener):
     def _received(self, conn: Conn, eof: bool) -> None:
         """The lines sent, once the client half-closes or a limit is reached (what is
         read then is handled, the rest is not)."""
-        if not (eof or len(conn.got) >= BATCH_BYTES or conn.got.count(b"\n") >= reports.BATCH):
+        if not (eof or len(conn.got) >= BATCH_BYTES or conn.got.count(b"\n") >= BATCH):
             return
-        lines = bytes(conn.got[:BATCH_BYTES]).split(b"\n")[:-1][: reports.BATCH]
+        lines = bytes(conn.got[:BATCH_BYTES]).split(b"\n")[:-1][: BATCH]
         peer = conn.peer
         self._submit(conn, lambda: ["".join(f"{a}\n" for a in self.handle(lines, peer)).encode()])
 

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "BATCH",
+    "KEY_CHARS",
     "KINDS",
     "MAC_BYTES",
     "MAGIC",
@@ -42,6 +44,9 @@ MAGIC = "R1"
 MAC_BYTES = 16
 MAX_REPORT = 64 << 10  # bytes of one report line
 KINDS = ("run", "instances", "memory")
+BATCH = 64  # reports per connection: a node sends at most this many, the receiver reads as many
+# the characters of a job kind in a memory report (and in mig-run's need file)
+KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _MAC_DOMAIN = b"slurm-mig report 1\0"
 _B64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _NAME = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.@+-")

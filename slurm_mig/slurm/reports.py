@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 from .needarea import (
-    _KEY_CHARS,  # noqa: F401  (the receiver checks keys with it)
     MAX_NEED_FILE,
     NEED_SUFFIX,
     drop_need_area,
@@ -61,6 +60,7 @@ from .needarea import (
     write_need,
 )
 from .reportcodec import (
+    BATCH,
     KINDS,
     MAC_BYTES,
     MAGIC,
@@ -115,7 +115,6 @@ __all__ = [
 
 MAX_FILES = 2000  # spool files kept at a node
 MAX_SPOOL_BYTES = 16 << 20
-BATCH = 64  # reports per connection
 SEND_BYTES = 512 << 10  # bytes per connection (the receiver reads up to 1 MiB)
 CONNECT_TIMEOUT = 0.3  # seconds
 FLUSH_SECONDS = 1.0  # most a hook spends delivering
