@@ -27,7 +27,7 @@ Figures:
 - cycles: each cycle's wall time (the daemon's "cycle N done in S s" log record: read,
   plan and apply, not the status file written after it) split into read (the proxy's
   ``jobs``/``nodes`` calls: squeue + sinfo), plan (``plan_cycle``, timed by wrapping it
-  in slurm_mig.slurm.daemon), apply (every other client call: scontrol hold / update /
+  in slurm_mig.daemon.daemon), apply (every other client call: scontrol hold / update /
   release / requeue, or whatever methods a newer client has; summed over the
   ``write_concurrency`` threads, so above the apply's wall time) and other (the rest:
   building the snapshot, the runtime store, logging); the daemon thread's CPU seconds
@@ -101,12 +101,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from slurm_mig.daemon import daemon as daemon_module  # noqa: E402
+from slurm_mig.daemon.cycle import parse_admin_comment  # noqa: E402
 from slurm_mig.demo.live import LiveCluster  # noqa: E402
 from slurm_mig.demo.localslurm import skip_reason  # noqa: E402
 from slurm_mig.demo.slurmroot import SlurmInstall, find_install  # noqa: E402
-from slurm_mig.slurm import daemon as daemon_module  # noqa: E402
 from slurm_mig.slurm.client import SlurmClient  # noqa: E402
-from slurm_mig.slurm.cycle import parse_admin_comment  # noqa: E402
 
 MODEL = "A100-40GB"
 # (key, mig:mem hint, weight): the smallest fitting A100-40GB profiles are 1g.5gb,

@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from slurm_mig.geometry import Placement  # noqa: E402
+from slurm_mig.node.nodestate import NodeState  # noqa: E402
 from slurm_mig.slurm.assignment import Assignment, generate_key, load_key, sign  # noqa: E402
-from slurm_mig.slurm.nodestate import NodeState  # noqa: E402
 
 HOOKS = {
     "prolog": ROOT / "prolog" / "slurm-mig-prolog",

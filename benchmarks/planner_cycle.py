@@ -1,5 +1,5 @@
 """Wall time, plan quality and memory of the planner daemon's cycle at cluster scale
-(``slurm_mig.slurm.cycle.plan_cycle``, the pure function the daemon runs each cycle).
+(``slurm_mig.daemon.cycle.plan_cycle``, the pure function the daemon runs each cycle).
 
 Held jobs with MIXEDSCALING / WIDETIMES runtimes (the FAR paper's generator, seconds
 x 60 so that jobs run 1-100 minutes) on nodes of 8 A100-40GB, all waiting past the batch
@@ -30,10 +30,10 @@ import time
 from dataclasses import replace
 
 from slurm_mig import job as planner_job
+from slurm_mig.daemon.cycle import Estimate, Release, Snapshot, plan_cycle
 from slurm_mig.geometry import get_model
 from slurm_mig.planner.allotment import moldable_bound
 from slurm_mig.slurm.client import Job
-from slurm_mig.slurm.cycle import Estimate, Release, Snapshot, plan_cycle
 from slurm_mig.workload import generate
 
 MODEL = get_model("A100-40GB")

@@ -115,7 +115,7 @@ def _priority_lines(entry: Mapping[str, Any], public: Mapping[str, Any] | None) 
 
 def _stale_line(public: Mapping[str, Any] | None, cycle: float | None, now: float) -> str | None:
     """What to say first when the public summary is older than a few cycles, or None."""
-    from .slurm.liveness import staleness
+    from .daemon.liveness import staleness
 
     updated = public.get("updated") if public else None
     if cycle is not None and isinstance(updated, int | float) and not isinstance(updated, bool):

@@ -17,7 +17,7 @@ kills a job), so an overrun is held against the hints of its owner:
   took (`runtimes.estimate_for_job`, no longer bounded by the hint), else from its
   Slurm time limit, else ``default_runtime``; and never below the longest overrun of
   its owner's kind (capped by the time limit: Slurm ends a run there). The planner
-  daemon's `slurm.estimates.distrusted_times` does this.
+  daemon's `daemon.estimates.distrusted_times` does this.
 
 One owner's overruns change only that owner's estimates. The daemon reads the records
 once per cycle (`OverrunRecords.overruns_since`), whatever the queue. Stdlib only.

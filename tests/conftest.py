@@ -10,11 +10,11 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _need_area_without_mount(request, monkeypatch):
-    """The Prolog's per-job need area is a tmpfs mount (`slurm_mig.slurm.needarea`): in
+    """The Prolog's per-job need area is a tmpfs mount (`slurm_mig.node.needarea`): in
     the unit tests a plain directory, so that no test leaves a mount behind whoever runs
     it; a test marked ``real_mount`` keeps the kernel's (the e2e hooks always do)."""
     if request.node.get_closest_marker("real_mount") is None:
-        from slurm_mig.slurm import needarea
+        from slurm_mig.node import needarea
 
         monkeypatch.setattr(needarea, "mount_area", lambda path: None)
 

@@ -1,9 +1,11 @@
 """The package's import graph: ``planner`` imports nothing from ``sim``, ``slurm``,
-``devices``, ``memory`` or ``demo``; ``slurm`` nothing from ``sim``, ``memory`` nothing
-from ``slurm``; the product never imports the demo tooling; no two modules import each
-other, directly or through others, nor does ``slurm`` with a top-level module or another
-package; ``slurm.cycle`` is imported through its package only; and no private name crosses a package (imports
-inside functions count: a lazy import is still a dependency)."""
+``node``, ``daemon``, ``devices``, ``memory`` or ``demo``; ``node`` (the hooks on every
+GPU node) nothing of ``daemon``, ``planner`` or ``sim``; the shared ``slurm`` nothing of
+``node``, ``daemon`` or ``sim``; ``memory`` only what mig-run's Slurm mode needs; the
+product never imports the demo tooling; no two modules import each other, directly or
+through others, nor does ``slurm`` with a top-level module or another package;
+``daemon.cycle`` is imported through its package only; and no private name crosses a
+package (imports inside functions count: a lazy import is still a dependency)."""
 
 from __future__ import annotations
 
@@ -109,7 +111,7 @@ def _package_of(module: str) -> str:
 
 def test_the_planner_imports_no_executor():
     graph = import_graph()
-    forbidden = {"sim", "slurm", "devices", "memory", "demo", "cli"}
+    forbidden = {"sim", "slurm", "node", "daemon", "devices", "memory", "demo", "cli"}
     bad = sorted(
         f"{m} -> {t}"
         for m, targets in graph.items()
@@ -140,22 +142,43 @@ def test_the_product_never_imports_the_demo_tooling():
     assert bad == []
 
 
-def test_the_slurm_package_imports_no_simulator():
-    graph = import_graph()
-    bad = sorted(
+def _crossings(graph: dict[str, set[str]], source: str, targets: set[str]) -> list[str]:
+    return sorted(
         f"{m} -> {t}"
-        for m, targets in graph.items()
-        if _package_of(m) == "slurm"
-        for t in targets
-        if _package_of(t) == "sim"
+        for m, ts in graph.items()
+        if _package_of(m) == source
+        for t in ts
+        if _package_of(t) in targets
     )
-    assert bad == []
+
+
+def test_the_node_imports_nothing_of_the_daemon_the_planner_or_the_simulator():
+    """What runs on every GPU node (the hooks, node-flush, node-sweep's work) needs none
+    of the controller's code; lazy imports count."""
+    graph = import_graph()
+    assert _crossings(graph, "node", {"daemon", "planner", "sim", "demo", "cli"}) == []
+    assert any(_package_of(t) == "slurm" for t in graph["slurm_mig.node.prolog"])  # it sees
+
+
+def test_the_shared_slurm_package_imports_neither_deployable_nor_the_simulator():
+    graph = import_graph()
+    assert _crossings(graph, "slurm", {"node", "daemon", "sim"}) == []
+
+
+def test_the_daemon_imports_no_simulator_and_of_the_node_only_its_record_files():
+    """The daemon learns what a node knows from its reports; only with reports off does
+    `receiver.node_records` read the nodes' record files (one host or a shared run_dir)."""
+    graph = import_graph()
+    assert _crossings(graph, "daemon", {"sim", "demo"}) == []
+    assert _crossings(graph, "daemon", {"node"}) == [
+        "slurm_mig.daemon.receiver -> slurm_mig.node.nodestate"
+    ]
 
 
 # mig-run's Slurm mode requeues its job through the client and hands the memory need it
-# learned to the Epilog through the reports spool: those two, and nothing else of the
-# slurm package (the hint grammar is ``slurm_mig.hints``, shared by both).
-MIG_RUN_USES = {"slurm_mig.slurm.client", "slurm_mig.slurm.reports"}
+# learned to the Epilog through the need file: those two, and nothing else of the
+# slurm and node packages (the hint grammar is ``slurm_mig.hints``, shared by both).
+MIG_RUN_USES = {"slurm_mig.slurm.client", "slurm_mig.node.needarea"}
 
 
 def test_memory_imports_no_more_of_slurm_than_mig_runs_slurm_mode():
@@ -165,7 +188,7 @@ def test_memory_imports_no_more_of_slurm_than_mig_runs_slurm_mode():
         for m, targets in graph.items()
         if _package_of(m) == "memory"
         for t in targets
-        if _package_of(t) == "slurm" and t not in MIG_RUN_USES
+        if _package_of(t) in {"slurm", "node", "daemon"} and t not in MIG_RUN_USES
     )
     assert bad == []
     assert "slurm_mig.hints" in graph["slurm_mig.memory.wrapper"]
@@ -188,7 +211,7 @@ def test_the_slurm_package_and_no_other_import_each_other():
 
 def test_the_cycle_package_is_imported_through_its_public_api():
     graph = import_graph()
-    cycle = "slurm_mig.slurm.cycle"
+    cycle = "slurm_mig.daemon.cycle"
     bad = sorted(
         f"{m} -> {t}"
         for m, targets in graph.items()
@@ -232,7 +255,7 @@ def test_the_walk_sees_imports():
     assert "slurm_mig.planner.registry" in graph["slurm_mig.planner.driver"]
     assert "slurm_mig.planner.driver" in graph["slurm_mig.sim.policies"]
     assert "slurm_mig.planner.registry" in graph["slurm_mig.config"]  # lazy, in a function
-    assert "slurm_mig.slurm.statusview" in graph["slurm_mig.slurm.web"]
+    assert "slurm_mig.daemon.statusview" in graph["slurm_mig.daemon.web"]
     assert "slurm_mig.power" in graph["slurm_mig.slurm.accounting"]
     # imported under TYPE_CHECKING and again inside a function: the lazy one counts
     assert "slurm_mig.devices.catalogue" in graph["slurm_mig.devices.nvml"]

@@ -12,9 +12,9 @@ import pytest
 
 from slurm_mig import storeschema
 from slurm_mig.cli import main
+from slurm_mig.daemon.receiver import REPORTS_SCHEMA, ReportDB
 from slurm_mig.runtimes import SCHEMA, SCHEMA_VERSION, RuntimeStore, StoreError
 from slurm_mig.slurm import accounting
-from slurm_mig.slurm.receiver import REPORTS_SCHEMA, ReportDB
 
 # profiles.sqlite as slurm-mig wrote it at schema 1 (no pcie tables, no owners)
 PROFILES_V1 = """

@@ -1,5 +1,5 @@
 """Tracked figures of the planner daemon's pure planning cycle
-(``slurm_mig.slurm.cycle.plan_cycle``), built as benchmarks/planner_cycle.py builds it:
+(``slurm_mig.daemon.cycle.plan_cycle``), built as benchmarks/planner_cycle.py builds it:
 1,000 held jobs on 64 A100-40GB GPUs (8 per node). "first" plans them all and releases
 the first wave; "steady" is the next cycle, with the first wave running and the plans
 kept by the daemon. Quality: the first cycle's makespan over T* (the moldable bound)."""

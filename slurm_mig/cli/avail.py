@@ -1,6 +1,6 @@
 """``slurm-mig avail``: the free MIG capacity per node and GPU, for users (no root
 needed): free compute slices and the largest profile that could start now, from the
-planner's public summary (slurm_mig/slurm/public.py), in sinfo's manner."""
+planner's public summary (slurm_mig/daemon/public.py), in sinfo's manner."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def _summary_path(args: argparse.Namespace) -> tuple[Path, float]:
 def load(path: Path) -> dict[str, Any]:
     """The planner's summary at ``path`` with its capacity list; a ValueError says in
     one line why not (missing, unreadable, not a summary, from an older planner)."""
-    from ..slurm.public import read_public
+    from ..daemon.public import read_public
 
     try:
         with open(path, "rb"):
@@ -216,8 +216,8 @@ def answer(profile: str, rows: list[dict[str, Any]]) -> tuple[bool, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..slurm.liveness import staleness
-    from ..slurm.statusview import span
+    from ..daemon.liveness import staleness
+    from ..daemon.statusview import span
 
     check_json(args)
     fmt = parse_format(args.format or DEFAULT_FORMAT, COLUMNS)

@@ -34,10 +34,10 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import ConfigError, load_config
+    from ..daemon.public import read_public
     from ..explain import NO_SUMMARY, explain
     from ..safetext import printable
     from ..slurm.client import SlurmClient, SlurmError
-    from ..slurm.public import read_public
 
     job_id = args.job.strip()
     if not (0 < len(job_id) <= 64 and all(c.isdigit() or c == "_" for c in job_id)):

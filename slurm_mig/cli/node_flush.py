@@ -36,8 +36,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import parse_address
+    from ..node.reports import Spool
     from ..slurm.assignment import load_key
-    from ..slurm.reports import Spool
 
     if not 0.1 <= args.timeout <= 600:
         raise ValueError(f"--timeout {args.timeout:g}: give 0.1 to 600 seconds")

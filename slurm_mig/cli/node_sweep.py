@@ -39,10 +39,10 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..devices.base import DeviceError
     from ..devices.open import open_backend
-    from ..slurm.hookio import job_states
-    from ..slurm.hookoutcome import Outcome
-    from ..slurm.nodestate import LockBusyError, NodeState
-    from ..slurm.recordsweep import sweep
+    from ..node.hookio import job_states
+    from ..node.hookoutcome import Outcome
+    from ..node.nodestate import LockBusyError, NodeState
+    from ..node.recordsweep import sweep
 
     config, node = node_config(args)
     out = Outcome()
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             )
     except (DeviceError, LockBusyError) as exc:
         fault = exc
-    from ..slurm import reports
+    from ..node import reports
 
     # the node's instances as they are now: the planner holds a stale record's slices
     # until a report drops it, and no hook runs where it plans nothing

@@ -1,5 +1,5 @@
 """``slurm-mig planner``: the daemon that holds, plans and releases MIG partition jobs
-(slurm_mig/slurm/daemon.py)."""
+(slurm_mig/daemon/daemon.py)."""
 
 from __future__ import annotations
 
@@ -81,8 +81,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..slurm.daemon import run_planner
-    from ..slurm.lease import LeaseHeld
+    from ..daemon.daemon import run_planner
+    from ..daemon.lease import LeaseHeld
 
     verbose = args.verbose + args.planner_verbose
     log.setLevel(logging.DEBUG if verbose else logging.INFO)

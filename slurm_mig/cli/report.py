@@ -89,9 +89,9 @@ def _silent(config) -> None:
     import sys
     import time
 
+    from ..daemon.receiver import ReportDB, silent_nodes
+    from ..daemon.statusview import ago
     from ..slurm.accounting import node_logs
-    from ..slurm.receiver import ReportDB, silent_nodes
-    from ..slurm.statusview import ago
 
     now = time.time()
     if not config.reports:

@@ -94,9 +94,9 @@ def add_parser(sub) -> None:
 
 def load_view(config: Any, node: str | None, client: Any = None, now: float | None = None):
     """The `StatusView` from the status file, squeue and the node records."""
+    from ..daemon.receiver import node_records
+    from ..daemon.statusview import build_view
     from ..slurm.client import SlurmClient
-    from ..slurm.receiver import node_records
-    from ..slurm.statusview import build_view
 
     now = time.time() if now is None else now
     path = Path(config.state_dir) / STATUS_FILE
@@ -134,8 +134,8 @@ def load_view(config: Any, node: str | None, client: Any = None, now: float | No
 def _stale(config: Any, updated: float | None, now: float) -> str:
     """What to say when the planner's last cycle is stale (or missing), with who holds
     the lease; "" when it is fresh."""
-    from ..slurm.lease import LEASE_FILE, read_holder
-    from ..slurm.liveness import SERVICE, staleness
+    from ..daemon.lease import LEASE_FILE, read_holder
+    from ..daemon.liveness import SERVICE, staleness
 
     if updated is None:
         text = f"is {SERVICE} running? (systemctl status {SERVICE})"
@@ -167,8 +167,8 @@ def _header(view) -> list[Any]:
     """The title line (cycle, policy, next batch), then the problems and a failed cycle."""
     from rich.text import Text
 
-    from ..slurm.statusview import ago as _ago
-    from ..slurm.statusview import when as _when
+    from ..daemon.statusview import ago as _ago
+    from ..daemon.statusview import when as _when
 
     now = view.now
     head = Text.assemble(
@@ -189,8 +189,8 @@ def _gpu_table(g, now: float) -> Any:
     from rich import box
     from rich.table import Table
 
-    from ..slurm.statusview import ago as _ago
-    from ..slurm.statusview import left_text
+    from ..daemon.statusview import ago as _ago
+    from ..daemon.statusview import left_text
 
     title = _plain(
         f"{g.node} gpu {g.gpu} · {g.model} · busy {g.busy}/{g.slices} slices · free "
@@ -229,7 +229,7 @@ def _queue_table(queue, now: float) -> Any:
     from rich import box
     from rich.table import Table
 
-    from ..slurm.statusview import when as _when
+    from ..daemon.statusview import when as _when
 
     q = Table(title="Queue", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("Job", "User", "Name", "State", "Prio", "Node", "GPU", "Profile", "Start", "Why"):
@@ -270,7 +270,7 @@ def render(view) -> Any:
 def rows(view) -> list[dict[str, str]]:
     """The view as one row per instance and per waiting job (letter -> cell), for
     -o/--format: the instances by node and GPU, then the queue in its order."""
-    from ..slurm.statusview import left_text
+    from ..daemon.statusview import left_text
 
     def clock(t: float | None) -> str:
         return "-" if t is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))

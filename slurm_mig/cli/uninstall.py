@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _planner_running(state_dir: Path, now: float) -> str | None:
     """The live planner's lease holder in words, or None (no lease, released, expired)."""
-    from ..slurm.lease import LEASE_FILE, read_holder
+    from ..daemon.lease import LEASE_FILE, read_holder
 
     holder = read_holder(state_dir / LEASE_FILE)
     if holder is None or holder.released or now - holder.renewed_at > holder.ttl:
@@ -134,9 +134,9 @@ def release_jobs(config, client, dry_run: bool = False, now: float | None = None
 
 
 def _holders(inst) -> list:
-    """The processes with the instance's capability nodes open (``slurm.holders``)."""
+    """The processes with the instance's capability nodes open (``node.holders``)."""
     from ..devices.migcaps import minor
-    from ..slurm.holders import find_holders
+    from ..node.holders import find_holders
 
     minors = {minor(inst.gpu, inst.gi_id)}
     if inst.ci_id >= 0:
@@ -150,7 +150,7 @@ def destroy_instances(
     """Destroy every MIG instance of the node, none if any is in use (one line naming
     it and who uses it); a device fault is one line too."""
     from ..devices.base import DeviceError
-    from ..slurm.holders import describe_holders
+    from ..node.holders import describe_holders
     from ..slurm.uninstall import describe, in_use
 
     try:

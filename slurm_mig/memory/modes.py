@@ -249,12 +249,12 @@ def record_need(
     config_path: Path | str | None, env: Mapping[str, str], say: Say, key: str, need: int, job: str
 ) -> None:
     """Under Slurm the job's need file (the Epilog reports it to the planner, see
-    `slurm.reports`); else RuntimeStore.record_memory when the store is there."""
+    `node.needarea`); else RuntimeStore.record_memory when the store is there."""
     try:
         from ..config import load_config
+        from ..node.needarea import need_path, write_need
         from ..owner import owner_of
         from ..runtimes import RuntimeStore
-        from ..slurm.reports import need_path, write_need
 
         config = load_config(config_path)
         node = env.get("SLURMD_NODENAME", "")

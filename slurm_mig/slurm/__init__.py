@@ -1,3 +1,6 @@
-"""Slurm integration: the client, the hint grammar, signed assignments, the hooks and
-the planner daemon. Nothing here imports numpy, torch or statsmodels at module level
-except the daemon (the hooks' path stays light)."""
+"""The Slurm vocabulary the nodes' hooks (`slurm_mig.node`) and the planner daemon
+(`slurm_mig.daemon`) share: the client and its parsers of squeue/scontrol output, job
+records and the AdminComment, the signed assignment and its token, the GRES records,
+the report wire format and the node's record types, notifications, the site's limits
+and accounting. Nothing here imports numpy, torch or statsmodels, nor anything of the
+node's or the daemon's packages."""

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from slurm_mig.daemon.cycle import admin_comment_for
 from slurm_mig.geometry import Placement
 from slurm_mig.hints import parse_hints
 from slurm_mig.slurm.assignment import Assignment
-from slurm_mig.slurm.cycle import admin_comment_for
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(

@@ -15,7 +15,7 @@ from support import squeue_job as job
 
 from slurm_mig.cli import columns, main
 from slurm_mig.cli import status as status_cli
-from slurm_mig.slurm.statusview import build_view, left_text
+from slurm_mig.daemon.statusview import build_view, left_text
 
 NOW = 10_000.0
 UUID = "MIG-0c6e1a4b-9d8f-5e2a-b7c3-123456789abc"

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_mig.daemon.cycle import Release, admin_comment_for, parse_admin_comment
+from slurm_mig.daemon.daemon import apply_actions
 from slurm_mig.geometry import Placement
 from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import (
@@ -25,8 +27,6 @@ from slurm_mig.slurm.client import (
     job_from_json,
     nodes_from_json,
 )
-from slurm_mig.slurm.cycle import Release, admin_comment_for, parse_admin_comment
-from slurm_mig.slurm.daemon import apply_actions
 
 from .cluster import LocalSlurm
 from .conftest import squeue_job
@@ -116,7 +116,7 @@ def _same_jobs_both_ways(cluster: LocalSlurm, partition: str | None) -> dict[str
         # squeue pads with spaces: a comment's trailing ones cannot be seen
         and not (name == "comment" and a.comment == b.comment.rstrip(" "))
         # squeue -r -O has no field for an array's throttle (the planner learns it from
-        # JobArrayTaskLimit instead: slurm_mig.slurm.cycle.arrays)
+        # JobArrayTaskLimit instead: slurm_mig.daemon.cycle.arrays)
         and not (name == "array_throttle" and a.array_throttle is None)
     ]
     assert not diffs, "\n".join(diffs)

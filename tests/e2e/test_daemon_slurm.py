@@ -24,19 +24,19 @@ from support import ROOT, write_config
 
 from slurm_mig import jobcomment as comments
 from slurm_mig.config import load_config
-from slurm_mig.geometry import can_coexist, get_model
-from slurm_mig.runtimes import RuntimeStore
-from slurm_mig.sitefiles import site_file
-from slurm_mig.slurm.assignment import load_key, verify
-from slurm_mig.slurm.client import SlurmClient
-from slurm_mig.slurm.cycle import plan_cycle
-from slurm_mig.slurm.daemon import (
+from slurm_mig.daemon.cycle import plan_cycle
+from slurm_mig.daemon.daemon import (
     STATUS_FILE,
     PlannerDaemon,
     apply_actions,
     build_snapshot,
     run_planner,
 )
+from slurm_mig.geometry import can_coexist, get_model
+from slurm_mig.runtimes import RuntimeStore
+from slurm_mig.sitefiles import site_file
+from slurm_mig.slurm.assignment import load_key, verify
+from slurm_mig.slurm.client import SlurmClient
 from slurm_mig.slurm.jobrecord import parse_admin_comment
 
 from .cluster import LocalSlurm

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from slurm_mig.daemon.cycle.classify import BEGIN_SLACK
 from slurm_mig.demo.live import DONE_STATES
 from slurm_mig.geometry import get_model
 from slurm_mig.slurm.client import SlurmClient
-from slurm_mig.slurm.cycle.classify import BEGIN_SLACK
 from slurm_mig.workload import load_task_source
 
 from .conftest import live_cluster, wait_until

@@ -14,6 +14,9 @@ import pytest
 from hintcases import BAD, GOOD, fuzz_comments
 
 from slurm_mig import jobcomment as comments
+from slurm_mig.daemon.apply import apply_actions
+from slurm_mig.daemon.cycle import Hold
+from slurm_mig.daemon.cycle.actions import held_again
 from slurm_mig.geometry import Placement
 from slurm_mig.hints import (
     MAX_USER_COMMENT,
@@ -26,11 +29,8 @@ from slurm_mig.jobcomment import without_tokens
 from slurm_mig.memory.modes import with_mem_hint
 from slurm_mig.sitefiles import site_file
 from slurm_mig.slurm import gres
-from slurm_mig.slurm.apply import apply_actions
 from slurm_mig.slurm.assignment import Assignment, sign
 from slurm_mig.slurm.client import SlurmClient
-from slurm_mig.slurm.cycle import Hold
-from slurm_mig.slurm.cycle.actions import held_again
 
 from .cluster import LocalSlurm
 from .conftest import squeue_job

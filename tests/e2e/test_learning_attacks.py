@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 
 from slurm_mig.config import load_config
+from slurm_mig.daemon.estimates import Estimator
 from slurm_mig.demo.live import LiveCluster
 from slurm_mig.geometry import get_model
 from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import PRIOR, RuntimeStore, estimate_times
-from slurm_mig.slurm.estimates import Estimator
 
 from .conftest import host_release_only, live_cluster
 from .conftest import wait_until as _wait

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
+from slurm_mig.daemon.cycle.stale import STALE_GRACE
 from slurm_mig.demo.live import ROOT, LiveCluster
-from slurm_mig.slurm.cycle.stale import STALE_GRACE
 
 from .conftest import host_release_only, live_cluster, wait_until
 

@@ -19,7 +19,7 @@ import pytest
 
 from slurm_mig.demo.live import LiveCluster
 from slurm_mig.geometry import get_model
-from slurm_mig.slurm import reports
+from slurm_mig.node import reports
 from slurm_mig.slurm.assignment import load_key
 from slurm_mig.workload import load_task_source
 

@@ -1,7 +1,7 @@
 """What Slurm does with the planner's writes when a job it read as pending has started
 meanwhile (the race behind the planner's start_timeout re-hold, a move in place and a
 note). Pinned on 22.05, 24.11 and 26.05 so that an upgrade that changes it fails here:
-the cycle (`slurm_mig.slurm.cycle`) relies on it to keep a started job's record."""
+the cycle (`slurm_mig.daemon.cycle`) relies on it to keep a started job's record."""
 
 from __future__ import annotations
 

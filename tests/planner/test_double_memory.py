@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 import pytest
 
+from slurm_mig.daemon.cycle.slots import legal_slot
 from slurm_mig.geometry import (
     GIB,
     GeometryError,
@@ -31,7 +32,6 @@ from slurm_mig.planner.snapshot import (
     snapshot_to_json,
 )
 from slurm_mig.runtimes import estimate_times
-from slurm_mig.slurm.cycle.slots import legal_slot
 
 H100 = get_model("H100-80GB")
 # 15 GiB: more than 1g.10gb (9.75 GiB), less than 1g.20gb (19.62 GiB)

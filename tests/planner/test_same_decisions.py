@@ -21,6 +21,8 @@ import pytest
 from support import squeue_job
 
 from slurm_mig.cli import main
+from slurm_mig.daemon.cycle import Estimate, Snapshot, plan_cycle
+from slurm_mig.daemon.daemon import CycleReport
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.planner.decisions import decisions_to_json
 from slurm_mig.planner.driver import BatchSettings
@@ -30,8 +32,6 @@ from slurm_mig.planner.snapshot import snapshot_from_json, snapshot_to_json
 from slurm_mig.sim import SimJob, SimPolicy, simulate
 from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import Job
-from slurm_mig.slurm.cycle import Estimate, Snapshot, plan_cycle
-from slurm_mig.slurm.daemon import CycleReport
 from slurm_mig.slurm.jobrecord import admin_comment_for
 from slurm_mig.workload import generate
 

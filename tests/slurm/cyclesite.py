@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from support import squeue_job as job
 
-from slurm_mig.slurm.cycle import Snapshot, plan_cycle
-from slurm_mig.slurm.daemon import CycleReport, Estimator
-from slurm_mig.slurm.projection import project_jobs
+from slurm_mig.daemon.cycle import Snapshot, plan_cycle
+from slurm_mig.daemon.daemon import CycleReport, Estimator
+from slurm_mig.daemon.projection import project_jobs
 
 NOW = 10_000.0
 

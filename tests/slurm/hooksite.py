@@ -18,6 +18,7 @@ from pathlib import Path
 from slurm_mig import jobcomment as comments
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import Placement
+from slurm_mig.node.nodestate import NodeState
 from slurm_mig.slurm import gres
 from slurm_mig.slurm.assignment import (
     Assignment,
@@ -27,7 +28,6 @@ from slurm_mig.slurm.assignment import (
     open_token,
     sign,
 )
-from slurm_mig.slurm.nodestate import NodeState
 
 ROOT = Path(__file__).resolve().parents[2]
 PROLOG = ROOT / "prolog" / "slurm-mig-prolog"

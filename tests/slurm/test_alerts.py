@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slurm_mig.cli.planner import EXIT_LEASE_HELD
-from slurm_mig.slurm import nodemetrics
-from slurm_mig.slurm.metrics import PlannerMetrics
+from slurm_mig.daemon.metrics import PlannerMetrics
+from slurm_mig.node import nodemetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "contrib" / "slurm-mig-alerts.yml"

@@ -5,9 +5,9 @@ never start on an old plan and Slurm calls per job do not grow."""
 
 from __future__ import annotations
 
-from slurm_mig.slurm.apply import apply_actions
+from slurm_mig.daemon.apply import apply_actions
+from slurm_mig.daemon.cycle import Hold
 from slurm_mig.slurm.client import SlurmError
-from slurm_mig.slurm.cycle import Hold
 
 
 class _Client:

@@ -14,11 +14,11 @@ from support import squeue_job as job
 from support import write_config
 
 from slurm_mig.cli import avail, main
+from slurm_mig.daemon.cycle import Snapshot, plan_cycle
+from slurm_mig.daemon.daemon import CycleReport, Estimator
+from slurm_mig.daemon.projection import project_jobs
+from slurm_mig.daemon.public import capacity, summary, write_public
 from slurm_mig.geometry import Placement, Slot, get_model
-from slurm_mig.slurm.cycle import Snapshot, plan_cycle
-from slurm_mig.slurm.daemon import CycleReport, Estimator
-from slurm_mig.slurm.projection import project_jobs
-from slurm_mig.slurm.public import capacity, summary, write_public
 
 A100 = get_model("A100-40GB")
 NOW = 10_000.0

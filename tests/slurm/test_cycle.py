@@ -22,15 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_mig import jobcomment as comments
-from slurm_mig.geometry import GIB, Placement, can_coexist, get_model
-from slurm_mig.jobcomment import parse as parse_comment
-from slurm_mig.slurm.assignment import (
-    Assignment,
-    AssignmentError,
-    verify,
-)
-from slurm_mig.slurm.client import Job, Node, SlurmError
-from slurm_mig.slurm.cycle import (
+from slurm_mig.daemon.cycle import (
     Estimate,
     Hold,
     Learn,
@@ -40,8 +32,16 @@ from slurm_mig.slurm.cycle import (
     in_place_order,
     plan_cycle,
 )
-from slurm_mig.slurm.cycle.classify import OVERDUE_SECONDS, classify, dependency_ids
-from slurm_mig.slurm.daemon import apply_actions
+from slurm_mig.daemon.cycle.classify import OVERDUE_SECONDS, classify, dependency_ids
+from slurm_mig.daemon.daemon import apply_actions
+from slurm_mig.geometry import GIB, Placement, can_coexist, get_model
+from slurm_mig.jobcomment import parse as parse_comment
+from slurm_mig.slurm.assignment import (
+    Assignment,
+    AssignmentError,
+    verify,
+)
+from slurm_mig.slurm.client import Job, Node, SlurmError
 from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
 
 A100 = get_model("A100-40GB")

@@ -1,4 +1,4 @@
-"""Job arrays' throttles in the cycle (`slurm_mig.slurm.cycle.arrays`): at most the
+"""Job arrays' throttles in the cycle (`slurm_mig.daemon.cycle.arrays`): at most the
 throttle minus the tasks running or released of an array are planned, so that the
 tasks Slurm would keep pending (JobArrayTaskLimit) hold no slices; the throttle is read
 from squeue's JSON, or learned from the tasks Slurm kept back after their release."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from support import squeue_job
 
-from slurm_mig.slurm.cycle import Estimate, Hold, Release, Snapshot, plan_cycle
-from slurm_mig.slurm.cycle.arrays import array_of, learned_throttle, throttle_of
+from slurm_mig.daemon.cycle import Estimate, Hold, Release, Snapshot, plan_cycle
+from slurm_mig.daemon.cycle.arrays import array_of, learned_throttle, throttle_of
 from slurm_mig.slurm.jobparse import job_from_json, jobs_from_json
 
 T0 = 1_700_000_000.0

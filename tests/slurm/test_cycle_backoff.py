@@ -1,5 +1,5 @@
-"""Released jobs Slurm will not start (`slurm_mig.slurm.cycle.waiting.kept_pending`,
-`slurm_mig.slurm.cycle.backoff`): held again, at once for a reason Slurm does not lift
+"""Released jobs Slurm will not start (`slurm_mig.daemon.cycle.waiting.kept_pending`,
+`slurm_mig.daemon.cycle.backoff`): held again, at once for a reason Slurm does not lift
 by itself, after start_timeout for one that is normal for a while, and left unplanned
 for a delay that doubles each time, bounded, never re-released in a loop."""
 
@@ -9,7 +9,7 @@ import pytest
 from support import node, squeue_job, write_config
 
 from slurm_mig.config import load_config
-from slurm_mig.slurm.cycle import (
+from slurm_mig.daemon.cycle import (
     BACKOFF_BASE,
     BACKOFF_MAX,
     Backoff,
@@ -19,8 +19,8 @@ from slurm_mig.slurm.cycle import (
     Snapshot,
     plan_cycle,
 )
-from slurm_mig.slurm.cycle.backoff import THROTTLE_TTL, backoff_delay
-from slurm_mig.slurm.cycle.waiting import kept_pending
+from slurm_mig.daemon.cycle.backoff import THROTTLE_TTL, backoff_delay
+from slurm_mig.daemon.cycle.waiting import kept_pending
 
 T0 = 1_700_000_000.0
 NODES = {"gpu01": ("A100-40GB",)}
@@ -116,7 +116,7 @@ def test_a_learned_throttle_lasts_while_its_array_is_queued_and_not_past_its_ttl
 def test_the_daemon_backs_a_job_off_longer_each_time_slurm_keeps_it(tmp_path):
     """A released job Slurm keeps pending for Licenses every time: held, planned again
     after BACKOFF_BASE, held again, then after twice that; no release in between."""
-    from slurm_mig.slurm.daemon import PlannerDaemon
+    from slurm_mig.daemon.daemon import PlannerDaemon
 
     cfg = load_config(write_config(tmp_path, {"node1": ["A100-40GB"]}))
     clock = [T0 + 10]

@@ -13,10 +13,8 @@ import pytest
 from support import FakeClock, squeue_job, write_config
 
 from slurm_mig.config import load_config
-from slurm_mig.geometry import Placement
-from slurm_mig.slurm.apply import apply_actions
-from slurm_mig.slurm.assignment import Assignment
-from slurm_mig.slurm.cycle import (
+from slurm_mig.daemon.apply import apply_actions
+from slurm_mig.daemon.cycle import (
     Estimate,
     Hold,
     Learn,
@@ -29,12 +27,14 @@ from slurm_mig.slurm.cycle import (
     requeued_by_slurm,
     requeued_runs,
 )
-from slurm_mig.slurm.cycle.backoff import backoff_delay
-from slurm_mig.slurm.cycle.refused import REFUSED, slot_key
-from slurm_mig.slurm.cycle.stale import STALE_GRACE, STALE_PREFIX, stale_why
+from slurm_mig.daemon.cycle.backoff import backoff_delay
+from slurm_mig.daemon.cycle.refused import REFUSED, slot_key
+from slurm_mig.daemon.cycle.stale import STALE_GRACE, STALE_PREFIX, stale_why
+from slurm_mig.daemon.liveness import StopEvent
+from slurm_mig.daemon.public import public_reason
+from slurm_mig.geometry import Placement
+from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.jobrecord import parse_admin_comment
-from slurm_mig.slurm.liveness import StopEvent
-from slurm_mig.slurm.public import public_reason
 
 T0 = 1_700_000_000.0
 ONE = {"gpu01": ("A100-40GB",)}
@@ -292,7 +292,7 @@ class _Liveness:
 
 
 def test_status_not_written_says_why_once_and_not_that_the_lease_is_anothers(tmp_path, caplog):
-    from slurm_mig.slurm.daemon import PlannerDaemon
+    from slurm_mig.daemon.daemon import PlannerDaemon
 
     cfg = load_config(write_config(tmp_path, {"g1": ["A100-40GB"]}, metrics=""))
     daemon = PlannerDaemon(cfg, client=None, store=None, key=b"k" * 32)
@@ -329,7 +329,7 @@ class _Slurm:
 def _daemon(tmp_path, shown):
     import io
 
-    from slurm_mig.slurm.daemon import PlannerDaemon
+    from slurm_mig.daemon.daemon import PlannerDaemon
 
     cfg = load_config(
         write_config(tmp_path, {"gpu01": ["A100-40GB"]}, metrics="", reports="127.0.0.1:9")
@@ -341,8 +341,8 @@ def _daemon(tmp_path, shown):
 
 
 def test_the_daemon_reads_the_nodes_reports_and_logs_a_stale_record_once(tmp_path, caplog):
-    from slurm_mig.slurm.nodestate import JobRecord
-    from slurm_mig.slurm.receiver import ReportDB
+    from slurm_mig.daemon.receiver import ReportDB
+    from slurm_mig.node.nodestate import JobRecord
 
     daemon, slurm, out, clock = _daemon(tmp_path, [finished("1"), squeue_job("2")])
     rec = JobRecord("1", 0, 0, "7g.40gb", WHOLE, "MIG-x", T0 - 900, T0 - 900, False)

@@ -13,12 +13,12 @@ from support import plan_jobs
 from support import squeue_job as job
 
 from slurm_mig import jobcomment as comments
+from slurm_mig.daemon.cycle import Hold, Note, Release, admin_comment_for
+from slurm_mig.daemon.cycle.actions import held_again
+from slurm_mig.daemon.cycle.problems import shape_problem
 from slurm_mig.explain import explain
 from slurm_mig.geometry import Placement
 from slurm_mig.slurm.assignment import Assignment, sign
-from slurm_mig.slurm.cycle import Hold, Note, Release, admin_comment_for
-from slurm_mig.slurm.cycle.actions import held_again
-from slurm_mig.slurm.cycle.problems import shape_problem
 
 NOW = 10_000.0
 MODELS = ("A100-40GB",)

@@ -19,20 +19,20 @@ from support import node, run_slurm_mig, uid_of, write_config
 from support import squeue_job as job
 
 from slurm_mig.config import load_config
-from slurm_mig.geometry import Placement, get_model
-from slurm_mig.limitevidence import LIMIT_RATIO
-from slurm_mig.owner import owner_of
-from slurm_mig.runtimes import RuntimeStore
-from slurm_mig.slurm.assignment import Assignment, load_key
-from slurm_mig.slurm.client import Job
-from slurm_mig.slurm.cycle import Learn, plan_cycle
-from slurm_mig.slurm.daemon import (
+from slurm_mig.daemon.cycle import Learn, plan_cycle
+from slurm_mig.daemon.daemon import (
     STATUS_FILE,
     PlannerDaemon,
     apply_actions,
     build_snapshot,
     usable_nodes,
 )
+from slurm_mig.geometry import Placement, get_model
+from slurm_mig.limitevidence import LIMIT_RATIO
+from slurm_mig.owner import owner_of
+from slurm_mig.runtimes import RuntimeStore
+from slurm_mig.slurm.assignment import Assignment, load_key
+from slurm_mig.slurm.client import Job
 from slurm_mig.slurm.jobrecord import admin_comment_for
 from slurm_mig.slurm.notify import MIN_GAP
 
@@ -304,7 +304,7 @@ class _Clocked(PlannerDaemon):
 @pytest.mark.parametrize("completing", [True, False])
 def test_a_notification_while_a_job_completes_brings_quick_follow_up_cycles(tmp_path, completing):
     from slurm_mig.config import load_config
-    from slurm_mig.slurm.daemon import FOLLOW_UP, FOLLOW_UPS
+    from slurm_mig.daemon.daemon import FOLLOW_UP, FOLLOW_UPS
 
     cfg = write_config(tmp_path, {"g1": ["A100-40GB"]}, cycle=2.0, metrics="")
     cycles = FOLLOW_UPS + 3 if completing else 3
@@ -345,9 +345,9 @@ class _NoGresSlurm:
 def test_release_sets_the_gres_record_and_a_node_without_it_is_named_with_the_fix():
     from dataclasses import replace as _replace
 
+    from slurm_mig.daemon.cycle import Release
     from slurm_mig.geometry import Placement
     from slurm_mig.slurm.assignment import Assignment
-    from slurm_mig.slurm.cycle import Release
 
     a = Assignment("7", 0, "gpu01", 1, "A100-40GB", "1g.5gb", Placement(3, 1), 0, 0, 60.0, 0.0)
     action = Release("7", a, "mig:time=60")
@@ -417,9 +417,9 @@ class _ListSlurm:
 
 
 def _releases(n: int):
+    from slurm_mig.daemon.cycle import Release
     from slurm_mig.geometry import Placement
     from slurm_mig.slurm.assignment import Assignment
-    from slurm_mig.slurm.cycle import Release
 
     out = []
     for i in range(n):
@@ -432,8 +432,8 @@ def _releases(n: int):
 
 
 def test_holds_and_releases_go_out_as_job_lists_one_update_per_release():
-    from slurm_mig.slurm.cycle import Hold
-    from slurm_mig.slurm.daemon import RELEASE_CHUNK
+    from slurm_mig.daemon.cycle import Hold
+    from slurm_mig.daemon.daemon import RELEASE_CHUNK
 
     slurm = _ListSlurm()
     holds = [Hold(str(i), "not planned yet") for i in range(1, 6)]
@@ -459,7 +459,7 @@ def test_a_failing_job_in_a_list_fails_alone():
 
 
 def test_a_long_apply_stops_at_its_budget_and_leaves_the_rest_for_a_fresh_read():
-    from slurm_mig.slurm.daemon import RELEASE_CHUNK
+    from slurm_mig.daemon.daemon import RELEASE_CHUNK
 
     clock = [0.0]
     slurm = _ListSlurm(tick=lambda: clock.__setitem__(0, clock[0] + 0.01))
@@ -512,7 +512,7 @@ def test_a_cycle_cut_by_its_budget_reports_and_the_next_one_goes_on_from_a_fresh
     tmp_path, monkeypatch
 ):
     from slurm_mig.config import load_config
-    from slurm_mig.slurm import apply as apply_module
+    from slurm_mig.daemon import apply as apply_module
 
     monkeypatch.setattr(apply_module, "RELEASE_CHUNK", 2)
     nodes = {f"g{i}": ["A100-40GB"] * 2 for i in range(1, 5)}
@@ -619,7 +619,7 @@ def test_a_cycle_out_of_descriptors_fails_alone_and_the_next_one_runs(tmp_path, 
 
 
 def test_a_failed_hold_keeps_this_cycles_releases_back():
-    from slurm_mig.slurm.cycle import Hold
+    from slurm_mig.daemon.cycle import Hold
 
     # the held job may still hold the slices this cycle's plan gives to others
     slurm = _ListSlurm(bad={"9"})

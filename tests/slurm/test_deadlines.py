@@ -4,8 +4,8 @@ else none; a malformed hint gives none (its estimate reports the problem)."""
 
 from __future__ import annotations
 
+from slurm_mig.daemon.cycle import job_deadline
 from slurm_mig.slurm.client import job_from_json
-from slurm_mig.slurm.cycle import job_deadline
 
 
 def _job(**extra):

@@ -11,14 +11,14 @@ from dataclasses import replace
 import pytest
 from support import completed, squeue_job, uid_of
 
+from slurm_mig.daemon.apply import apply_actions
+from slurm_mig.daemon.cycle import Learn, Snapshot, plan_cycle
+from slurm_mig.daemon.estimates import Estimator
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.overruns import OVERRUN_MEMORY_S
 from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import RuntimeStore, estimate_times
-from slurm_mig.slurm.apply import apply_actions
 from slurm_mig.slurm.assignment import Assignment
-from slurm_mig.slurm.cycle import Learn, Snapshot, plan_cycle
-from slurm_mig.slurm.estimates import Estimator
 
 A100 = get_model("A100-40GB")
 NOW = 1_700_000_000.0

@@ -11,8 +11,8 @@ from pathlib import Path
 from hooksite import T0, make_site, run
 
 from slurm_mig.devices.migcaps import minor
-from slurm_mig.slurm.holders import MAX_HOLDERS, Holder, describe_holders, find_holders
-from slurm_mig.slurm.hooks import epilog_main, prolog_main
+from slurm_mig.node.holders import MAX_HOLDERS, Holder, describe_holders, find_holders
+from slurm_mig.node.hooks import epilog_main, prolog_main
 
 
 def _proc(root: Path, pid: int, comm: str, cgroup: str, fds: dict[str, str]) -> None:

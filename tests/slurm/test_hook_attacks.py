@@ -33,16 +33,10 @@ from hooksite import (
 from support import FakeClock, attempts_as, open_tmp_dir
 
 from slurm_mig.geometry import Placement, can_coexist, get_model
-from slurm_mig.slurm import nodestate
+from slurm_mig.node import nodestate
+from slurm_mig.node.hooks import HookInputError, JobEnv, epilog_main, prolog_main, task_prolog_main
+from slurm_mig.node.nodestate import JobRecord, NodeState, NodeStateError, Refusal
 from slurm_mig.slurm.assignment import sign
-from slurm_mig.slurm.hooks import (
-    HookInputError,
-    JobEnv,
-    epilog_main,
-    prolog_main,
-    task_prolog_main,
-)
-from slurm_mig.slurm.nodestate import JobRecord, NodeState, NodeStateError, Refusal
 
 A100 = get_model("A100-40GB")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, mount, users)")
@@ -237,7 +231,7 @@ def test_an_epilog_that_cannot_get_the_lock_leaves_the_instance_to_the_next_hook
 
 def test_hook_cost_does_not_grow_with_the_runtime_log(site, capsys, monkeypatch):
     # prolog 109 ms at 1 k lines, 814 ms and 378 MB at 1 M: read whole, under the lock
-    from slurm_mig.slurm import nodestate
+    from slurm_mig.node import nodestate
 
     state = site.state
     state.runtimes_path.parent.mkdir(parents=True, exist_ok=True)
@@ -356,7 +350,7 @@ def test_a_need_file_cannot_fill_the_run_directory(site, capsys):
     # need file now lives on a file system of its own, of one page.
     from support import fill_disk
 
-    from slurm_mig.slurm import reports
+    from slurm_mig.node import reports
 
     with _tiny_tmpfs(site.tmp / "disk") as disk:
         _full_run_dir(site, disk)

@@ -16,9 +16,9 @@ from hooksite import T0, Site, clock_at
 from slurm_mig.config import load_config
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import Placement
-from slurm_mig.slurm import nodestate
-from slurm_mig.slurm.hooks import JobEnv, Outcome, epilog, prolog
-from slurm_mig.slurm.nodestate import KeptInstance
+from slurm_mig.node import nodestate
+from slurm_mig.node.hooks import JobEnv, Outcome, epilog, prolog
+from slurm_mig.node.nodestate import KeptInstance
 
 MODELS = ("A100-40GB", "A100-40GB")
 

@@ -29,8 +29,8 @@ from hooksite import (
 from support import FakeClock
 
 from slurm_mig.geometry import Placement
-from slurm_mig.slurm import hookmain
-from slurm_mig.slurm.hooks import epilog_main, prolog_main, reclaim_main, task_prolog_main
+from slurm_mig.node import hookmain
+from slurm_mig.node.hooks import epilog_main, prolog_main, reclaim_main, task_prolog_main
 
 # -- the lifecycle -------------------------------------------------------------------------
 
@@ -531,7 +531,7 @@ def test_hooks_import_nothing_heavy(site, hook):
         for line in p.stderr.splitlines()
         if line.startswith("import time:") and line.count("|") == 2
     }
-    assert "slurm_mig.slurm.hooks" in modules
+    assert "slurm_mig.node.hooks" in modules
     if hook != "taskprolog":
         assert "slurm_mig.devices.simulated" in modules  # the hook did its real work
     heavy = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))

@@ -18,6 +18,14 @@ from hooksite import T0, make_site, run
 
 from slurm_mig import jobcomment as comments
 from slurm_mig.geometry import Placement
+from slurm_mig.node.hooks import (
+    JobEnv,
+    as_array_task,
+    check_assignment,
+    epilog_main,
+    prolog_main,
+    task_prolog_main,
+)
 from slurm_mig.slurm.assignment import Assignment, generate_key, load_key, sign
 from slurm_mig.slurm.client import (
     NARROW,
@@ -26,14 +34,6 @@ from slurm_mig.slurm.client import (
     job_from_json,
     jobs_from_fixed_width,
     jobs_from_json,
-)
-from slurm_mig.slurm.hooks import (
-    JobEnv,
-    as_array_task,
-    check_assignment,
-    epilog_main,
-    prolog_main,
-    task_prolog_main,
 )
 from slurm_mig.slurm.jobrecord import job_sort_key
 
@@ -277,7 +277,7 @@ def test_an_array_task_is_requeued_by_its_task_id_not_its_number(tmp_path, capsy
 
 
 def test_the_planners_afterany_on_an_array_task_is_read_as_its_own():
-    from slurm_mig.slurm.cycle.classify import _PLANNER_DEP, dependency_ids
+    from slurm_mig.daemon.cycle.classify import _PLANNER_DEP, dependency_ids
 
     dep = "afterany:7_0(unfulfilled),afterany:7_1:12(unfulfilled)"
     assert dependency_ids(dep) == ["7_0", "7_1", "12"]

@@ -11,14 +11,14 @@ from dataclasses import replace
 import pytest
 from support import completed, squeue_job, uid_of
 
+from slurm_mig.daemon.cycle import Learn, Snapshot, plan_cycle
+from slurm_mig.daemon.estimates import Estimator, job_kind, job_owner
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.limitevidence import LIMIT_RATIO
 from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import HINT_FLOOR, MAX_KEY, PRIOR, RuntimeStore, estimate_times
 from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import Job
-from slurm_mig.slurm.cycle import Learn, Snapshot, plan_cycle
-from slurm_mig.slurm.estimates import Estimator, job_kind, job_owner
 from slurm_mig.slurm.jobrecord import admin_comment_for
 
 A100 = get_model("A100-40GB")
@@ -186,9 +186,9 @@ def test_memory_needs_reported_by_the_nodes_are_learned_under_the_jobs_uid(tmp_p
     need is stored under the uid the Epilog names, so mallory's 30 GiB for resnet50
     cannot push alice's resnet50 jobs onto whole GPUs; a report without a uid (a node
     before the uid rule, or a forged one) is refused with a line, never the prior."""
+    from slurm_mig.daemon.receiver import Receiver, ReportDB
     from slurm_mig.geometry import GIB
-    from slurm_mig.slurm import reports
-    from slurm_mig.slurm.receiver import Receiver, ReportDB
+    from slurm_mig.node import reports
 
     key = bytes(range(32))
     state = tmp_path / "state"
@@ -229,9 +229,9 @@ def test_memory_needs_reported_by_the_nodes_are_learned_under_the_jobs_uid(tmp_p
 def test_the_epilog_reports_a_memory_need_with_the_jobs_uid(tmp_path, capsys):
     from hooksite import T0, make_site, run
 
-    from slurm_mig.slurm import reports
-    from slurm_mig.slurm.hooks import epilog_main, prolog_main
-    from slurm_mig.slurm.receiver import Receiver, ReportDB
+    from slurm_mig.daemon.receiver import Receiver, ReportDB
+    from slurm_mig.node import reports
+    from slurm_mig.node.hooks import epilog_main, prolog_main
 
     site = make_site(tmp_path / "node")
     state = tmp_path / "controller"

@@ -12,13 +12,13 @@ import pytest
 from support import completed, squeue_job, uid_of, write_config
 
 from slurm_mig.config import load_config
+from slurm_mig.daemon.cycle import Learn
+from slurm_mig.daemon.daemon import PlannerDaemon, build_snapshot
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import PRIOR, GuardedStore, RuntimeStore, estimate_times
 from slurm_mig.slurm.assignment import Assignment
 from slurm_mig.slurm.client import Job, Node
-from slurm_mig.slurm.cycle import Learn
-from slurm_mig.slurm.daemon import PlannerDaemon, build_snapshot
 
 A100 = get_model("A100-40GB")
 NOW = 1_700_000_000.0

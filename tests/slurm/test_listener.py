@@ -1,5 +1,5 @@
 """Issue 34, hole 4: the connection handling the HTTP endpoint and the report port share
-(`slurm_mig.slurm.listener`): per-address caps, the idlest connection closed for a newer
+(`slurm_mig.daemon.listener`): per-address caps, the idlest connection closed for a newer
 one, a request already in the kernel never taken for idle, the first-byte timeout, and
 a burst that waits in the backlog. Time is a FakeClock given to the listener: a
 connection is idle, or late, when the test moves the clock."""
@@ -13,7 +13,7 @@ import time
 import pytest
 from support import FakeClock
 
-from slurm_mig.slurm.listener import Conn, Listener
+from slurm_mig.daemon.listener import Conn, Listener
 
 
 class Echo(Listener):

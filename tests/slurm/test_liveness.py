@@ -24,13 +24,13 @@ from support import node, write_config
 from support import squeue_job as job
 
 from slurm_mig.config import ConfigError, config_from_dict, load_config
+from slurm_mig.daemon.daemon import STATUS_FILE, PlannerDaemon
+from slurm_mig.daemon.lease import LEASE_FILE, SETTLE, Holder, Lease, LeaseHeld, read_holder
+from slurm_mig.daemon.liveness import Liveness, StopEvent, staleness
+from slurm_mig.daemon.metrics import PlannerMetrics
+from slurm_mig.daemon.sdnotify import notify, watchdog_seconds
 from slurm_mig.explain import explain
 from slurm_mig.slurm.assignment import load_key
-from slurm_mig.slurm.daemon import STATUS_FILE, PlannerDaemon
-from slurm_mig.slurm.lease import LEASE_FILE, SETTLE, Holder, Lease, LeaseHeld, read_holder
-from slurm_mig.slurm.liveness import Liveness, StopEvent, staleness
-from slurm_mig.slurm.metrics import PlannerMetrics
-from slurm_mig.slurm.sdnotify import notify, watchdog_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 30.0
@@ -170,7 +170,7 @@ def _active_and_standby(state: Path, host: str, clock: Clock) -> tuple[Liveness,
 def test_a_standby_names_the_active_host_for_its_redirect_until_the_lease_expires(tmp_path):
     from types import SimpleNamespace
 
-    from slurm_mig.slurm.serving import standby_redirect
+    from slurm_mig.daemon.serving import standby_redirect
 
     clock = Clock()
     active, standby = _active_and_standby(tmp_path, "ctl1", clock)
@@ -191,7 +191,7 @@ def test_a_standby_names_the_active_host_for_its_redirect_until_the_lease_expire
 def test_a_lease_record_naming_no_plain_host_is_never_a_redirect(tmp_path):
     from types import SimpleNamespace
 
-    from slurm_mig.slurm.serving import standby_redirect
+    from slurm_mig.daemon.serving import standby_redirect
 
     clock = Clock()
     for i, host in enumerate(("evil.example/x?", "ctl1\r\nSet-Cookie: a=b", "-ctl1")):

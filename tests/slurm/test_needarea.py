@@ -1,4 +1,4 @@
-"""mig-run's need area (`slurm_mig.slurm.needarea`): a file system of one page per job,
+"""mig-run's need area (`slurm_mig.node.needarea`): a file system of one page per job,
 made by the Prolog only when reports go somewhere, removed by every Epilog."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 import pytest
 from hooksite import T0, make_site, run
 
-from slurm_mig.slurm import needarea
-from slurm_mig.slurm.hooks import epilog_main, prolog_main
+from slurm_mig.node import needarea
+from slurm_mig.node.hooks import epilog_main, prolog_main
 
 
 def _with_reports(site) -> None:

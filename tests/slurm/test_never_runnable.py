@@ -11,10 +11,10 @@ from dataclasses import replace
 from support import plan_jobs
 from support import squeue_job as job
 
+from slurm_mig.daemon.cycle.actions import Note
+from slurm_mig.daemon.statusview import build_view
 from slurm_mig.explain import explain
 from slurm_mig.hints import largest_profile_memory, parse_hints
-from slurm_mig.slurm.cycle.actions import Note
-from slurm_mig.slurm.statusview import build_view
 
 NOW = 10_000.0
 MODELS = ("A100-40GB",)

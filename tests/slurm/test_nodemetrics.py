@@ -9,8 +9,8 @@ import stat
 from hooksite import NODE, T0, make_site, run
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurm_mig.slurm import nodemetrics
-from slurm_mig.slurm.hooks import epilog_main, prolog_main
+from slurm_mig.node import nodemetrics
+from slurm_mig.node.hooks import epilog_main, prolog_main
 
 
 def _samples(path) -> dict[tuple[str, tuple], float]:

@@ -15,8 +15,8 @@ import pytest
 from support import FakeClock, fill_disk, open_tmp_dir
 
 from slurm_mig.geometry import Placement
-from slurm_mig.slurm import nodestate
-from slurm_mig.slurm.nodestate import (
+from slurm_mig.node import nodestate
+from slurm_mig.node.nodestate import (
     JobRecord,
     KeptInstance,
     LockBusyError,

@@ -12,7 +12,7 @@ import pytest
 from hooksite import make_site, run
 
 from slurm_mig.config import load_config
-from slurm_mig.slurm.hooks import _notify, epilog_main, prolog_main
+from slurm_mig.node.hooks import _notify, epilog_main, prolog_main
 from slurm_mig.slurm.notify import Guard, Listener, send
 
 KEY = b"k" * 32
@@ -98,7 +98,7 @@ def test_a_refused_prolog_says_nothing(tmp_path, capsys, receiver):
 
 
 def test_a_hook_without_the_key_sends_nothing_and_says_why(tmp_path, receiver):
-    from slurm_mig.slurm.hooks import Outcome
+    from slurm_mig.node.hooks import Outcome
 
     site = make_site(tmp_path)
     host, port = receiver.getsockname()

@@ -12,16 +12,16 @@ from cyclesite import NOW, cycle_snapshot, observed_cycle, planned_jobs
 from prometheus_client.parser import text_string_to_metric_families
 from support import squeue_job as job
 
+from slurm_mig.daemon.cycle import plan_cycle
+from slurm_mig.daemon.daemon import CycleReport
+from slurm_mig.daemon.metrics import PlannerMetrics, replan_reason
+from slurm_mig.daemon.projection import project_jobs, running_drift
+from slurm_mig.daemon.public import read_public, summary, write_public
+from slurm_mig.daemon.statusview import build_view, largest_free
 from slurm_mig.explain import explain
 from slurm_mig.geometry import Placement, get_model
-from slurm_mig.slurm import nodemetrics
-from slurm_mig.slurm.cycle import plan_cycle
-from slurm_mig.slurm.daemon import CycleReport
+from slurm_mig.node import nodemetrics
 from slurm_mig.slurm.jobrecord import admin_comment_for, parse_admin_comment
-from slurm_mig.slurm.metrics import PlannerMetrics, replan_reason
-from slurm_mig.slurm.projection import project_jobs, running_drift
-from slurm_mig.slurm.public import read_public, summary, write_public
-from slurm_mig.slurm.statusview import build_view, largest_free
 
 ROOT = Path(__file__).resolve().parents[2]
 A100 = get_model("A100-40GB")
@@ -200,7 +200,7 @@ def test_grafana_dashboard_uses_only_metrics_that_exist():
 
 
 def test_web_page_draws_the_gantt_and_every_planned_job():
-    from slurm_mig.slurm.web import WebState, gantt_svg, gantt_views, page_html
+    from slurm_mig.daemon.web import WebState, gantt_svg, gantt_views, page_html
 
     jobs = planned_jobs()
     _, result, report = observed_cycle(jobs)
@@ -227,7 +227,7 @@ def test_http_endpoint_serves_its_pages_only():
     import urllib.error
     import urllib.request
 
-    from slurm_mig.slurm.serve import Server
+    from slurm_mig.daemon.serve import Server
 
     m = PlannerMetrics("far", "batch", 0.0)
 

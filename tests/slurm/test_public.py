@@ -1,7 +1,7 @@
 """Issue 34, hole 10: the public summary (0644, for every user) names no account, user,
 reservation or other job in a deferred job's reason: the planner's own reasons (which
 name them, for root's status file) are reduced to their category
-(`slurm_mig.slurm.public.public_reason`)."""
+(`slurm_mig.daemon.public.public_reason`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from types import MappingProxyType, SimpleNamespace
 import pytest
 from support import squeue_job
 
-from slurm_mig.slurm import public, sitepolicy
+from slurm_mig.daemon import public
+from slurm_mig.daemon.cycle.waiting import cannot_start_yet
+from slurm_mig.daemon.public import UNNAMED, public_reason, read_public, write_public
+from slurm_mig.slurm import sitepolicy
 from slurm_mig.slurm.client import Job
-from slurm_mig.slurm.cycle.waiting import cannot_start_yet
-from slurm_mig.slurm.public import UNNAMED, public_reason, read_public, write_public
 
 NOW = 1_700_000_000.0
 NAMES = ("physics", "alice", "labgroup", "bobs_reservation", "4242")

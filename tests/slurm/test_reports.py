@@ -1,4 +1,4 @@
-"""Node reports (slurm_mig/slurm/reports.py, receiver.py): the codec, the node's spool,
+"""Node reports (slurm_mig/node/reports.py, receiver.py): the codec, the node's spool,
 delivery to a real receiver on 127.0.0.1 under loss, duplication and restart, forged
 reports, slow clients, and the real Epilog path with the planner's state dir apart from
 the node's run dir."""
@@ -18,11 +18,12 @@ from types import SimpleNamespace
 import pytest
 from support import attempts_as, open_tmp_dir
 
+from slurm_mig.daemon.receiver import Receiver, ReportDB, node_records, silent_nodes
+from slurm_mig.node import reports
+from slurm_mig.node.reports import ReportError, Spool, make, open_report
 from slurm_mig.runtimes import RuntimeStore
-from slurm_mig.slurm import reports
+from slurm_mig.slurm import reportcodec
 from slurm_mig.slurm.accounting import report as accounting_report
-from slurm_mig.slurm.receiver import Receiver, ReportDB, node_records, silent_nodes
-from slurm_mig.slurm.reports import ReportError, Spool, make, open_report
 
 KEY = bytes(range(32))
 NODE = "node1"
@@ -120,7 +121,7 @@ def test_a_genuine_mac_over_a_payload_that_is_not_a_report_is_refused():
 
     payload = json.dumps({"id": "x", "node": NODE}).encode()
     mac = hmac.new(KEY, b"slurm-mig report 1\0" + payload, hashlib.sha256).digest()[:16]
-    line = f"R1 {reports._b64(payload)} {reports._b64(mac)}"
+    line = f"R1 {reportcodec._b64(payload)} {reportcodec._b64(mac)}"
     with pytest.raises(ReportError) as err:
         open_report(line, KEY)
     assert err.value.reason == "invalid"
@@ -284,7 +285,7 @@ def test_no_ack_before_the_commit(tmp_path, receiver, state, monkeypatch):
 
 
 def test_a_flooding_node_is_answered_busy_and_keeps_its_reports(tmp_path, receiver, monkeypatch):
-    monkeypatch.setattr("slurm_mig.slurm.receiver.BURST", 3.0)
+    monkeypatch.setattr("slurm_mig.daemon.receiver.BURST", 3.0)
     receiver.rate = 0.0
     box = Spool(tmp_path / "run")
     for job in range(5):
@@ -305,7 +306,8 @@ def test_a_forged_report_from_a_user_is_refused(tmp_path, receiver, state):
     code = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-from slurm_mig.slurm import reports
+from slurm_mig.node import reports
+from slurm_mig.slurm import reportcodec
 from slurm_mig.slurm.assignment import KeyFileError, load_key
 try:
     load_key({str(key_file)!r})
@@ -470,7 +472,7 @@ def test_a_reported_memory_need_reaches_the_runtime_store(receiver, state):
 
 def test_the_newest_instances_snapshot_wins(receiver, state):
     from slurm_mig.geometry import Placement
-    from slurm_mig.slurm.nodestate import KeptInstance
+    from slurm_mig.node.nodestate import KeptInstance
 
     kept = KeptInstance(0, "1g.5gb", Placement(0, 1), "MIG-aaa", "8", 1e9).to_json()
     new = make(KEY, NODE, "instances", {"jobs": [], "kept": [kept]}, seq=2)
@@ -491,7 +493,7 @@ def test_the_epilog_reports_to_a_planner_that_cannot_read_the_node(tmp_path, cap
 
     from slurm_mig.cli import main
     from slurm_mig.config import load_config
-    from slurm_mig.slurm.hooks import epilog_main, prolog_main
+    from slurm_mig.node.hooks import epilog_main, prolog_main
 
     site = make_site(tmp_path / "node")
     planner_state = tmp_path / "controller" / "state"  # not the node's run dir
@@ -547,8 +549,8 @@ def test_the_reports_address_must_be_one_the_nodes_can_reach(tmp_path):
 
 
 def test_the_daemon_starts_the_receiver_and_logs_what_arrived(state, caplog):
-    from slurm_mig.slurm.daemon import PlannerDaemon
-    from slurm_mig.slurm.receiver import start_receiver
+    from slurm_mig.daemon.daemon import PlannerDaemon
+    from slurm_mig.daemon.receiver import start_receiver
 
     port = free_port()
     config = SimpleNamespace(
@@ -600,7 +602,7 @@ def test_an_epilog_with_the_planner_away_is_quick_and_node_flush_delivers_later(
     from hooksite import T0, make_site, run
 
     from slurm_mig.cli import main
-    from slurm_mig.slurm.hooks import epilog_main, prolog_main
+    from slurm_mig.node.hooks import epilog_main, prolog_main
 
     site = make_site(tmp_path)
     port = free_port()  # nobody listens there yet
@@ -636,8 +638,8 @@ def test_reports_spooled_before_a_key_rotation_are_delivered_signed_with_the_new
     from hooksite import T0, make_site, run
 
     from slurm_mig.cli import main
+    from slurm_mig.node.hooks import epilog_main, prolog_main
     from slurm_mig.slurm.assignment import generate_key, load_key
-    from slurm_mig.slurm.hooks import epilog_main, prolog_main
 
     site = make_site(tmp_path)
     port = free_port()  # the planner is away while the old key signs

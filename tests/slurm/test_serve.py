@@ -1,4 +1,4 @@
-"""Issue 18, hole 2: the daemon's HTTP endpoint (`slurm_mig.slurm.serve`) under attack
+"""Issue 18, hole 2: the daemon's HTTP endpoint (`slurm_mig.daemon.serve`) under attack
 by any local user: idle and slow connections, floods past the cap, clients that reset,
 oversized requests and pages. Each test performs the attack and asserts the endpoint
 still answers a scrape promptly, holds no more than its cap and prints no traceback.
@@ -17,8 +17,8 @@ import urllib.request
 import pytest
 from support import sent_slowly
 
-from slurm_mig.slurm import serve
-from slurm_mig.slurm.serve import Cached, Server
+from slurm_mig.daemon import serve
+from slurm_mig.daemon.serve import Cached, Server
 
 METRICS = b"slurm_mig_planner_cycles_total 1\n"
 

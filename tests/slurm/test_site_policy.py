@@ -11,10 +11,10 @@ from types import MappingProxyType
 import pytest
 
 from slurm_mig.config import expand_hostlist
+from slurm_mig.daemon.cycle import Estimate, Hold, Release, Snapshot, plan_cycle
 from slurm_mig.geometry import get_model
 from slurm_mig.slurm import sitepolicy
 from slurm_mig.slurm.client import Job
-from slurm_mig.slurm.cycle import Estimate, Hold, Release, Snapshot, plan_cycle
 from slurm_mig.slurm.sitepolicy import (
     Limit,
     SitePolicy,
@@ -321,13 +321,13 @@ def test_a_reservations_nodes_take_only_its_jobs():
 
 
 def test_a_job_that_backfills_ahead_of_higher_priority_is_named_with_why():
+    from slurm_mig.daemon.daemon import CycleReport
+    from slurm_mig.daemon.projection import project_jobs
+    from slurm_mig.daemon.public import summary
+    from slurm_mig.daemon.statusview import build_view
     from slurm_mig.geometry import Placement
     from slurm_mig.slurm.assignment import Assignment
-    from slurm_mig.slurm.daemon import CycleReport
     from slurm_mig.slurm.jobrecord import admin_comment_for
-    from slurm_mig.slurm.projection import project_jobs
-    from slurm_mig.slurm.public import summary
-    from slurm_mig.slurm.statusview import build_view
 
     now = T0 + 10
     ran = Assignment("1", 0, "node1", 0, "A100-40GB", "4g.20gb", Placement(0, 4), 0, 0, 500.0, T0)
@@ -380,7 +380,7 @@ def test_the_daemon_holds_a_job_slurm_keeps_for_a_limit_and_retries_a_minute_lat
     from support import node, write_config
 
     from slurm_mig.config import load_config
-    from slurm_mig.slurm.daemon import LIMIT_RETRY, PlannerDaemon
+    from slurm_mig.daemon.daemon import LIMIT_RETRY, PlannerDaemon
     from slurm_mig.slurm.jobrecord import admin_comment_for
 
     cfg = load_config(write_config(tmp_path, {"node1": ["A100-40GB"]}))

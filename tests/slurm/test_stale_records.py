@@ -20,11 +20,12 @@ from support import FakeClock
 from slurm_mig import cli
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import Placement
-from slurm_mig.slurm import gres, hookmain, recordsweep
+from slurm_mig.node import hookmain, recordsweep
+from slurm_mig.node.hookio import SlurmJob, job_states
+from slurm_mig.node.hooks import epilog_main, prolog_main, reclaim_main, task_prolog_main
+from slurm_mig.node.nodestate import NodeState
+from slurm_mig.slurm import gres
 from slurm_mig.slurm.assignment import Assignment, generate_key, load_key, sign
-from slurm_mig.slurm.hookio import SlurmJob, job_states
-from slurm_mig.slurm.hooks import epilog_main, prolog_main, reclaim_main, task_prolog_main
-from slurm_mig.slurm.nodestate import NodeState
 
 NODE = "node1"
 T0 = 1_700_000_000.0

@@ -13,9 +13,9 @@ from support import node, write_config
 from support import squeue_job as job
 
 from slurm_mig.config import load_config
+from slurm_mig.daemon.daemon import STATUS_FILE, PlannerDaemon
 from slurm_mig.runtimes import RuntimeStore
 from slurm_mig.sitefiles import NAMES, site_file
-from slurm_mig.slurm.daemon import STATUS_FILE, PlannerDaemon
 
 
 class Slurm:

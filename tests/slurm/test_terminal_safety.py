@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from support import node, run_slurm_mig, write_config
 from support import squeue_job as job
 
+from slurm_mig.daemon.daemon import PlannerDaemon
+from slurm_mig.daemon.daemonlog import log_to_file
+from slurm_mig.daemon.public import read_public, write_public
 from slurm_mig.explain import explain
+from slurm_mig.node import hooks
 from slurm_mig.safetext import UnsafeLogFile, open_private_log, printable
-from slurm_mig.slurm import hooks
-from slurm_mig.slurm.daemon import PlannerDaemon
-from slurm_mig.slurm.daemonlog import log_to_file
 from slurm_mig.slurm.jobrecord import admin_comment_for
-from slurm_mig.slurm.public import read_public, write_public
 
 NOW = 10_000.0
 # what a hostile job name carries: a title (OSC 0), a clear screen and home (CSI), a
@@ -73,7 +73,7 @@ def test_printable_writes_controls_as_their_escapes():
 
 def _status_view():
     """A status view whose queue holds a job named HOSTILE_NAME, deferred for HOSTILE_WHY."""
-    from slurm_mig.slurm.statusview import build_view
+    from slurm_mig.daemon.statusview import build_view
 
     hostile = job("41", name=HOSTILE_NAME, user="mallory")
     status = {"cycle": 3, "finished": NOW - 1, "policy": "far", "deferred": {"41": HOSTILE_WHY}}

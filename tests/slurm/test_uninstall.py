@@ -16,12 +16,12 @@ from slurmfixtures import FIXTURES, RELEASES, jobs_of
 from slurm_mig.cli import main
 from slurm_mig.cli.uninstall import destroy_instances, release_jobs
 from slurm_mig.config import load_config
+from slurm_mig.daemon.lease import LEASE_FILE
 from slurm_mig.devices.simulated import SimulatedBackend
 from slurm_mig.geometry import Placement
+from slurm_mig.node.holders import Holder
 from slurm_mig.slurm import client as client_module
 from slurm_mig.slurm.client import SlurmClient
-from slurm_mig.slurm.holders import Holder
-from slurm_mig.slurm.lease import LEASE_FILE
 from slurm_mig.slurm.uninstall import checklist, choose_jobs, release_calls
 
 

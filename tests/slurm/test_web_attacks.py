@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from cyclesite import NOW, observed_cycle, planned_jobs
 
-from slurm_mig.slurm import receiver, web
+from slurm_mig.daemon import receiver, web
 
 
 def _history(state: web.WebState, jobs: int) -> None:

@@ -14,9 +14,9 @@ import pytest
 from support import ROOT
 from support import squeue_job as job
 
+from slurm_mig.daemon.statusview import build_view
+from slurm_mig.daemon.web import WebState, gantt_svg, gantt_views, page_html
 from slurm_mig.gantt import gantt_figure
-from slurm_mig.slurm.statusview import build_view
-from slurm_mig.slurm.web import WebState, gantt_svg, gantt_views, page_html
 
 NOW = 1_700_000_000.0
 ARTIFACTS = Path(os.environ.get("SLURM_MIG_ARTIFACTS", ROOT / "test-artifacts"))
