@@ -12,7 +12,7 @@ SLURM_PKGS := slurmctld slurmd slurm-client munge slurmdbd mariadb-server
 # headless Chromium (the web page); each is installed where its command is missing.
 VIEW_PKGS := tmux chromium
 # promtool checks and unit-tests the Prometheus alert rules (contrib/slurm-mig-alerts.yml,
-# tests/slurm/test_alerts.py); Debian ships it in the prometheus package.
+# tests/daemon/test_alerts.py); Debian ships it in the prometheus package.
 ALERT_PKGS := prometheus
 # rpmbuild and rpmlint for `make rpm` (and its test in tests/e2e/test_package.py);
 # Debian ships both.

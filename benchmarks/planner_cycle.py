@@ -30,7 +30,7 @@ import time
 from dataclasses import replace
 
 from slurm_mig import job as planner_job
-from slurm_mig.daemon.cycle import Estimate, Release, Snapshot, plan_cycle
+from slurm_mig.daemon.cycle import CycleInput, Estimate, Release, plan_cycle
 from slurm_mig.geometry import get_model
 from slurm_mig.planner.allotment import moldable_bound
 from slurm_mig.slurm.client import Job
@@ -73,7 +73,7 @@ def held_job(jid: str) -> Job:
 
 def snapshot(
     n: int, gpus: int, algorithm: str, seed: int = 0
-) -> tuple[Snapshot, list[planner_job.Job]]:
+) -> tuple[CycleInput, list[planner_job.Job]]:
     tasks = generate(n, MODEL, "MIXEDSCALING", "WIDETIMES", 0.0, seed)
     tasks = [planner_job.Job(t.id, 0.0, {s: 60.0 * x for s, x in t.times.items()}) for t in tasks]
     jobs = tuple(held_job(str(i + 1)) for i in range(n))
@@ -82,7 +82,7 @@ def snapshot(
     layout = {
         f"gpu{k:05d}": (MODEL.name,) * min(PER_NODE, gpus - k * PER_NODE) for k in range(nodes)
     }
-    snap = Snapshot(
+    snap = CycleInput(
         now=NOW,
         jobs=jobs,
         nodes=layout,
@@ -94,7 +94,7 @@ def snapshot(
     return snap, tasks
 
 
-def applied(snap: Snapshot, result, dt: float = 5.0) -> Snapshot:
+def applied(snap: CycleInput, result, dt: float = 5.0) -> CycleInput:
     """The snapshot after the actions were applied and the first wave started; the
     held jobs' plans stay with the daemon (the next snapshot's ``plans``)."""
     jobs = {j.job_id: j for j in snap.jobs}
@@ -116,7 +116,7 @@ def applied(snap: Snapshot, result, dt: float = 5.0) -> Snapshot:
     return replace(snap, now=NOW + dt, jobs=tuple(jobs.values()), plans=plans)
 
 
-def ended_early(snap: Snapshot) -> Snapshot:
+def ended_early(snap: CycleInput) -> CycleInput:
     """One running job has completed long before its plan said (a re-plan event)."""
     jobs = list(snap.jobs)
     for i, j in enumerate(jobs):
@@ -126,7 +126,7 @@ def ended_early(snap: Snapshot) -> Snapshot:
     return replace(snap, now=NOW + 40.0, jobs=tuple(jobs))
 
 
-def timed(snap: Snapshot, reps: int):
+def timed(snap: CycleInput, reps: int):
     runs, result = [], None
     for _ in range(reps):
         gc.collect()

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from . import hostlist
 from .geometry import ALIASES, MODELS, GeometryError, get_model
-from .hostlist import MAX_HOSTLIST  # noqa: F401  (re-exported)
 
 
 def _close(word: str, options: list, n: int = 1) -> list[str]:

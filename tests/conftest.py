@@ -2,8 +2,11 @@
 ``slurm_mig/<package>/<module>.py`` (``tests/test_<module>.py`` a top-level module),
 ``tests/benchmarks/`` the scripts of ``benchmarks/``, ``tests/e2e/`` a real Slurm.
 
-The shared helpers (``support``, ``fake_pynvml``) live in this folder; pytest puts it
-on ``sys.path`` for this conftest, so every test imports them by name."""
+The shared helpers (``support``, ``fake_pynvml``, ``hooksite``, ``cyclesite``, ...)
+live in this folder; pytest puts it on ``sys.path`` for this conftest, so every test
+imports them by name. Fixtures several folders use are defined here, once."""
+
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +24,11 @@ def _need_area_without_mount(request, monkeypatch):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "real_mount: the need area's real tmpfs mount (root)")
+
+
+@pytest.fixture
+def site(tmp_path: Path):
+    """One node's worth of slurm-mig for the hook tests (`hooksite.make_site`)."""
+    from hooksite import make_site
+
+    return make_site(tmp_path)

@@ -263,12 +263,12 @@ class _EstimatorConfig:
 def plan_jobs(jobs, nodes: tuple[str, ...] = ("gpu01",), now: float = 10_000.0):
     """One planner cycle (`plan_cycle`, far, no batch window) over squeue's ``jobs`` on
     ``nodes`` of one A100-40GB each, estimated as the daemon would without a store."""
-    from slurm_mig.daemon.cycle import Snapshot, plan_cycle
+    from slurm_mig.daemon.cycle import CycleInput, plan_cycle
     from slurm_mig.daemon.estimates import Estimator
 
     models = ("A100-40GB",)
     est = Estimator(_EstimatorConfig(), None)
-    snap = Snapshot(
+    snap = CycleInput(
         now=now,
         jobs=tuple(jobs),
         nodes={n: models for n in nodes},

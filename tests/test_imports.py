@@ -266,7 +266,7 @@ def test_the_walk_sees_imports():
 
 def test_no_test_module_imports_another():
     """Shared builders live in support modules (tests/support.py, tests/hintcases.py,
-    tests/slurm/hooksite.py, ...) and fixtures in conftest.py: a test module imports no
+    tests/hooksite.py, ...) and fixtures in conftest.py: a test module imports no
     other test module, so that each one's tests are its own."""
     tests = Path(__file__).resolve().parent
     found = []

@@ -1,5 +1,5 @@
 """The cycle's input from Slurm's and the store's records: the configured nodes sinfo
-shows usable, the job records the nodes last reported, and a `cycle.Snapshot` with each
+shows usable, the job records the nodes last reported, and a `cycle.CycleInput` with each
 job's runtime estimates."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 from ..config import Config
 from ..geometry import get_model
 from ..slurm.jobrecord import in_partition, job_phase
-from .cycle import NodeRecord, Snapshot, configured_objective
+from .cycle import CycleInput, NodeRecord, configured_objective
 from .estimates import Estimator
 
-__all__ = ["build_snapshot", "reported_records", "usable_nodes"]
+__all__ = ["build_cycle_input", "reported_records", "usable_nodes"]
 
 log = logging.getLogger("slurm_mig.planner")
 
@@ -37,7 +37,7 @@ def usable_nodes(
     return out
 
 
-def build_snapshot(
+def build_cycle_input(
     config: Config,
     jobs: Sequence[Any],
     nodes: Sequence[Any],
@@ -52,7 +52,7 @@ def build_snapshot(
     node_records: Sequence[NodeRecord] = (),
     refused: Mapping[str, Mapping[tuple[str, int, int, int], str]] | None = None,
     sent: AbstractSet[str] | None = None,
-) -> Snapshot:
+) -> CycleInput:
     """The cycle's input from what squeue and sinfo said and the learned runtimes;
     ``learned``: the finished runs the store already holds (no learn action again)."""
     configured = {name: tuple(models) for name, models in config.nodes.items()}
@@ -66,7 +66,7 @@ def build_snapshot(
             estimates[job.job_id] = estimator(job, all_models)
         else:  # running or finished: only its kind and owner, to learn its runtime
             estimates[job.job_id] = estimator.identity(job)
-    return Snapshot(
+    return CycleInput(
         now=now,
         jobs=tuple(jobs),
         nodes=usable_nodes(configured, nodes),

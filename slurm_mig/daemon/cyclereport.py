@@ -41,7 +41,7 @@ class CycleReport:
     batch_size: int = 0
     max_planned: int = 0
     reorder: int = -1  # [planner] reorder (-1: no bound)
-    # per job projections, running drift, next batch (`projection`); status and explain
+    # per job projections, running drift, next batch (`jobtimes`); status and explain
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:

@@ -1,6 +1,6 @@
 """The planner daemon: every ``cycle`` seconds read Slurm, plan, apply through scontrol.
 
-Each cycle builds a `cycle.Snapshot` from ``squeue``/``sinfo`` (SlurmClient), the config,
+Each cycle builds a `cycle.CycleInput` from ``squeue``/``sinfo`` (SlurmClient), the config,
 the learned runtimes (RuntimeStore) and the standing plans of held jobs from the last
 cycle, calls the pure `cycle.plan_cycle` and applies its actions (`apply_actions`).
 Slurm hears of a plan only when its job is released: one ``scontrol update`` (record,
@@ -45,21 +45,21 @@ from .apply import RELEASE_CHUNK, Client, apply_actions
 from .cycle import (
     BACKOFF_BASE,
     Backoff,
+    CycleInput,
     CycleResult,
     Learn,
     PolicySet,
     Refusals,
-    Snapshot,
     configured_objective,
     plan_cycle,
     requeued_by_slurm,
     requeued_runs,
 )
-from .cycleinput import build_snapshot, reported_records, usable_nodes
+from .cycleinput import build_cycle_input, reported_records, usable_nodes
 from .cyclereport import ApplyReport, CycleReport
 from .daemonlog import log_cycle, log_repartitions, log_to_file, os_hint
+from .endpoints import METRICS_TYPE, listen, serve
 from .estimates import Estimator
-from .serving import METRICS_TYPE, listen, serve
 
 if TYPE_CHECKING:
     from .metrics import PlannerMetrics
@@ -77,7 +77,7 @@ __all__ = [
     "Estimator",
     "PlannerDaemon",
     "apply_actions",
-    "build_snapshot",
+    "build_cycle_input",
     "run_planner",
     "usable_nodes",
 ]
@@ -170,7 +170,7 @@ class PlannerDaemon:
         self.stale_seen: set[str] = set()  # the nodes' stale records logged
         self.status_trouble: str | None = None  # why the last status was not written
         self.receiver = None  # `receiver.Receiver` of node reports while the daemon runs
-        self.notify_refused = None  # refused notifications: a Counter (`serving.listen`)
+        self.notify_refused = None  # refused notifications: a Counter (`endpoints.listen`)
         # where actions go, chosen once: Slurm, or printed in a dry run
         self.applier: Applier = applier or (
             DryRunApplier(self.out)
@@ -215,7 +215,7 @@ class PlannerDaemon:
         self.applier.publish(self, report)
         return report
 
-    def _plan(self, started: float) -> tuple[float, list, Snapshot, CycleResult] | CycleReport:
+    def _plan(self, started: float) -> tuple[float, list, CycleInput, CycleResult] | CycleReport:
         """Read Slurm, build the snapshot, plan: (now, jobs, snapshot, result), or the
         report of a cycle that could not read Slurm or the store (status written)."""
         from ..runtimes import StoreError
@@ -228,7 +228,7 @@ class PlannerDaemon:
             nodes = self.client.nodes()
             policy = self._site_policy()
             self._count_refusals(jobs, now)
-            snap = build_snapshot(
+            snap = build_cycle_input(
                 self.config,
                 jobs,
                 nodes,
@@ -353,9 +353,9 @@ class PlannerDaemon:
         if added:
             log.info("accounting: %d finished runs gathered", added)
 
-    def _observe(self, report: CycleReport, snap: Snapshot, now: float) -> None:
+    def _observe(self, report: CycleReport, snap: CycleInput, now: float) -> None:
         """Projections into the report, the cycle into the metrics."""
-        from .projection import next_batch_at, project_jobs, running_drift
+        from .jobtimes import next_batch_at, project_jobs, running_drift
 
         r = report.result
         assert r is not None

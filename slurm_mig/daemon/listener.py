@@ -1,5 +1,5 @@
 """A TCP listener any local user can connect to, served by one thread from a selector:
-the connection handling the daemon's HTTP endpoint (`serve`) and the node-report port
+the connection handling the daemon's HTTP endpoint (`httpserver`) and the node-report port
 (`receiver`) share. Nothing a client does holds a thread, a descriptor or memory for long:
 
 - an idle or slow client costs a socket, never a thread;

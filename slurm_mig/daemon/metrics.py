@@ -6,7 +6,7 @@ metrics: cycle seconds, jobs by state, holds, releases, re-plans by reason, runt
 drift against the plan, the projected makespan and the policy in use; and for the
 alert rules (contrib/slurm-mig-alerts.yml): the configured cycle, whether this daemon
 holds the lease, how long the longest-held job has waited and when each configured node
-was last seen usable. `serve` (in `slurm_mig.daemon.web`) exposes them on
+was last seen usable. `httpserver` (with `slurm_mig.daemon.web`) exposes them on
 ``[planner] metrics``.
 """
 

@@ -2,9 +2,9 @@
 model of what ran (solid) and what is planned (faded, hatched), parted by a "now" line,
 its panels named as the tables name the GPUs (the Gantt drawing, as SVG), and the
 status table,
-refreshed every few seconds. Served by `slurm_mig.daemon.serve` on ``[planner] metrics``.
+refreshed every few seconds. Served by `slurm_mig.daemon.httpserver` on ``[planner] metrics``.
 
-Built from the daemon's last cycle: its projections (`projection.project_jobs`), the
+Built from the daemon's last cycle: its projections (`jobtimes.project_jobs`), the
 jobs squeue showed and the nodes' records as they reported them. What
 ran is remembered from cycle to cycle (a job that left the busy set ended then), at
 most `HISTORY` jobs. It shows MIG UUIDs and job owners: off by default.
@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 REFRESH_S = 5
 HISTORY = 500
@@ -237,17 +237,27 @@ def page_html(view, svg: bytes) -> bytes:
     return "".join(parts).encode()
 
 
-def pages(daemon: Any, monotonic: Callable[[], float] = time.monotonic) -> dict[str, Any]:
-    """The web routes of ``daemon`` (a `PlannerDaemon`). Both are built together from
+class WebSource(Protocol):
+    """What the page reads of the daemon (a `PlannerDaemon` is one): its config, its last
+    cycle's report and the jobs squeue showed then."""
+
+    config: Any
+    last_report: Any  # `cyclereport.CycleReport` or None
+    last_jobs: list
+
+
+def pages(
+    daemon: WebSource, state: WebState, monotonic: Callable[[], float] = time.monotonic
+) -> dict[str, Any]:
+    """The web routes of ``daemon``, with ``state`` the history the cycle keeps for the
+    page (`WebState.update`). Both are built together from
     the daemon's last cycle by one thread at a time (`serve.Cached`), at most every
     `RENDER_MIN_S` seconds and again after `RENDER_MAX_S` (the "ago" of the header); the
     Gantt is drawn once a cycle at most, outside the lock the cycle takes: the cycle never
     waits for a page, and any number of clients cost one drawing a cycle."""
+    from .httpserver import Cached
     from .receiver import node_records
-    from .serve import Cached
 
-    state = WebState()
-    daemon.web_state = state
     drawn: dict[str, Any] = {"cycle": None, "svg": b""}  # Cached's one thread at a time
 
     def render() -> tuple[bytes, bytes]:

@@ -7,6 +7,7 @@ slices 0-3 but computes on slices 0-2 (NVIDIA's rule), so it blocks slice 3.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -122,7 +123,10 @@ class Board:
     PCIe card's where the model has one); ``max_w``, the most any of its form factors
     draws (the bound on a measured energy counter); ``host_link`` and
     ``pcie_max_gbps``, its link to the host and the PCIe slowdown model's bandwidth per
-    GPU (Eq. 1-2)."""
+    GPU (Eq. 1-2); ``nvml_names``, the patterns (regular expressions) of NVML's device
+    names of its boards, told apart from other models of a pattern by memory, and
+    ``nvml_named``, patterns that name this model where memory cannot be read (MIG
+    denies the parent's memory to non-root)."""
 
     tdp_w: float
     max_w: float
@@ -130,6 +134,9 @@ class Board:
     pcie_max_gbps: float
     power_source: str
     pcie_source: str
+    nvml_names: tuple[str, ...]
+    nvml_source: str
+    nvml_named: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for what in ("tdp_w", "max_w", "pcie_max_gbps"):
@@ -137,9 +144,16 @@ class Board:
                 raise GeometryError(f"board {what} {getattr(self, what)!r}: give a positive figure")
         if self.max_w < self.tdp_w:
             raise GeometryError(f"board max_w {self.max_w} is below its tdp_w {self.tdp_w}")
-        for what in ("host_link", "power_source", "pcie_source"):
+        for what in ("host_link", "power_source", "pcie_source", "nvml_source"):
             if not getattr(self, what).strip():
                 raise GeometryError(f"board {what}: say it (a fact without a source is refused)")
+        if not self.nvml_names:
+            raise GeometryError("board nvml_names: give the patterns of NVML's names of it")
+        for pattern in (*self.nvml_names, *self.nvml_named):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise GeometryError(f"board NVML name pattern {pattern!r}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -204,6 +204,8 @@ def _a30() -> GpuModel:
             PCIE4,
             "NVIDIA A30 datasheet: 165 W (a PCIe card only)",
             _PCIE4_SRC,
+            nvml_names=(r"A30",),
+            nvml_source=_NVIDIA_NAMES,
         ),
     )
 
@@ -264,6 +266,8 @@ def _rtx_pro_6000() -> GpuModel:
             "RTX PRO 6000 Blackwell: 600 W (VideoCardz via gpu.name, 2025-03; the Server "
             "Edition's limit is configurable below it)",
             _PCIE5_SRC,
+            nvml_names=(r"RTX\s*PRO\s*6000",),
+            nvml_source="NVIDIA RTX PRO 6000 Blackwell Server Edition (bigstack-oss/cubecos issue #312), ... Max-Q Workstation Edition (gpu-operator issue #2249)",
         ),
     )
 
@@ -290,6 +294,9 @@ _GH200_W = (
     "brief; an upper bound for the GPU alone)"
 )
 _GUIDE = "MIG user guide, Supported MIG Profiles"
+# NVML's device names of a model (``nvmlDeviceGetName``): "NVIDIA A100-SXM4-40GB",
+# "NVIDIA A30", "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA B200"...
+_NVIDIA_NAMES = "NVIDIA's device names (nvidia-smi -L, nvmlDeviceGetName): NVIDIA <model> ..."
 _PARTED = "mig-parted deployments/systemd/config-default.yaml"
 
 MODELS: dict[str, GpuModel] = {
@@ -309,6 +316,8 @@ MODELS: dict[str, GpuModel] = {
                 PCIE4,
                 "SMART-MIG (shared/seeds): 250 W cap of its A100-40GB PCIe; NVIDIA A100 datasheet: 400 W SXM4",
                 _PCIE4_SRC,
+                nvml_names=(r"A100",),
+                nvml_source=_NVIDIA_NAMES,
             ),
         ),
         _model7(
@@ -324,6 +333,8 @@ MODELS: dict[str, GpuModel] = {
                 PCIE4,
                 "NVIDIA A100 datasheet: 300 W PCIe, 400 W SXM4",
                 _PCIE4_SRC,
+                nvml_names=(r"A100",),
+                nvml_source=_NVIDIA_NAMES,
             ),
         ),
         _model7(
@@ -339,6 +350,8 @@ MODELS: dict[str, GpuModel] = {
                 PCIE5,
                 "NVIDIA H100 PCIe product brief PB-11133-001: 350 W; H100 datasheet: 700 W SXM5",
                 _PCIE5_SRC,
+                nvml_names=(r"H100",),
+                nvml_source=_NVIDIA_NAMES,
             ),
         ),
         # H100 94GB (SXM5, PCIe) and H100 NVL: the same names (guide; mig-parted's
@@ -359,7 +372,15 @@ MODELS: dict[str, GpuModel] = {
             },
             source=_PARTED + "; -lgip in gpu-operator #903 and mig-parted #101",
             board=Board(
-                400, 400, "PCIe 5.0 x16", PCIE5, "NVIDIA H100 NVL (94 GB): up to 400 W", _PCIE5_SRC
+                400,
+                400,
+                "PCIe 5.0 x16",
+                PCIE5,
+                "NVIDIA H100 NVL (94 GB): up to 400 W",
+                _PCIE5_SRC,
+                nvml_names=(r"H100",),
+                nvml_source="NVIDIA H100 NVL, 94 GB (gpu-operator PR #903)",
+                nvml_named=(r"H100\s+NVL",),
             ),
         ),
         # H100 96GB: the H100 on GH200 (guide "H100 96GB product (H100 on GH200)";
@@ -372,7 +393,17 @@ MODELS: dict[str, GpuModel] = {
             _names7(12, 24, 48, 96),
             96,
             source=_PARTED,
-            board=Board(1000, 1000, "NVLink-C2C (GH200)", PCIE5, _GH200_W, _C2C_SRC),
+            board=Board(
+                1000,
+                1000,
+                "NVLink-C2C (GH200)",
+                PCIE5,
+                _GH200_W,
+                _C2C_SRC,
+                nvml_names=(r"GH200", r"H100"),
+                nvml_source="NVIDIA GH200 480GB with 97871 MiB: the 96 GB H100 of GH200 (marin PR #5446)",
+                nvml_named=(r"GH200\s+480\s?GB",),
+            ),
         ),
         # Table 1 has no H200 or B200 row: they take the H100 figures.
         # Usable memory: the -lgip of an H200 in mig-parted issue #120.
@@ -397,6 +428,8 @@ MODELS: dict[str, GpuModel] = {
                 PCIE5,
                 "NVIDIA H200 datasheet: 600 W H200 NVL (PCIe), 700 W SXM",
                 _PCIE5_SRC,
+                nvml_names=(r"H200",),
+                nvml_source=_NVIDIA_NAMES,
             ),
         ),
         # GH200 144G HBM3e (device 0x2348): mig-parted PR #139 (2024-10-23) with its
@@ -409,7 +442,16 @@ MODELS: dict[str, GpuModel] = {
             144,
             measured={"1_SLICE": 17.5, "1_SLICE_REV2": 35.25, "2_SLICE": 35.25},
             source="mig-parted PR #139 (-lgip)",
-            board=Board(1000, 1000, "NVLink-C2C (GH200)", PCIE5, _GH200_W, _C2C_SRC),
+            board=Board(
+                1000,
+                1000,
+                "NVLink-C2C (GH200)",
+                PCIE5,
+                _GH200_W,
+                _C2C_SRC,
+                nvml_names=(r"GH200",),
+                nvml_source=_NVIDIA_NAMES,
+            ),
         ),
         # Usable memory: B200 -lgip outputs. The first driver gave 1g.23gb 22.00 GiB
         # (mig-parted PR #166, gpu-operator PR #1242), a later one 20.50 GiB (mig-parted
@@ -422,7 +464,16 @@ MODELS: dict[str, GpuModel] = {
             180,
             measured={"1_SLICE": 20.5, "1_SLICE_REV2": 44.25, "2_SLICE": 44.25},
             source=_GUIDE + ", B200; -lgip in mig-parted #166 and #187",
-            board=Board(1000, 1000, "PCIe (HGX B200)", PCIE5, _BLACKWELL_W, _PCIE5_SRC),
+            board=Board(
+                1000,
+                1000,
+                "PCIe (HGX B200)",
+                PCIE5,
+                _BLACKWELL_W,
+                _PCIE5_SRC,
+                nvml_names=(r"B200",),
+                nvml_source=_NVIDIA_NAMES,
+            ),
         ),
         # GB200 (HGX, device 0x2941): 186 GB in the guide's Supported GPUs table. The
         # first drivers named 1g.24gb, 3g.95gb, 4g.95gb, 7g.189gb (mig-parted 89dd81a3,
@@ -444,7 +495,16 @@ MODELS: dict[str, GpuModel] = {
                 "7g.189gb": "7g.186gb",
             },
             source="mig-parted ebab1f77 and issue #227 (-lgip)",
-            board=Board(1200, 1200, "NVLink-C2C (GB200)", PCIE5, _BLACKWELL_W, _C2C_SRC),
+            board=Board(
+                1200,
+                1200,
+                "NVLink-C2C (GB200)",
+                PCIE5,
+                _BLACKWELL_W,
+                _C2C_SRC,
+                nvml_names=(r"GB200",),
+                nvml_source="NVIDIA GB200 (sglang issue #11208)",
+            ),
         ),
         # B300 (device 0x3182) and GB300 (0x31C2): mig-parted 47c56d96 and 75449116
         # (2025-10): 1g x7, 1g+me x1, double-memory 1g x4, 2g x3, 3g x2, 4g x1, 7g x1,
@@ -456,7 +516,16 @@ MODELS: dict[str, GpuModel] = {
             _names7(34, 67, 135, 269),
             269,
             source=_PARTED,
-            board=Board(1100, 1100, "PCIe (HGX B300)", PCIE5, _BLACKWELL_W, _PCIE5_SRC),
+            board=Board(
+                1100,
+                1100,
+                "PCIe (HGX B300)",
+                PCIE5,
+                _BLACKWELL_W,
+                _PCIE5_SRC,
+                nvml_names=(r"B300",),
+                nvml_source="NVIDIA B300 SXM6 AC (pytorch/ao PR #3640)",
+            ),
         ),
         _model7(
             "GB300-278GB",
@@ -464,7 +533,16 @@ MODELS: dict[str, GpuModel] = {
             _names7(35, 70, 139, 278),
             278,
             source=_PARTED,
-            board=Board(1400, 1400, "NVLink-C2C (GB300)", PCIE5, _BLACKWELL_W, _C2C_SRC),
+            board=Board(
+                1400,
+                1400,
+                "NVLink-C2C (GB300)",
+                PCIE5,
+                _BLACKWELL_W,
+                _C2C_SRC,
+                nvml_names=(r"GB300",),
+                nvml_source="NVIDIA GB300 (OLMo-core PR #747)",
+            ),
         ),
         _rtx_pro_6000(),
     )

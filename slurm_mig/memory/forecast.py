@@ -37,17 +37,13 @@ memory/replay.py (a trace replayed, and its plot); this module re-exports them.
 
 from __future__ import annotations
 
-from .fitting import (  # noqa: F401 - the regression helpers tests compare with statsmodels
+from .fitting import (
     EVIDENCE,
     EVIDENCE_SAFE,
     MIN_CONVEX,
     NOISE_FLOOR,
     PROFILE_MAX,
     TREND_OF,
-    _Axis,
-    _predict,
-    _select,
-    _t,
     expected_maximum,
 )
 from .forecaster import Decision, Forecaster, ForecastSettings

@@ -13,7 +13,7 @@ capacity it raises ``torch.OutOfMemoryError`` before the op's output reaches the
 Iteration boundaries, one source counting (highest wins): ``slurm_mig.step()`` >
 optimizer step post-hook > start of an outermost module forward > a timer.
 This module imports torch; ``mig-run``'s sitecustomize loads it once torch is imported.
-The CPU count is memory/live_tensors.py's (re-exported here).
+The live-tensor tracker (the CPU count) is memory/live_tensors.py's.
 """
 
 from __future__ import annotations
@@ -39,11 +39,7 @@ from torch.nn.modules.module import (
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import oom, trace
-from .live_tensors import (  # noqa: F401 - part of this module's API
-    LiveTensorTracker,
-    format_bytes,
-    planned_bytes,
-)
+from .live_tensors import LiveTensorTracker
 from .trace import Sample
 
 ENV_OUT = "SLURM_MIG_PROBE_OUT"

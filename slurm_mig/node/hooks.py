@@ -40,7 +40,6 @@ from .hookmain import (
     reclaim_main,
     task_prolog_main,
 )
-from .hookmain import notify_planner as _notify  # noqa: F401 (the tests call it by this name)
 from .hookoutcome import ERR, INFO, WARNING, Clock, Outcome, describe
 from .jobenv import MAX_ENV_COMMENT, HookInputError, JobEnv
 from .prolog import prolog

@@ -72,8 +72,7 @@ from ..job import Job
 from ..plan import Plan
 from .auto import AUTO_MAX_TASKS, _onto, auto_budget, plan_auto
 from .batch import Batch
-from .exact_search import EXACT_MAX_OPTIONS, _far, _OutOfTime, _Search, _solve, searchable  # noqa: F401 - re-exported
-from .exact_tree import _Tree  # noqa: F401 - re-exported
+from .exact_search import EXACT_MAX_OPTIONS, _far, _solve, searchable
 from .far import time_assignment
 from .registry import BatchPolicy
 from .timeline import to_plan

@@ -41,18 +41,8 @@ from dataclasses import dataclass
 
 from ..geometry import GpuModel
 from ..job import Job
-from .far_phases import (  # noqa: F401 - re-exported: tests and callers import them from here
-    _TIE,
-    LADDER_STEPS,
-    _best_size,
-    _groups,
-    _phase2,
-    _phase2_ladder,
-    allocation_family,
-    list_schedule,
-    list_schedule_up,
-)
-from .far_tree import _FORESTS, Availability, Forest, time_assignment  # noqa: F401
+from .far_phases import _phase2, _phase2_ladder
+from .far_tree import Availability, Forest, time_assignment
 from .snapshot import Gpu
 from .timeline import Timeline
 

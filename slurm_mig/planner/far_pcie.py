@@ -151,7 +151,7 @@ def gated_schedule(
     info: Sequence[tuple[float, float]],
     gate: Gate,
 ) -> list[list[int]]:
-    """FAR's list scheduling (``far.list_schedule``) of one allocation, where a node
+    """FAR's list scheduling (``far_phases.list_schedule``) of one allocation, where a node
     that frees up takes the longest task of its size that ``gate`` admits on its GPU
     given the PCIe-bound tasks planned to run there then (a task that is not PCIe-bound
     always passes). With none admitted the node waits for the next PCIe-bound task on

@@ -15,7 +15,6 @@ from ..geometry import MaskTables, compute_mask, mask_tables
 from ..planner.gpustate import GpuState, LiveInstance
 from ..planner.snapshot import Gpu as GpuView
 from ..planner.snapshot import Instance as InstanceView
-from ..planner.snapshot import default_size, runnable_sizes  # noqa: F401 (re-exported)
 from .api import SimJob
 
 EPS = 1e-9

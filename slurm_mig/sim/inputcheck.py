@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from ..geometry import GpuModel
+from ..planner.snapshot import runnable_sizes
 from .api import SimJob
-from .cluster import runnable_sizes
 
 __all__ = ["SimInputError", "validate_jobs"]
 

@@ -3,49 +3,71 @@ and the job states they name."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
-from .cluster import EPS, InvariantError, check_gpu, runnable_sizes
+from ..geometry import GpuModel, MaskTables
+from ..planner.gpustate import LiveInstance
+from ..planner.snapshot import runnable_sizes
+from .api import SimJob
+from .cluster import EPS, Gpu, InvariantError, check_gpu
 
-if TYPE_CHECKING:
-    from .engine import Engine
+__all__ = ["DONE", "FUTURE", "HELD", "PENDING", "SimState", "check_end", "check_instant"]
 
-__all__ = ["DONE", "FUTURE", "HELD", "PENDING", "check_end", "check_instant"]
-
-# A job's state, one byte each in ``Engine.state``: not arrived yet, pending, on an
+# A job's state, one byte each in ``SimState.state``: not arrived yet, pending, on an
 # instance, finished.
 FUTURE, PENDING, HELD, DONE = 0, 1, 2, 3
 
 
-def check_instant(engine: Engine, dirty: Iterable[int]) -> None:
+class SimState(Protocol):
+    """What the invariants read of a simulation (the engine is one): its clock, jobs,
+    GPUs and the counts that must add up."""
+
+    now: float
+    jobs: Sequence[SimJob]
+    model: GpuModel
+    geom: MaskTables
+    curve: tuple[float, ...]  # the model's power curve
+    gpu_state: Sequence[Gpu]
+    pending: Mapping[int, Any]
+    held: Mapping[int, LiveInstance]
+    state: bytearray
+    done: int
+    arrived_count: int
+    total_busy: int
+    first_start: Sequence[float]
+    finish_t: Sequence[float]
+    exec_s: Sequence[float]
+
+
+def check_instant(sim: SimState, dirty: Iterable[int]) -> None:
     """InvariantError unless the GPUs that changed (``dirty``) and the job counts add up now."""
     for k in dirty:
-        check_gpu(engine.gpu_state[k], engine.geom, engine.curve, engine.now, engine.jobs)
-    if len(engine.pending) + len(engine.held) + engine.done != engine.arrived_count:
+        check_gpu(sim.gpu_state[k], sim.geom, sim.curve, sim.now, sim.jobs)
+    if len(sim.pending) + len(sim.held) + sim.done != sim.arrived_count:
         raise InvariantError(
-            f"t={engine.now}: {len(engine.pending)} pending + {len(engine.held)} on "
-            f"instances + {engine.done} done != {engine.arrived_count} arrived"
+            f"t={sim.now}: {len(sim.pending)} pending + {len(sim.held)} on "
+            f"instances + {sim.done} done != {sim.arrived_count} arrived"
         )
-    for idx, inst in engine.held.items():
-        if inst.job != idx or engine.state[idx] != HELD:
-            raise InvariantError(f"t={engine.now}: job {engine.jobs[idx].id!r} lost its instance")
-    if engine.total_busy != sum(g.busy_slices for g in engine.gpu_state):
-        raise InvariantError(f"t={engine.now}: cluster busy slices out of step")
+    for idx, inst in sim.held.items():
+        if inst.job != idx or sim.state[idx] != HELD:
+            raise InvariantError(f"t={sim.now}: job {sim.jobs[idx].id!r} lost its instance")
+    if sim.total_busy != sum(g.busy_slices for g in sim.gpu_state):
+        raise InvariantError(f"t={sim.now}: cluster busy slices out of step")
 
 
-def check_end(engine: Engine) -> None:
+def check_end(sim: SimState) -> None:
     """InvariantError unless every GPU is idle and every job ran once, within its times."""
-    for g in engine.gpu_state:
-        check_gpu(g, engine.geom, engine.curve, engine.now, engine.jobs)
+    for g in sim.gpu_state:
+        check_gpu(g, sim.geom, sim.curve, sim.now, sim.jobs)
         if g.runs or g.busy:
             raise InvariantError(f"gpu {g.index} still busy at the end")
-    if any(s != DONE for s in engine.state) or engine.done != len(engine.jobs):
+    if any(s != DONE for s in sim.state) or sim.done != len(sim.jobs):
         raise InvariantError("a job did not finish exactly once")
-    for i, j in enumerate(engine.jobs):
-        s, f = engine.first_start[i], engine.finish_t[i]
+    for i, j in enumerate(sim.jobs):
+        s, f = sim.first_start[i], sim.finish_t[i]
         if not (j.arrival - EPS <= s <= f + EPS):
             raise InvariantError(f"job {j.id!r}: arrival {j.arrival}, start {s}, end {f}")
-        fastest = min(j.time(s) for s in runnable_sizes(j, engine.model))
-        if engine.exec_s[i] < fastest * (1 - 1e-9) - 1e-9:
+        fastest = min(j.time(s) for s in runnable_sizes(j, sim.model))
+        if sim.exec_s[i] < fastest * (1 - 1e-9) - 1e-9:
             raise InvariantError(f"job {j.id!r} ran shorter than its fastest time")

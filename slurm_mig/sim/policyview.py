@@ -4,40 +4,55 @@ as snapshot GPUs (only those that changed are built anew) and the jobs on instan
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..pcie import slowdown
+from ..planner.gpustate import LiveInstance
 from ..planner.snapshot import Gpu as GpuView
-from .api import RunningView
+from .api import RunningView, SimJob
+from .cluster import Gpu
+from .site import SiteView
 
-if TYPE_CHECKING:
-    from .engine import Engine
-
-__all__ = ["GpuList", "RunningMap", "running_view"]
+__all__ = ["GpuList", "RunningMap", "SimJobs", "running_view"]
 
 
-def running_view(engine: Engine, job: str) -> RunningView | None:
+class SimJobs(Protocol):
+    """What the policy's view reads of a simulation (the engine is one): its clock, the
+    jobs and who holds an instance, the GPUs, and what the site lets a policy know."""
+
+    now: float
+    jobs: Sequence[SimJob]
+    index: Mapping[str, int]
+    held: Mapping[int, LiveInstance]
+    gpu_state: Sequence[Gpu]
+    pcie_max: float
+    site: SiteView | None
+
+    def running(self, job: str) -> RunningView | None: ...
+
+
+def running_view(sim: SimJobs, job: str) -> RunningView | None:
     """Job ``job`` on its instance now (running, or waiting for it), or None."""
-    idx = engine.index.get(job)
-    inst = engine.held.get(idx) if idx is not None else None
+    idx = sim.index.get(job)
+    inst = sim.held.get(idx) if idx is not None else None
     if inst is None:
         return None
-    j = engine.jobs[idx]
+    j = sim.jobs[idx]
     run = inst.run
-    site = engine.site
+    site = sim.site
     if site is not None and site.learned:
         seen = site.seen[idx]
-        end = site.expected_end(inst, engine.now)
+        end = site.expected_end(inst, sim.now)
         planned = seen.time(inst.slot.size)
         started = run.started if run is not None else None
-        rem = inst.rem if run is None else max(0.0, min(1.0, (end - engine.now) / planned))
+        rem = inst.rem if run is None else max(0.0, min(1.0, (end - sim.now) / planned))
         return RunningView(seen, inst.gpu, inst.slot, started, rem, 1.0, end)
     if run is not None:
-        rem = run.remaining_at(engine.now)
+        rem = run.remaining_at(sim.now)
         return RunningView(j, inst.gpu, inst.slot, run.started, rem, run.sd, run.finish)
     start = max(inst.ready_at, inst.start_at)
-    n = engine.gpu_state[inst.gpu].pcie_n + (1 if j.pcie_demand > 0 else 0)
-    sd = slowdown(j.alpha, j.pcie_demand, n, engine.pcie_max)
+    n = sim.gpu_state[inst.gpu].pcie_n + (1 if j.pcie_demand > 0 else 0)
+    sd = slowdown(j.alpha, j.pcie_demand, n, sim.pcie_max)
     end = start + inst.rem * j.time(inst.slot.size) * sd
     return RunningView(j, inst.gpu, inst.slot, None, inst.rem, sd, end)
 
@@ -71,21 +86,21 @@ class GpuList(Sequence[GpuView]):
 class RunningMap(Mapping[str, RunningView]):
     """The jobs on instances, read-only, built on access."""
 
-    __slots__ = ("_engine",)
+    __slots__ = ("_sim",)
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, sim: SimJobs) -> None:
+        self._sim = sim
 
     def __getitem__(self, job: str) -> RunningView:
-        got = self._engine.running(job)
+        got = self._sim.running(job)
         if got is None:
             raise KeyError(job)
         return got
 
     def __iter__(self) -> Iterator[str]:
-        jobs = self._engine.jobs
-        for idx in list(self._engine.held):
+        jobs = self._sim.jobs
+        for idx in list(self._sim.held):
             yield jobs[idx].id
 
     def __len__(self) -> int:
-        return len(self._engine.held)
+        return len(self._sim.held)

@@ -66,8 +66,6 @@ from .fixedwidth import (
 )
 from .jobparse import (
     PyslurmDisagrees,
-    _job_state,  # noqa: F401  (tests/slurm/test_client_fixtures.py reads values with it)
-    _number,  # noqa: F401  (and with this)
     array_task_ids,
     job_from_json,
     jobs_from_json,

@@ -5,7 +5,7 @@ on overlapping slices (each checked by its signed token and AdminComment); the
 ``slurm-mig planner`` process cycles until SIGTERM; a daemon killed halfway through
 applying a plan is followed by a fresh one that rebuilds from Slurm; a corrupt runtime
 store does not stop the releases. The daemon's I/O without Slurm is
-tests/slurm/test_daemon.py."""
+tests/daemon/test_daemon.py."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from slurm_mig.daemon.daemon import (
     STATUS_FILE,
     PlannerDaemon,
     apply_actions,
-    build_snapshot,
+    build_cycle_input,
     run_planner,
 )
 from slurm_mig.geometry import can_coexist, get_model
@@ -200,7 +200,7 @@ def test_planner_restarted_mid_cycle_rebuilds_from_slurm(cluster, tmp_path):
         cluster.sbatch("sleep 1", partition="mig", comment=f"mig:time={60 + 15 * i}")
     config = load_config(cfg)
     store = RuntimeStore(tmp_path / "state" / "profiles.sqlite")
-    snap = build_snapshot(config, client.jobs("mig"), client.nodes(), store, time.time())
+    snap = build_cycle_input(config, client.jobs("mig"), client.nodes(), store, time.time())
     result = plan_cycle(snap)
     half = result.actions[: len(result.actions) // 2]
     apply_actions(half, client, key=key, store=store)  # ... and the daemon dies here

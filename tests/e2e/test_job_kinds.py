@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_mig.daemon.cycle.classify import BEGIN_SLACK
+from slurm_mig.daemon.cycle.waiting import BEGIN_SLACK
 from slurm_mig.demo.live import DONE_STATES
 from slurm_mig.geometry import get_model
 from slurm_mig.slurm.client import SlurmClient

@@ -259,6 +259,19 @@ def test_every_model_has_its_power_and_host_link_with_their_sources(name):
     assert power_curve(model)[-1] == pytest.approx(248.5 * board.tdp_w / 250.0)
     assert max_watts(name) == board.max_w
     assert pcie_max_for(model) == board.pcie_max_gbps
+    assert board.nvml_names and board.nvml_source.strip()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_model_is_found_by_its_own_board_names(name):
+    """The board names live in the catalogue entry: a model's own name pattern and its
+    memory find it, and nothing outside the catalogue says which boards a model has."""
+    from slurm_mig.devices.boards import detect_model
+
+    model = MODELS[name]
+    word = model.board.nvml_names[-1].replace(r"\s*", " ")
+    gib = int(name.rsplit("-", 1)[1].removesuffix("GB"))
+    assert detect_model(f"NVIDIA {word}", gib * 1024**3) == name
 
 
 def test_a_model_without_its_board_facts_is_refused_where_it_is_made():
@@ -269,3 +282,9 @@ def test_a_model_without_its_board_facts_is_refused_where_it_is_made():
         dataclasses.replace(a100.board, power_source=" ")
     with pytest.raises(GeometryError, match="max_w 100 is below its tdp_w 250"):
         dataclasses.replace(a100.board, max_w=100)
+    with pytest.raises(GeometryError, match="nvml_names: give the patterns"):
+        dataclasses.replace(a100.board, nvml_names=())
+    with pytest.raises(GeometryError, match="nvml_source: say it"):
+        dataclasses.replace(a100.board, nvml_source="")
+    with pytest.raises(GeometryError, match="NVML name pattern '\\(': "):
+        dataclasses.replace(a100.board, nvml_named=("(",))

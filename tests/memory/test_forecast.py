@@ -311,7 +311,7 @@ def test_predict_gives_statsmodels_bounds():
     # design the window makes rank-deficient (a knee past the last sample)
     from statsmodels.regression.linear_model import OLS
 
-    from slurm_mig.memory.forecast import _Axis, _predict, _t
+    from slurm_mig.memory.fitting import _Axis, _predict, _t
 
     rng = np.random.default_rng(3)
     t = np.arange(5.0, 45.0)

@@ -17,13 +17,13 @@ import pytest
 
 import slurm_mig.memory
 from slurm_mig.memory import probe as probe_mod
+from slurm_mig.memory.live_tensors import planned_bytes
 from slurm_mig.memory.probe import (
     LiveTensorTracker,
     Probe,
     ProbeConfig,
     cuda_context_bytes,
     is_spawned_child,
-    planned_bytes,
     sample_from_cuda_stats,
     tried_bytes,
 )

@@ -16,13 +16,13 @@ from slurm_mig.plan import validate_plan
 from slurm_mig.planner import Batch, get_planner
 from slurm_mig.planner.exact import (
     AUTO_MAX_TASKS,
-    _Search,
-    _Tree,
     auto_budget,
     exact_schedule,
     plan_auto,
     plan_exact,
 )
+from slurm_mig.planner.exact_search import _Search
+from slurm_mig.planner.exact_tree import _Tree
 from slurm_mig.planner.far import Forest, far_schedule, time_assignment
 from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.workload import generate

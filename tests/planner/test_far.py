@@ -13,13 +13,8 @@ from slurm_mig.geometry import get_model
 from slurm_mig.job import Job
 from slurm_mig.plan import lower_bound, validate_plan
 from slurm_mig.planner import Batch
-from slurm_mig.planner.far import (
-    Forest,
-    allocation_family,
-    far_schedule,
-    list_schedule,
-    time_assignment,
-)
+from slurm_mig.planner.far import Forest, far_schedule, time_assignment
+from slurm_mig.planner.far_phases import allocation_family, list_schedule
 from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.workload import generate, load_tasks
 

@@ -18,16 +18,8 @@ from slurm_mig.plan import lower_bound, validate_plan
 from slurm_mig.planner import Batch
 from slurm_mig.planner.bounds import BOUND_NAMES, makespan_bounds, tightest_bound
 from slurm_mig.planner.concat import plan_batches
-from slurm_mig.planner.far import (
-    Forest,
-    _groups,
-    far_schedule,
-    gpu_ends,
-    list_schedule,
-    list_schedule_up,
-    refine_gpus,
-    time_assignment,
-)
+from slurm_mig.planner.far import Forest, far_schedule, gpu_ends, refine_gpus, time_assignment
+from slurm_mig.planner.far_phases import _groups, list_schedule, list_schedule_up
 from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.planner.timeline import to_plan
 from slurm_mig.workload import generate

@@ -21,7 +21,7 @@ import pytest
 from support import squeue_job
 
 from slurm_mig.cli import main
-from slurm_mig.daemon.cycle import Estimate, Snapshot, plan_cycle
+from slurm_mig.daemon.cycle import CycleInput, Estimate, plan_cycle
 from slurm_mig.daemon.daemon import CycleReport
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.planner.decisions import decisions_to_json
@@ -86,7 +86,7 @@ def assignment(jid, node, gpu, profile, start, batch, order, seconds, issued) ->
     )  # fmt: skip
 
 
-def slurm_view(algorithm: str) -> Snapshot:
+def slurm_view(algorithm: str) -> CycleInput:
     """Two nodes of two A100s: four running jobs, two standing plans (one of them free to
     start), eight jobs waiting past the window, two of them PCIe-bound."""
     tasks = generate(14, A100, "MIXEDSCALING", "WIDETIMES", 0.0, 11)
@@ -129,7 +129,7 @@ def slurm_view(algorithm: str) -> Snapshot:
         a = assignment(jid, node, gpu, prof, start, batch, order, secs, NOW - 50)
         jobs.append(slurm_job(jid, admin_comment=admin_comment_for(a), required_nodes=node))
     jobs += [slurm_job(str(100 + i), submit_time=NOW - 300 + i) for i in range(6, 14)]
-    return Snapshot(
+    return CycleInput(
         now=NOW,
         jobs=tuple(jobs),
         nodes={"gpu01": (A100.name, A100.name), "gpu02": (A100.name, A100.name)},

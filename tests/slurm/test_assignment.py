@@ -2,7 +2,7 @@
 trip an `Assignment`; a token bound to another job, run, node or time, of another plan,
 forged, altered, truncated or of the old format 1 is refused with AssignmentError and
 nothing else; the signing key's file is written root-only and refused when it is not.
-How the hooks act on a refused token is tests/slurm/test_hooks.py and test_hook_attacks.py."""
+How the hooks act on a refused token is tests/node/test_hooks.py and test_hook_attacks.py."""
 
 from __future__ import annotations
 

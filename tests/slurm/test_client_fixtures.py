@@ -11,7 +11,7 @@ import types
 import pytest
 from slurmfixtures import FIXTURES, RELEASES, jobs_of, load
 
-from slurm_mig.slurm import client as client_module
+from slurm_mig.slurm import jobparse
 from slurm_mig.slurm.client import (
     UNUSABLE_NODE_STATES,
     Node,
@@ -130,7 +130,7 @@ def test_unusable_states_cover_slurms_flags() -> None:
 def pyslurm_view(rec: dict) -> types.SimpleNamespace:
     """One squeue record as pyslurm's Job presents it: ``state_reason`` is the state
     description when there is one, numbers are plain, unset times are None."""
-    num = client_module._number
+    num = jobparse._number
     exit_raw = rec.get("exit_code")
     if isinstance(exit_raw, dict):
         signal = (exit_raw.get("signal") or {}).get("id")
@@ -139,7 +139,7 @@ def pyslurm_view(rec: dict) -> types.SimpleNamespace:
         exit_code, exit_signal = (exit_raw or 0) >> 8, (exit_raw or 0) & 0x7F
     return types.SimpleNamespace(
         id=rec["job_id"], name=rec["name"], user_name=rec["user_name"],
-        partition=rec["partition"], state=client_module._job_state(rec["job_state"]),
+        partition=rec["partition"], state=jobparse._job_state(rec["job_state"]),
         state_reason=rec.get("state_description") or rec["state_reason"],
         priority=num(rec["priority"]), comment=rec.get("comment") or None,
         admin_comment=rec.get("admin_comment") or None, allocated_nodes=rec["nodes"] or None,

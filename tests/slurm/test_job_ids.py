@@ -277,9 +277,9 @@ def test_an_array_task_is_requeued_by_its_task_id_not_its_number(tmp_path, capsy
 
 
 def test_the_planners_afterany_on_an_array_task_is_read_as_its_own():
-    from slurm_mig.daemon.cycle.classify import _PLANNER_DEP, dependency_ids
+    from slurm_mig.daemon.cycle.waiting import PLANNER_DEP, dependency_ids
 
     dep = "afterany:7_0(unfulfilled),afterany:7_1:12(unfulfilled)"
     assert dependency_ids(dep) == ["7_0", "7_1", "12"]
-    assert all(_PLANNER_DEP.fullmatch(item) for item in dep.split(","))
-    assert _PLANNER_DEP.fullmatch("afterok:7_0") is None  # a user's own, not the planner's
+    assert all(PLANNER_DEP.fullmatch(item) for item in dep.split(","))
+    assert PLANNER_DEP.fullmatch("afterok:7_0") is None  # a user's own, not the planner's

@@ -12,7 +12,8 @@ import pytest
 from hooksite import make_site, run
 
 from slurm_mig.config import load_config
-from slurm_mig.node.hooks import _notify, epilog_main, prolog_main
+from slurm_mig.node.hookmain import notify_planner
+from slurm_mig.node.hooks import epilog_main, prolog_main
 from slurm_mig.slurm.notify import Guard, Listener, send
 
 KEY = b"k" * 32
@@ -105,7 +106,7 @@ def test_a_hook_without_the_key_sends_nothing_and_says_why(tmp_path, receiver):
     with_notify(site, f"{host}:{port}")
     (tmp_path / "key").chmod(0o644)  # not root's alone: refused as a key
     out = Outcome()
-    _notify(load_config(site.config), "42", "ended", out)
+    notify_planner(load_config(site.config), "42", "ended", out)
     assert any("the planner is not notified" in w and "key" in w for _, w in out.log), out.log
     receiver.settimeout(0.3)
     with pytest.raises(TimeoutError):

@@ -11,7 +11,7 @@ from types import MappingProxyType
 import pytest
 
 from slurm_mig.config import expand_hostlist
-from slurm_mig.daemon.cycle import Estimate, Hold, Release, Snapshot, plan_cycle
+from slurm_mig.daemon.cycle import CycleInput, Estimate, Hold, Release, plan_cycle
 from slurm_mig.geometry import get_model
 from slurm_mig.slurm import sitepolicy
 from slurm_mig.slurm.client import Job
@@ -262,14 +262,14 @@ def test_limit_reasons_are_told_from_others(reason, limit):
 # The cycle
 
 
-def snapshot(jobs, nodes=None, **kw) -> Snapshot:
+def snapshot(jobs, nodes=None, **kw) -> CycleInput:
     nodes = nodes or {"node1": ("A100-40GB",)}
     est = {
         j.job_id: Estimate("train", {"A100-40GB": {s: 600.0 for s in (1, 2, 3, 4, 7)}})
         for j in jobs
     }
     opts = {"batch_window": 0.0, "policy": policy(), "reorder": 0, **kw}
-    return Snapshot(now=T0 + 10, jobs=tuple(jobs), nodes=nodes, estimates=est, **opts)
+    return CycleInput(now=T0 + 10, jobs=tuple(jobs), nodes=nodes, estimates=est, **opts)
 
 
 def test_a_later_job_of_higher_priority_is_planned_first():
@@ -322,7 +322,7 @@ def test_a_reservations_nodes_take_only_its_jobs():
 
 def test_a_job_that_backfills_ahead_of_higher_priority_is_named_with_why():
     from slurm_mig.daemon.daemon import CycleReport
-    from slurm_mig.daemon.projection import project_jobs
+    from slurm_mig.daemon.jobtimes import project_jobs
     from slurm_mig.daemon.public import summary
     from slurm_mig.daemon.statusview import build_view
     from slurm_mig.geometry import Placement
@@ -342,7 +342,7 @@ def test_a_job_that_backfills_ahead_of_higher_priority_is_named_with_why():
         "2": Estimate("train", {"A100-40GB": {4: 600.0}}),
         "3": Estimate("train", {"A100-40GB": {1: 100.0, 2: 80.0, 3: 70.0}}),
     }
-    snap = Snapshot(
+    snap = CycleInput(
         now=now, jobs=(running, high, low), nodes={"node1": ("A100-40GB",)}, estimates=est,
         batch_window=0.0, release_ahead=0.0, policy=policy(), reorder=0, algorithm="far",
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """One cycle of the planner daemon as a pure function: Slurm's view in, actions out.
 
-``plan_cycle(snapshot)`` reads an immutable `Snapshot` (the jobs of the MIG partition as
+``plan_cycle(cycle_input)`` reads an immutable `CycleInput` (the jobs of the MIG partition as
 squeue shows them, the usable nodes and their GPU models, runtime estimates, the
 planner settings, the standing plans of held jobs) and returns the `Action`s that move
 Slurm towards the plan: hold, release with the assignment (AdminComment
@@ -19,7 +19,7 @@ The cycle in steps, each a function of its own module of this package:
    to hold, to note (it cannot be planned), or finished (its runtime to learn; an early
    or late end, a failure, a requeue or a lost node is an event that may call for a
    re-plan).
-2. `cluster_snapshots` (``snapshot``): the planning core's `ClusterSnapshot` per GPU
+2. `cluster_snapshots` (``clusters``): the planning core's `ClusterSnapshot` per GPU
    model: the GPUs of the usable nodes (nodes sorted by name, then GPU index), the busy
    jobs' instances, the standing plans, the waiting jobs with that model's runtimes,
    the events.
@@ -36,7 +36,7 @@ The cycle in steps, each a function of its own module of this package:
    the same cycle is moved in place (`in_place_order`: one update, no hold and
    release around it).
 
-Beside them: ``inputs`` (`Snapshot`, `Estimate`), ``actions`` (the `Action`s and
+Beside them: ``inputs`` (`CycleInput`, `Estimate`), ``actions`` (the `Action`s and
 `CycleResult`), ``slots`` (an assignment's planner slot), ``waiting`` (what keeps a
 pending job from starting: its begin time, its dependencies, a reason Slurm keeps a
 released job pending for), ``arrays`` (a job array's throttle caps how many of its
@@ -89,13 +89,13 @@ from .actions import Action, CycleResult, Hold, Learn, Note, Release, Requeue
 from .assignments import assignments
 from .backoff import BACKOFF_BASE, BACKOFF_MAX, Backoff
 from .classify import LATE_FRACTION, LATE_SECONDS, OVERDUE_SECONDS, Classified, classify
-from .inputs import Estimate, JobLike, NodeRecord, Snapshot
+from .clusters import cluster_snapshots, job_deadline
+from .inputs import CycleInput, Estimate, JobLike, NodeRecord
 from .policyset import PolicySet, configured_objective
 from .refused import REFUSALS, Refusals, avoid_refused, requeued_by_slurm, requeued_runs
 from .result import cycle_result, in_place_order
 from .reuse import early_releases, link_reuse
 from .schedule import schedule
-from .snapshot import cluster_snapshots, job_deadline
 
 __all__ = [
     "PolicySet",
@@ -123,7 +123,7 @@ __all__ = [
     "Refusals",
     "Release",
     "Requeue",
-    "Snapshot",
+    "CycleInput",
     "admin_comment_for",
     "assignments",
     "avoid_refused",
@@ -146,7 +146,7 @@ __all__ = [
 ]
 
 
-def plan_cycle(snap: Snapshot, policies: PolicySet | None = None) -> CycleResult:
+def plan_cycle(snap: CycleInput, policies: PolicySet | None = None) -> CycleResult:
     """The actions this cycle takes, from Slurm's view alone (deterministic): the
     policies ``policies`` keeps (the daemon's, built once per run), else new ones."""
     with paused_gc():

@@ -15,13 +15,13 @@ from ...slurm.assignment import Assignment, plan_id
 from ...slurm.jobrecord import job_sort_key
 from .actions import Requeue
 from .classify import Classified
-from .inputs import Snapshot
+from .inputs import CycleInput
 
 __all__ = ["assignments"]
 
 
 def assignments(
-    snap: Snapshot,
+    snap: CycleInput,
     view: Classified,
     groups: Sequence[ClusterSnapshot],
     decisions: Sequence[Decisions],

@@ -23,13 +23,12 @@ from ...slurm.jobrecord import (
 )
 from .actions import Hold, Learn, Note
 from .arrays import array_of, cap_arrays, learned_throttle, running_tasks
-from .inputs import Estimate, Snapshot
+from .inputs import CycleInput, Estimate
 from .problems import comment_too_long, feasible, shape_problem, why_unplannable
 from .slots import legal_slot, model_slot
 from .stale import STALE_HOLD, stale_event, stale_id, stale_records
 from .waiting import (
     ARRAY_LIMIT,
-    PLANNER_DEP,
     cannot_start_yet,
     gated,
     kept_pending,
@@ -37,10 +36,6 @@ from .waiting import (
     planners_dependency,
     squatting,
 )
-from .waiting import BEGIN_SLACK as BEGIN_SLACK  # re-exported: tests import it from here
-from .waiting import dependency_ids as dependency_ids  # re-exported for reuse and tests
-
-_PLANNER_DEP = PLANNER_DEP  # its former name here, which tests import
 
 __all__ = [
     "LATE_FRACTION",
@@ -116,7 +111,7 @@ class _Scope:
     (node, gpu), the partition's jobs by id, the ids of all held pending jobs, and the
     tasks running per job array."""
 
-    snap: Snapshot
+    snap: CycleInput
     models: Mapping[tuple[str, int], str]
     by_id: Mapping[str, JobLike]
     held_ids: set[str]
@@ -129,7 +124,7 @@ class _Scope:
         return model == a.model and legal_slot(a.model, a.profile, a.placement) is not None
 
 
-def classify(snap: Snapshot) -> Classified:
+def classify(snap: CycleInput) -> Classified:
     """Step 1 (the package doc)."""
     now = snap.now
     out = Classified(models=_gpu_models(snap))
@@ -156,7 +151,7 @@ def classify(snap: Snapshot) -> Classified:
     return out
 
 
-def _gpu_models(snap: Snapshot) -> dict[tuple[str, int], str]:
+def _gpu_models(snap: CycleInput) -> dict[tuple[str, int], str]:
     """(node, gpu index) -> model name of every GPU of the usable nodes, nodes sorted."""
     return {
         (node, local): get_model(name).name
@@ -212,7 +207,7 @@ def _classify_running(out: Classified, job: JobLike, a: Assignment, now: float) 
 
 
 def _classify_finished(
-    snap: Snapshot, out: Classified, job: JobLike, current: Assignment, est: Estimate | None
+    snap: CycleInput, out: Classified, job: JobLike, current: Assignment, est: Estimate | None
 ) -> None:
     """A finished run of the current plan: its slices' end, its runtime to learn (once
     per successful run), and an event when it failed, ended off its plan or never ran."""
@@ -350,7 +345,7 @@ def _hold_kept_pending(scope: _Scope, out: Classified, job: JobLike, current: As
     )
 
 
-def _stale_records(snap: Snapshot, out: Classified) -> None:
+def _stale_records(snap: CycleInput, out: Classified) -> None:
     """The nodes' stale records (`stale`) as busy entries that hold their slices; an
     event on their GPU when the record went stale after the standing plans were made."""
     if not snap.node_records:
@@ -407,7 +402,7 @@ def _note_problem(out: Classified, job: JobLike, problem: str) -> None:
         out.notes.append(Note(job.job_id, problem, tuple(fields_)))
 
 
-def _why_later(snap: Snapshot, out: Classified, job: JobLike, ours: bool) -> str | None:
+def _why_later(snap: CycleInput, out: Classified, job: JobLike, ours: bool) -> str | None:
     """Why a pending job could not start now even if released (its begin time, its own
     dependency, a limit, its reservation), or None; a job that could is given its
     reservation pool ("" for none) in ``out.pool``."""
@@ -425,7 +420,7 @@ def _why_later(snap: Snapshot, out: Classified, job: JobLike, ours: bool) -> str
     return later
 
 
-def _site_policy(snap: Snapshot, out: Classified) -> None:
+def _site_policy(snap: CycleInput, out: Classified) -> None:
     """Each held job's priority (Slurm's multifactor terms, `sitepolicy.job_priority`),
     and the jobs a QOS or association limit would keep pending: those are deferred
     (with the limit) instead of planned, so that they hold no slices. Jobs are
@@ -449,7 +444,7 @@ def _site_policy(snap: Snapshot, out: Classified) -> None:
         out.kept.pop(jid, None)
 
 
-def _pool_nodes(snap: Snapshot, pool: str) -> bool:
+def _pool_nodes(snap: CycleInput, pool: str) -> bool:
     """Whether reservation ``pool`` holds a usable node of the partition."""
     assert snap.policy is not None
     return any(r.name == pool and r.nodes & snap.nodes.keys() for r in snap.policy.reservations)
@@ -464,7 +459,7 @@ def _priority_key(out: Classified, job: JobLike, now: float) -> tuple:
     )
 
 
-def _within_horizon(snap: Snapshot, out: Classified) -> None:
+def _within_horizon(snap: CycleInput, out: Classified) -> None:
     """At most ``snap.max_planned`` held jobs have a plan (standing or to make): the
     waiting jobs first by priority, then submission, join the plans, the rest wait
     unplanned (counted in ``out.beyond``), as Slurm's backfill looks at its first
@@ -483,7 +478,7 @@ def _within_horizon(snap: Snapshot, out: Classified) -> None:
     out.beyond = len(order) - room
 
 
-def _throttle_arrays(snap: Snapshot, out: Classified, running: Mapping[str, int]) -> None:
+def _throttle_arrays(snap: CycleInput, out: Classified, running: Mapping[str, int]) -> None:
     """At most an array's throttle minus its tasks running or released are planned
     (`arrays.cap_arrays`): Slurm would keep the others pending on idle slices. A
     learned throttle below the tasks seen running is raised to them."""
@@ -502,7 +497,7 @@ def _throttle_arrays(snap: Snapshot, out: Classified, running: Mapping[str, int]
     out.deferred.update(deferred)
 
 
-def _not_started(snap: Snapshot, out: Classified) -> None:
+def _not_started(snap: CycleInput, out: Classified) -> None:
     """Released jobs that Slurm has not started ``start_timeout`` seconds after they
     could have (released, eligible, and the jobs before them on their slices gone) are
     held again: whatever keeps them (resources their node lacks, their owner) must not

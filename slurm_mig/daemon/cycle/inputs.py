@@ -1,4 +1,4 @@
-"""The cycle's input: the `Snapshot` of Slurm's view (jobs as `JobLike` records, usable
+"""The cycle's input: the `CycleInput` of Slurm's view (jobs as `JobLike` records, usable
 nodes, settings, standing plans) and each job's runtime `Estimate`."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ...slurm.assignment import Assignment
 from ...slurm.jobrecord import JobLike
 from ...slurm.sitepolicy import SitePolicy
 
-__all__ = ["Estimate", "JobLike", "NodeRecord", "Snapshot", "SlotKey"]
+__all__ = ["Estimate", "JobLike", "NodeRecord", "CycleInput", "SlotKey"]
 
 # a job's slot on a GPU as the refusal memory names it: (node, gpu, start, size)
 SlotKey = tuple[str, int, int, int]
@@ -52,7 +52,7 @@ class Estimate:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class CycleInput:
     """Everything one cycle decides from; ``nodes`` holds only the usable nodes."""
 
     now: float  # epoch seconds, taken before squeue ran

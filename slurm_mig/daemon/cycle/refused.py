@@ -27,7 +27,7 @@ from ...slurm.assignment import Assignment, plan_id
 from ...slurm.jobrecord import JobLike, job_phase, job_sort_key, parse_admin_comment
 from .backoff import BACKOFF_BASE, BACKOFF_MAX, backoff_delay
 from .classify import Classified
-from .inputs import SlotKey, Snapshot
+from .inputs import CycleInput, SlotKey
 from .slots import legal_slot
 
 __all__ = [
@@ -144,7 +144,7 @@ class Refusals:
 
 
 def avoid_refused(
-    snap: Snapshot,
+    snap: CycleInput,
     view: Classified,
     groups: Sequence[ClusterSnapshot],
     planned: Mapping[str, Assignment],

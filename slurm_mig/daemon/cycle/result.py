@@ -15,14 +15,14 @@ from ...slurm.assignment import Assignment
 from ...slurm.jobrecord import JobLike, job_sort_key, parse_admin_comment, record_fields
 from .actions import Action, CycleResult, Release, Requeue, held_again
 from .classify import Classified
-from .inputs import Snapshot
+from .inputs import CycleInput
 from .reuse import order_key
 
 __all__ = ["cycle_result", "in_place_order"]
 
 
 def cycle_result(
-    snap: Snapshot,
+    snap: CycleInput,
     view: Classified,
     groups: Sequence[ClusterSnapshot],
     decisions: Sequence[Decisions],
@@ -128,7 +128,7 @@ def in_place_order(
         done.update(ready)
 
 
-def _seen_nodes(snap: Snapshot, view: Classified, replanned: bool) -> frozenset[str]:
+def _seen_nodes(snap: CycleInput, view: Classified, replanned: bool) -> frozenset[str]:
     """The usable nodes to compare the next cycle with: a change of them counts as seen
     once the standing plans were made again, or when none was left to move."""
     nodes = frozenset(snap.nodes)

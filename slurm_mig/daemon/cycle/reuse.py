@@ -10,9 +10,10 @@ from collections.abc import Mapping, Sequence
 from ...geometry import Slot, get_model
 from ...slurm.assignment import Assignment
 from ...slurm.jobrecord import job_sort_key
-from .classify import Busy, Classified, dependency_ids
-from .inputs import Snapshot
+from .classify import Busy, Classified
+from .inputs import CycleInput
 from .slots import model_slot
+from .waiting import dependency_ids
 
 __all__ = ["AHEAD_DEPTH", "early_releases", "link_reuse", "order_key"]
 
@@ -82,7 +83,7 @@ def link_reuse(plans: Mapping[str, Assignment], busy: Sequence[Busy]) -> dict[st
 
 
 def early_releases(
-    snap: Snapshot,
+    snap: CycleInput,
     view: Classified,
     final: Mapping[str, Assignment],
     released: Sequence[str],

@@ -11,15 +11,15 @@ from ...planner.decisions import Decisions
 from ...planner.driver import BatchSettings, step_groups
 from ...planner.snapshot import ClusterSnapshot
 from .classify import Classified
-from .inputs import Snapshot
+from .clusters import group_keys
+from .inputs import CycleInput
 from .policyset import PolicySet
-from .snapshot import group_keys
 
 __all__ = ["schedule"]
 
 
 def schedule(
-    snap: Snapshot,
+    snap: CycleInput,
     view: Classified,
     groups: Sequence[ClusterSnapshot],
     policies: PolicySet | None = None,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from ...geometry import Slot, get_model
 from ...hostlist import expand_hostlist
 from ...slurm.jobrecord import JobLike, job_phase
-from .inputs import NodeRecord, Snapshot
+from .inputs import CycleInput, NodeRecord
 from .slots import legal_slot
 
 __all__ = [
@@ -94,7 +94,7 @@ def _slot(r: NodeRecord, model: str) -> Slot:
 
 
 def stale_records(
-    snap: Snapshot, jobs: Mapping[str, JobLike], models: Mapping[tuple[str, int], str]
+    snap: CycleInput, jobs: Mapping[str, JobLike], models: Mapping[tuple[str, int], str]
 ) -> list[tuple[NodeRecord, Slot, str]]:
     """The reported records on usable GPUs (``models``: (node, gpu) -> model) that are
     stale, with their slot and why, in node, GPU and placement order."""

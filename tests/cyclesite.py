@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from support import squeue_job as job
 
-from slurm_mig.daemon.cycle import Snapshot, plan_cycle
+from slurm_mig.daemon.cycle import CycleInput, plan_cycle
 from slurm_mig.daemon.daemon import CycleReport, Estimator
-from slurm_mig.daemon.projection import project_jobs
+from slurm_mig.daemon.jobtimes import project_jobs
 
 NOW = 10_000.0
 
@@ -20,9 +20,9 @@ class StubConfig:
     serial_fraction = 0.3
 
 
-def cycle_snapshot(jobs, now=NOW, plans=None) -> Snapshot:
+def cycle_snapshot(jobs, now=NOW, plans=None) -> CycleInput:
     est = Estimator(StubConfig(), None)
-    return Snapshot(
+    return CycleInput(
         now=now,
         jobs=tuple(jobs),
         nodes={"gpu01": ("A100-40GB",)},

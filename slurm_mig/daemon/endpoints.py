@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import parse_address
 
 if TYPE_CHECKING:
+    from ..config import Config
     from ..slurm.notify import Listener
-    from .daemon import PlannerDaemon
-    from .serve import Server
+    from .httpserver import Server
+    from .liveness import Liveness
+    from .metrics import PlannerMetrics
+    from .web import WebState
 
-__all__ = ["METRICS_TYPE", "listen", "serve", "standby_redirect"]
+__all__ = ["METRICS_TYPE", "Served", "listen", "serve", "standby_redirect"]
 
 log = logging.getLogger("slurm_mig.planner")
 
@@ -25,7 +29,23 @@ METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")  # a host name, nothing to inject
 
 
-def listen(daemon: PlannerDaemon) -> Listener | None:
+class Served(Protocol):
+    """What the endpoints read of the daemon (a `PlannerDaemon` is one), and the two slots
+    they fill: ``notify_refused`` (the refused-notifications counter, made once per
+    metrics registry) and ``web_state`` (the page's history, which the cycle updates)."""
+
+    config: Config
+    key: bytes | None
+    wake: threading.Event
+    metrics: PlannerMetrics
+    liveness: Liveness | None
+    last_report: Any
+    last_jobs: list
+    notify_refused: Any
+    web_state: WebState | None
+
+
+def listen(daemon: Served) -> Listener | None:
     """The notification listener on ``[planner] notify``, or None (off, or the
     address cannot be bound: then the cycle timer alone drives the daemon)."""
     from ..slurm.notify import Listener
@@ -62,10 +82,10 @@ def listen(daemon: PlannerDaemon) -> Listener | None:
     return listener
 
 
-def serve(daemon: PlannerDaemon) -> Server | None:
+def serve(daemon: Served) -> Server | None:
     """The HTTP endpoint on ``[planner] metrics`` (/metrics; the web page too with
     ``[planner] web``), or None (off, or the address cannot be bound)."""
-    from .serve import Cached, Server
+    from .httpserver import Cached, Server
 
     address = parse_address(daemon.config.metrics)
     if address is None:
@@ -76,9 +96,11 @@ def serve(daemon: PlannerDaemon) -> Server | None:
     )
     pages = {"/metrics": metrics}
     if daemon.config.web:
+        from .web import WebState
         from .web import pages as web_pages
 
-        pages.update(web_pages(daemon))
+        daemon.web_state = WebState()
+        pages.update(web_pages(daemon, daemon.web_state))
     try:
         server = Server(address, pages).start()
     except OSError as exc:
@@ -98,7 +120,7 @@ def serve(daemon: PlannerDaemon) -> Server | None:
     return server
 
 
-def standby_redirect(daemon: PlannerDaemon, port: int) -> Callable[[], str | None]:
+def standby_redirect(daemon: Served, port: int) -> Callable[[], str | None]:
     """While ``daemon`` waits as a standby, the base URL of the active daemon's endpoint
     (``http://<lease holder's host>:<its port>``, ``port`` where its record names none);
     None while it plans, or when the lease names no live holder or no plain host name."""

@@ -178,7 +178,7 @@ def test_a_held_lock_requeues_the_job_in_bounded_time_and_drains_nothing(
     site, capsys, lock, monkeypatch
 ):
     # A job holding <run_dir>/lock stalled another job's Prolog for 149 s. The locks are
-    # root's now (tests/slurm/test_nodestate.py); a hook stuck with one costs lock_timeout.
+    # root's now (tests/node/test_nodestate.py); a hook stuck with one costs lock_timeout.
     _slow_config(site, 0.5)
     env = site.env("42", site.comment("42"))
     holder = _hold_node_lock(site, 60, lock)

@@ -15,13 +15,13 @@ from support import FakeClock, squeue_job, write_config
 from slurm_mig.config import load_config
 from slurm_mig.daemon.apply import apply_actions
 from slurm_mig.daemon.cycle import (
+    CycleInput,
     Estimate,
     Hold,
     Learn,
     NodeRecord,
     Refusals,
     Release,
-    Snapshot,
     admin_comment_for,
     plan_cycle,
     requeued_by_slurm,
@@ -42,11 +42,11 @@ TWO = {"gpu01": ("A100-40GB", "A100-40GB")}
 WHOLE = Placement(0, 8)  # 7g.40gb
 
 
-def snapshot(jobs, nodes=ONE, **kw) -> Snapshot:
+def snapshot(jobs, nodes=ONE, **kw) -> CycleInput:
     """The jobs as squeue shows them, each able to run on a whole A100 only."""
     est = {j.job_id: Estimate("train", {"A100-40GB": {7: 200.0}}, owner="alice") for j in jobs}
     opts = {"now": T0, "batch_window": 0.0, "nodes": nodes, **kw}
-    return Snapshot(jobs=tuple(jobs), estimates=est, **opts)
+    return CycleInput(jobs=tuple(jobs), estimates=est, **opts)
 
 
 def releases(result) -> list[Release]:

@@ -170,7 +170,7 @@ def _active_and_standby(state: Path, host: str, clock: Clock) -> tuple[Liveness,
 def test_a_standby_names_the_active_host_for_its_redirect_until_the_lease_expires(tmp_path):
     from types import SimpleNamespace
 
-    from slurm_mig.daemon.serving import standby_redirect
+    from slurm_mig.daemon.endpoints import standby_redirect
 
     clock = Clock()
     active, standby = _active_and_standby(tmp_path, "ctl1", clock)
@@ -191,7 +191,7 @@ def test_a_standby_names_the_active_host_for_its_redirect_until_the_lease_expire
 def test_a_lease_record_naming_no_plain_host_is_never_a_redirect(tmp_path):
     from types import SimpleNamespace
 
-    from slurm_mig.daemon.serving import standby_redirect
+    from slurm_mig.daemon.endpoints import standby_redirect
 
     clock = Clock()
     for i, host in enumerate(("evil.example/x?", "ctl1\r\nSet-Cookie: a=b", "-ctl1")):

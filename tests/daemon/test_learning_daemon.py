@@ -1,6 +1,6 @@
 """The planner daemon learns each finished run once, under its owner, and plans another
 user's job of the same kind from that job's own hint (issue 18, hole 5; the daemon's
-side of tests/slurm/test_learning_attacks.py: `build_snapshot`, `PlannerDaemon.run_cycle` and
+side of tests/daemon/test_learning_attacks.py: `build_cycle_input`, `PlannerDaemon.run_cycle` and
 the apply, with a fake squeue and the real runtime store)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from support import completed, squeue_job, uid_of, write_config
 
 from slurm_mig.config import load_config
 from slurm_mig.daemon.cycle import Learn
-from slurm_mig.daemon.daemon import PlannerDaemon, build_snapshot
+from slurm_mig.daemon.daemon import PlannerDaemon, build_cycle_input
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.owner import owner_of
 from slurm_mig.runtimes import PRIOR, GuardedStore, RuntimeStore, estimate_times
@@ -88,7 +88,7 @@ def test_another_users_instant_runs_leave_a_hinted_job_at_its_hint(tmp_path):
     victim = job("20", "alice", comment="mig:key=resnet50,time=600")
     own = job("21", "mallory")
     nodes = Squeue([]).nodes()
-    snap = build_snapshot(cfg, [*attack, victim, own], nodes, store, NOW)
+    snap = build_cycle_input(cfg, [*attack, victim, own], nodes, store, NOW)
     alone = estimate_times({}, A100, serial_fraction=0.3, fallback=600.0)
     assert snap.estimates["20"].times[A100.name] == pytest.approx(alone)
     assert snap.estimates["21"].times[A100.name][1] == 1.0  # mallory's own: learned

@@ -24,7 +24,7 @@ from slurm_mig.daemon.daemon import (
     STATUS_FILE,
     PlannerDaemon,
     apply_actions,
-    build_snapshot,
+    build_cycle_input,
     usable_nodes,
 )
 from slurm_mig.geometry import Placement, get_model
@@ -41,7 +41,7 @@ ALICE = owner_of(uid_of("alice"))  # whose runs alice's jobs are: her uid
 
 
 # ---------------------------------------------------------------------------
-# Snapshot and apply, without Slurm
+# CycleInput and apply, without Slurm
 
 
 def test_usable_nodes_drop_drained_down_and_unknown_nodes():
@@ -65,7 +65,7 @@ def test_snapshot_estimates_from_hints_time_limits_and_learned_runtimes(tmp_path
         job("5", comment="mig:mem=12X"),
         job("6", state="RUNNING", held=False, comment="mig:key=bert"),
     ]
-    snap = build_snapshot(config, jobs, [node("g1"), node("g2")], store, 2000.0)
+    snap = build_cycle_input(config, jobs, [node("g1"), node("g2")], store, 2000.0)
     est = snap.estimates
     assert est["1"].key == "resnet" and est["1"].times[A100.name][3] == 110.0  # the median
     assert set(est["1"].times) == {"A100-40GB", "A30-24GB"}
@@ -157,7 +157,7 @@ def test_hints_with_huge_numbers_are_noted_not_a_crash(tmp_path):
         job("4", comment="mig:pcie=" + "9" * 300),
         job("5", comment="mig:time=10m"),
     ]
-    snap = build_snapshot(config, jobs, [node("g1")], store, 2000.0)
+    snap = build_cycle_input(config, jobs, [node("g1")], store, 2000.0)
     for jid in ("1", "2", "3", "4"):
         assert snap.estimates[jid].problem.startswith("slurm-mig: hint '"), jid
     result = plan_cycle(snap)
@@ -213,14 +213,14 @@ def test_an_unreadable_store_costs_a_short_wait_and_jobs_are_planned(tmp_path, c
     try:
         with caplog.at_level(logging.ERROR, logger="slurm_mig.planner"):
             t0 = time.monotonic()
-            snap = build_snapshot(config, jobs, [node("g1")], store, 2000.0)
+            snap = build_cycle_input(config, jobs, [node("g1")], store, 2000.0)
             first = time.monotonic() - t0
             now[0] += 1.0
             t0 = time.monotonic()
-            again = build_snapshot(config, jobs, [node("g1")], store, 2001.0)
+            again = build_cycle_input(config, jobs, [node("g1")], store, 2001.0)
             second = time.monotonic() - t0
             now[0] += 60.0  # a minute on: tried again, logged again
-            build_snapshot(config, jobs, [node("g1")], store, 2061.0)
+            build_cycle_input(config, jobs, [node("g1")], store, 2061.0)
     finally:
         if locker is not None:
             locker.kill()
@@ -239,7 +239,7 @@ def test_an_unreadable_store_costs_a_short_wait_and_jobs_are_planned(tmp_path, c
         path.unlink()
         RuntimeStore(path).record("resnet", A100.name, 3, 100.0, "9", 0, 1000.0, owner=ALICE)
     now[0] += 10.0
-    back = build_snapshot(config, jobs, [node("g1")], store, 2100.0)
+    back = build_cycle_input(config, jobs, [node("g1")], store, 2100.0)
     assert back.estimates["1"].times[A100.name][3] == 100.0
 
 

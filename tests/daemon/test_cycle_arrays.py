@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from support import squeue_job
 
-from slurm_mig.daemon.cycle import Estimate, Hold, Release, Snapshot, plan_cycle
+from slurm_mig.daemon.cycle import CycleInput, Estimate, Hold, Release, plan_cycle
 from slurm_mig.daemon.cycle.arrays import array_of, learned_throttle, throttle_of
 from slurm_mig.slurm.jobparse import job_from_json, jobs_from_json
 
@@ -20,10 +20,10 @@ def task(array: int, n: int, **fields):
     return squeue_job(f"{array}_{n}", submit_time=T0 - 100 + n, **fields)
 
 
-def snapshot(jobs, **kw) -> Snapshot:
+def snapshot(jobs, **kw) -> CycleInput:
     est = {j.job_id: Estimate("train", {"A100-40GB": {1: 600.0, 7: 200.0}}) for j in jobs}
     opts = {"now": T0, "batch_window": 0.0, "nodes": NODES, **kw}
-    return Snapshot(jobs=tuple(jobs), estimates=est, **opts)
+    return CycleInput(jobs=tuple(jobs), estimates=est, **opts)
 
 
 def tasks_of(result, array: int) -> list[str]:

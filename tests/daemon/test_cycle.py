@@ -23,16 +23,17 @@ from hypothesis import strategies as st
 
 from slurm_mig import jobcomment as comments
 from slurm_mig.daemon.cycle import (
+    CycleInput,
     Estimate,
     Hold,
     Learn,
     Note,
     Release,
-    Snapshot,
     in_place_order,
     plan_cycle,
 )
-from slurm_mig.daemon.cycle.classify import OVERDUE_SECONDS, classify, dependency_ids
+from slurm_mig.daemon.cycle.classify import OVERDUE_SECONDS, classify
+from slurm_mig.daemon.cycle.waiting import dependency_ids
 from slurm_mig.daemon.daemon import apply_actions
 from slurm_mig.geometry import GIB, Placement, can_coexist, get_model
 from slurm_mig.jobcomment import parse as parse_comment
@@ -125,12 +126,12 @@ class World:
     writes: list[tuple[str, str]] = field(default_factory=list)  # (job id, op) of each
 
     # -- squeue / sinfo ---------------------------------------------------------
-    def snapshot(self, previous_nodes=None, **settings_) -> Snapshot:
+    def snapshot(self, previous_nodes=None, **settings_) -> CycleInput:
         opts = {"batch_window": 0.0, "batch_size": 64, "algorithm": "far", **settings_}
         for j in self.jobs.values():  # Slurm empties a met dependency (held jobs too)
             if j.state == "PENDING" and j.dependency and not self.waits(j):
                 j.dependency = ""
-        return Snapshot(
+        return CycleInput(
             now=self.now,
             jobs=tuple(j.view() for j in self.jobs.values()),
             nodes={n: m for n, m in self.nodes.items() if n not in self.drained},

@@ -13,10 +13,10 @@ from slurm_mig.daemon.cycle import (
     BACKOFF_BASE,
     BACKOFF_MAX,
     Backoff,
+    CycleInput,
     Estimate,
     Hold,
     Release,
-    Snapshot,
     plan_cycle,
 )
 from slurm_mig.daemon.cycle.backoff import THROTTLE_TTL, backoff_delay
@@ -26,10 +26,10 @@ T0 = 1_700_000_000.0
 NODES = {"gpu01": ("A100-40GB",)}
 
 
-def snapshot(jobs, **kw) -> Snapshot:
+def snapshot(jobs, **kw) -> CycleInput:
     est = {j.job_id: Estimate("train", {"A100-40GB": {7: 200.0}}) for j in jobs}
     opts = {"now": T0, "batch_window": 0.0, "nodes": NODES, **kw}
-    return Snapshot(jobs=tuple(jobs), estimates=est, **opts)
+    return CycleInput(jobs=tuple(jobs), estimates=est, **opts)
 
 
 def released(jid: str = "1", **fields):

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from support import completed, squeue_job, uid_of
 
-from slurm_mig.daemon.cycle import Learn, Snapshot, plan_cycle
+from slurm_mig.daemon.cycle import CycleInput, Learn, plan_cycle
 from slurm_mig.daemon.estimates import Estimator, job_kind, job_owner
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.limitevidence import LIMIT_RATIO
@@ -40,12 +40,12 @@ def finished(jid: str, user: str, seconds: float, **kw) -> Job:
     return completed(job(jid, user, **kw), a, NOW - 50.0, NOW - 50.0 + seconds)
 
 
-def snapshot(jobs, store, learned=frozenset()) -> Snapshot:
+def snapshot(jobs, store, learned=frozenset()) -> CycleInput:
     est = Estimator(Config(), store)
     estimates = {
         j.job_id: est(j, [A100.name]) if j.state == "PENDING" else est.identity(j) for j in jobs
     }
-    return Snapshot(
+    return CycleInput(
         now=NOW,
         jobs=tuple(jobs),
         nodes={"gpu01": (A100.name,), "gpu02": (A100.name,)},

@@ -15,7 +15,7 @@ from ...planner.snapshot import ClusterSnapshot, Event, Gpu, Instance, Job, Plan
 from ...slurm.jobrecord import JobLike, job_sort_key
 from ...slurm.sitepolicy import node_pools
 from .classify import Busy, Classified, feasible
-from .inputs import Estimate, Snapshot
+from .inputs import CycleInput, Estimate
 from .slots import legal_slot
 
 __all__ = ["cluster_snapshots", "job_deadline"]
@@ -79,7 +79,7 @@ def _job(
     )
 
 
-def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot, ...]:
+def cluster_snapshots(snap: CycleInput, view: Classified) -> tuple[ClusterSnapshot, ...]:
     """Step 2: one `ClusterSnapshot` per GPU model of the usable nodes (package doc),
     and per active reservation: the GPUs of a reservation's nodes are planned only for
     the jobs of that reservation, the others only for jobs of none."""
@@ -92,14 +92,14 @@ def cluster_snapshots(snap: Snapshot, view: Classified) -> tuple[ClusterSnapshot
     )
 
 
-def group_keys(snap: Snapshot, view: Classified) -> list[tuple[str, str, tuple]]:
+def group_keys(snap: CycleInput, view: Classified) -> list[tuple[str, str, tuple]]:
     """What identifies each group of `cluster_snapshots`, in its order: reservation,
     GPU model and the GPUs as (node, index)."""
     groups = _gpu_groups(snap, view)
     return [(pool, name, tuple(sorted(groups[(pool, name)]))) for pool, name in sorted(groups)]
 
 
-def _gpu_groups(snap: Snapshot, view: Classified) -> dict[tuple[str, str], list[tuple[str, int]]]:
+def _gpu_groups(snap: CycleInput, view: Classified) -> dict[tuple[str, str], list[tuple[str, int]]]:
     """(reservation, GPU model) -> its GPUs as (node, index): each group is planned
     apart ("" for the nodes of no active reservation)."""
     pools = (
@@ -124,7 +124,7 @@ def _held_by_priority(view: Classified, now: float) -> list[JobLike]:
 
 
 def _group_snapshot(
-    snap: Snapshot,
+    snap: CycleInput,
     view: Classified,
     pool: str,
     name: str,
@@ -158,7 +158,7 @@ def _group_snapshot(
 
 
 def _busy_instances(
-    snap: Snapshot, view: Classified, index: Mapping[tuple[str, int], int]
+    snap: CycleInput, view: Classified, index: Mapping[tuple[str, int], int]
 ) -> tuple[dict[int, list[Instance]], dict[str, tuple[Busy, int]], dict[int, int]]:
     """The busy jobs on the GPUs of ``index``: each GPU's instances, each busy job with
     its GPU, and each GPU's count of PCIe-bound jobs."""
@@ -195,7 +195,7 @@ def _gpus(
 
 
 def _running_job(
-    snap: Snapshot,
+    snap: CycleInput,
     view: Classified,
     model: GpuModel,
     memo: dict,
@@ -215,7 +215,7 @@ def _running_job(
     return Running(j, g, b.slot, b.ready if b.started else None, left, 1.0, b.end)
 
 
-def _pending_job(snap: Snapshot, view: Classified, model: GpuModel, memo: dict, jid: str) -> Job:
+def _pending_job(snap: CycleInput, view: Classified, model: GpuModel, memo: dict, jid: str) -> Job:
     """Held job ``jid`` as the planner's `Job` on ``model``, with its priority."""
     est = snap.estimates[jid]
     return _job(view.jobs[jid], est, model, snap.now, memo, view.priority.get(jid, 0))

@@ -12,7 +12,7 @@ import pytest
 from support import completed, squeue_job, uid_of
 
 from slurm_mig.daemon.apply import apply_actions
-from slurm_mig.daemon.cycle import Learn, Snapshot, plan_cycle
+from slurm_mig.daemon.cycle import CycleInput, Learn, plan_cycle
 from slurm_mig.daemon.estimates import Estimator
 from slurm_mig.geometry import Placement, get_model
 from slurm_mig.overruns import OVERRUN_MEMORY_S
@@ -160,7 +160,7 @@ def test_a_failed_run_past_its_hint_is_recorded_as_an_overrun_not_as_a_runtime(s
     short_fail = ran("4", "alice", "mig:key=quick,time=60", 5.0, ok=False)
     jobs = (failed, success, honest, short_fail)
     est = Estimator(Config(), store, now=NOW, jobs=jobs)
-    snap = Snapshot(
+    snap = CycleInput(
         now=NOW,
         jobs=jobs,
         nodes={"gpu01": (A100.name,)},

@@ -1,4 +1,4 @@
-"""One GPU node's worth of slurm-mig for the hook tests (tests/slurm/test_hook*.py and
+"""One GPU node's worth of slurm-mig for the hook tests (tests/node/test_hook*.py and
 the others that run a Prolog, TaskProlog or Epilog): config, signing key, simulated GPUs,
 run dir and an ``scontrol`` stand-in that records its arguments; signed assignments; the
 hooks called in-process at a fixed time, or the thin executables as Slurm runs them."""
@@ -29,7 +29,7 @@ from slurm_mig.slurm.assignment import (
     sign,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PROLOG = ROOT / "prolog" / "slurm-mig-prolog"
 TASK_PROLOG = ROOT / "prolog" / "slurm-mig-taskprolog"
 EPILOG = ROOT / "epilog" / "slurm-mig-epilog"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from slurm_mig.slurm.client import Job, job_from_json
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 
 
 RELEASES = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists())

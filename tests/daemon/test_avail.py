@@ -14,9 +14,9 @@ from support import squeue_job as job
 from support import write_config
 
 from slurm_mig.cli import avail, main
-from slurm_mig.daemon.cycle import Snapshot, plan_cycle
+from slurm_mig.daemon.cycle import CycleInput, plan_cycle
 from slurm_mig.daemon.daemon import CycleReport, Estimator
-from slurm_mig.daemon.projection import project_jobs
+from slurm_mig.daemon.jobtimes import project_jobs
 from slurm_mig.daemon.public import capacity, summary, write_public
 from slurm_mig.geometry import Placement, Slot, get_model
 
@@ -52,7 +52,7 @@ def test_capacity_counts_jobs_kept_instances_and_plans_as_taken():
 
 def _report(jobs, nodes):
     est = Estimator(StubConfig(), None)
-    snap = Snapshot(
+    snap = CycleInput(
         now=NOW,
         jobs=tuple(jobs),
         nodes=nodes,

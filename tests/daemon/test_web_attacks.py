@@ -40,7 +40,8 @@ def site(monkeypatch):
     jobs = planned_jobs()
     _, _, report = observed_cycle(jobs)
     daemon = SimpleNamespace(config=None, last_report=report, last_jobs=jobs, web_state=None)
-    routes = web.pages(daemon)
+    daemon.web_state = web.WebState()
+    routes = web.pages(daemon, daemon.web_state)
     _history(daemon.web_state, 300)
     renders: list[float] = []
     draw = web.gantt_svg
@@ -114,9 +115,9 @@ def test_the_gantt_is_drawn_once_a_cycle_and_the_page_at_most_every_few_seconds(
     monkeypatch.setattr(receiver, "node_records", lambda config, only=None: {})
     jobs = planned_jobs()
     report = observed_cycle(jobs)[2]
-    daemon = SimpleNamespace(config=None, last_report=report, last_jobs=jobs, web_state=None)
+    daemon = SimpleNamespace(config=None, last_report=report, last_jobs=jobs)
     clock = [0.0]
-    routes = web.pages(daemon, monotonic=lambda: clock[0])
+    routes = web.pages(daemon, web.WebState(), monotonic=lambda: clock[0])
     drawn, pages = [], []
     monkeypatch.setattr(web, "gantt_svg", lambda plan: drawn.append(plan) or b"<svg/>")
     page_html = web.page_html

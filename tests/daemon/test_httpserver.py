@@ -1,8 +1,8 @@
-"""Issue 18, hole 2: the daemon's HTTP endpoint (`slurm_mig.daemon.serve`) under attack
+"""Issue 18, hole 2: the daemon's HTTP endpoint (`slurm_mig.daemon.httpserver`) under attack
 by any local user: idle and slow connections, floods past the cap, clients that reset,
 oversized requests and pages. Each test performs the attack and asserts the endpoint
 still answers a scrape promptly, holds no more than its cap and prints no traceback.
-`serve.Cached` (pages built once per cycle by one thread) is tested with a fake clock."""
+`httpserver.Cached` (pages built once per cycle by one thread) is tested with a fake clock."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import urllib.request
 import pytest
 from support import sent_slowly
 
-from slurm_mig.daemon import serve
-from slurm_mig.daemon.serve import Cached, Server
+from slurm_mig.daemon import httpserver
+from slurm_mig.daemon.httpserver import Cached, Server
 
 METRICS = b"slurm_mig_planner_cycles_total 1\n"
 
@@ -129,7 +129,7 @@ def test_a_standby_answers_each_page_with_303_to_the_active_daemon(server):
 
 def test_two_thousand_idle_connections_neither_stop_the_server_nor_slow_a_scrape(server, many_fds):
     s = server()  # the default cap: a quarter of the descriptors, at most MAX_CONNECTIONS
-    assert s.max_connections <= serve.MAX_CONNECTIONS
+    assert s.max_connections <= httpserver.MAX_CONNECTIONS
     threads_before = threading.active_count()
     idle = []
     try:
@@ -139,7 +139,7 @@ def test_two_thousand_idle_connections_neither_stop_the_server_nor_slow_a_scrape
         took = max(scrape(s)[0] for _ in range(5))
         assert took < 1.0, f"a scrape took {took:.2f} s behind 2,000 idle connections"
         assert s.connections <= s.max_connections
-        assert threading.active_count() <= threads_before + serve.WORKERS  # no thread each
+        assert threading.active_count() <= threads_before + httpserver.WORKERS  # no thread each
     finally:
         for c in idle:
             c.close()
@@ -228,9 +228,9 @@ def test_a_page_too_big_or_broken_is_a_500_not_a_crash(server, caplog):
 
 def test_the_cap_follows_the_descriptor_limit(monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 4096))
-    assert serve.default_cap() == 256  # the cycle keeps three quarters of them
+    assert httpserver.default_cap() == 256  # the cycle keeps three quarters of them
     monkeypatch.setattr(resource, "getrlimit", lambda _: (65536, 65536))
-    assert serve.default_cap() == serve.MAX_CONNECTIONS
+    assert httpserver.default_cap() == httpserver.MAX_CONNECTIONS
 
 
 class FakeClock:

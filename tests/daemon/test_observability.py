@@ -14,8 +14,8 @@ from support import squeue_job as job
 
 from slurm_mig.daemon.cycle import plan_cycle
 from slurm_mig.daemon.daemon import CycleReport
+from slurm_mig.daemon.jobtimes import project_jobs, running_drift
 from slurm_mig.daemon.metrics import PlannerMetrics, replan_reason
-from slurm_mig.daemon.projection import project_jobs, running_drift
 from slurm_mig.daemon.public import read_public, summary, write_public
 from slurm_mig.daemon.statusview import build_view, largest_free
 from slurm_mig.explain import explain
@@ -227,7 +227,7 @@ def test_http_endpoint_serves_its_pages_only():
     import urllib.error
     import urllib.request
 
-    from slurm_mig.daemon.serve import Server
+    from slurm_mig.daemon.httpserver import Server
 
     m = PlannerMetrics("far", "batch", 0.0)
 
