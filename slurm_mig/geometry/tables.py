@@ -294,6 +294,25 @@ _GH200_W = (
     "brief; an upper bound for the GPU alone)"
 )
 _GUIDE = "MIG user guide, Supported MIG Profiles"
+
+
+def _gh200_board(
+    nvml_names: tuple[str, ...], nvml_source: str, nvml_named: tuple[str, ...] = ()
+) -> Board:
+    """The board facts both GH200 models share, with their own NVML names."""
+    return Board(
+        1000,
+        1000,
+        "NVLink-C2C (GH200)",
+        PCIE5,
+        _GH200_W,
+        _C2C_SRC,
+        nvml_names=nvml_names,
+        nvml_source=nvml_source,
+        nvml_named=nvml_named,
+    )
+
+
 # NVML's device names of a model (``nvmlDeviceGetName``): "NVIDIA A100-SXM4-40GB",
 # "NVIDIA A30", "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA B200"...
 _NVIDIA_NAMES = "NVIDIA's device names (nvidia-smi -L, nvmlDeviceGetName): NVIDIA <model> ..."
@@ -393,13 +412,7 @@ MODELS: dict[str, GpuModel] = {
             _names7(12, 24, 48, 96),
             96,
             source=_PARTED,
-            board=Board(
-                1000,
-                1000,
-                "NVLink-C2C (GH200)",
-                PCIE5,
-                _GH200_W,
-                _C2C_SRC,
+            board=_gh200_board(
                 nvml_names=(r"GH200", r"H100"),
                 nvml_source="NVIDIA GH200 480GB with 97871 MiB: the 96 GB H100 of GH200 (marin PR #5446)",
                 nvml_named=(r"GH200\s+480\s?GB",),
@@ -442,13 +455,7 @@ MODELS: dict[str, GpuModel] = {
             144,
             measured={"1_SLICE": 17.5, "1_SLICE_REV2": 35.25, "2_SLICE": 35.25},
             source="mig-parted PR #139 (-lgip)",
-            board=Board(
-                1000,
-                1000,
-                "NVLink-C2C (GH200)",
-                PCIE5,
-                _GH200_W,
-                _C2C_SRC,
+            board=_gh200_board(
                 nvml_names=(r"GH200",),
                 nvml_source=_NVIDIA_NAMES,
             ),
