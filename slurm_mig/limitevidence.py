@@ -45,15 +45,19 @@ def from_limit(limit: float) -> float:
 
 def limit_weight(obs: Mapping[int, list[float]]) -> float:
     """How much the limit counts (0..1) against the runs ``obs`` (size -> seconds): 1
-    without runs, 1/2 with fewer than `FEW_RUNS`, else var / (var + `LIMIT_SPREAD`²),
-    var the variance of ln(run / the median of its size's runs)."""
+    without runs, 1/2 while fewer than `FEW_RUNS` runs share a size with another run,
+    else var / (var + `LIMIT_SPREAD`²), var the variance of ln(run / the median of its
+    size's runs) over the sizes with two runs or more. A run alone on its size is its
+    own median and says nothing of the spread, so it is not counted."""
     logs: list[float] = []
+    seen = False
     for runs in obs.values():
         good = [t for t in runs if t > 0 and math.isfinite(t)]
-        if good:
+        seen = seen or bool(good)
+        if len(good) >= 2:
             mid = statistics.median(good)
             logs.extend(math.log(t / mid) for t in good)
-    if not logs:
+    if not seen:
         return 1.0
     if len(logs) < FEW_RUNS:
         return 0.5

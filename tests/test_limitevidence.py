@@ -40,6 +40,16 @@ def test_the_limit_counts_fully_without_runs_half_with_few_and_by_spread_after()
     assert limit_weight({7: [0.0, -1.0, math.inf]}) == 1.0  # nothing usable
 
 
+def test_a_run_alone_on_its_size_says_nothing_of_the_spread():
+    # three runs on three sizes: each is its own median, no spread is measured
+    assert limit_weight({1: [700.0], 2: [400.0], 7: [100.0]}) == 0.5
+    # the lone runs do not count toward the few: two agreeing runs are still few
+    assert limit_weight({1: [700.0], 2: [400.0], 7: [100.0, 100.0]}) == 0.5
+    # but they do not dilute the spread the other sizes measure
+    spread = limit_weight({7: [10.0, 100.0, 1000.0]})
+    assert limit_weight({1: [5.0], 2: [50_000.0], 7: [10.0, 100.0, 1000.0]}) == spread
+
+
 def test_with_limit_keeps_the_runs_shape_and_moves_their_level():
     alone = with_limit(CURVE, {}, 1600.0)
     assert alone[1] == pytest.approx(from_limit(1600.0)) == pytest.approx(200.0)
