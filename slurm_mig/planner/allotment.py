@@ -32,6 +32,7 @@ __all__ = [
     "Staircase",
     "allotments",
     "canonical_allotment",
+    "fill_rounds",
     "ladder",
     "moldable_bound",
 ]
@@ -331,4 +332,36 @@ def ladder(
         out.append(x)
         x *= ratio
     out.append(top)
+    return out
+
+
+def fill_rounds(
+    tasks: Sequence[Job],
+    alloc: Sequence[int],
+    sizes: Sequence[int],
+    nodes: dict[int, int],
+    target: float,
+) -> list[int]:
+    """``alloc`` with the tasks one size cannot run in whole rounds by ``target`` moved up
+    a size: where a size's ``nodes`` (instances of it at once) times the tasks one of
+    them runs by ``target`` (at their median time) hold fewer than the tasks given that
+    size, the excess, least added work first, goes to the next size (one that runs it
+    by ``target``). So a batch of tasks that all want one small slice, a few too many for
+    one round, fills the larger instances instead of a second round (issue 38)."""
+    out = list(alloc)
+    order = sorted(sizes)
+    for k, s in enumerate(order[:-1]):
+        mine = [i for i, a in enumerate(out) if a == s]
+        if not mine or not nodes.get(s):
+            continue
+        times = sorted(tasks[i].times[s] for i in mine)
+        per_node = max(1, int(target // times[len(times) // 2]))
+        excess = len(mine) - nodes[s] * per_node
+        if excess <= 0:
+            continue
+        up = order[k + 1]
+        movable = [i for i in mine if tasks[i].times[up] <= target]
+        movable.sort(key=lambda i: (up * tasks[i].times[up] - s * tasks[i].times[s], i))
+        for i in movable[:excess]:
+            out[i] = up
     return out

@@ -22,7 +22,11 @@ forest is small enough (``REFINE_NODES``) for its scans to stay cheap. On severa
 GPUs a large batch is then refined GPU by GPU (`refine_gpus`): work moves off the GPU
 that ends last by planning it again with FAR together with one of the GPUs that end
 first (each pair with an allotment of its own), at most ``PAIR_ROUNDS`` times; a round
-costs a two-GPU FAR per peer, whatever the cluster's size.
+costs a two-GPU FAR per peer, whatever the cluster's size. Last, the tail repair of
+``far_rebalance`` (issue 38) moves and swaps single tasks, at any size, off the GPUs that
+end last onto GPUs with room, for targets lowered step by step towards the dual bound.
+Phase 2 also tries the least-work allotment in whole rounds (``allotment.fill_rounds``:
+a size with a few tasks too many for one round sends the cheapest of them one size up).
 
 Onto busy GPUs (``start``): a node becomes available when its parent is released *and*
 the running jobs have left its slices (a node with no task of its size is passed over at
@@ -41,7 +45,9 @@ from dataclasses import dataclass
 
 from ..geometry import GpuModel
 from ..job import Job
+from .allotment import allotments
 from .far_phases import _phase2, _phase2_ladder
+from .far_rebalance import rebalance
 from .far_tree import Availability, Forest, time_assignment
 from .snapshot import Gpu
 from .timeline import Timeline
@@ -70,6 +76,7 @@ class FarResult:
     iterations: int = 0
     timeline: Timeline | None = None  # ``assign`` timed (batch 0) where refinement did
     pairs: int = 0  # pairs of GPUs planned again by `refine_gpus`
+    rebalanced: bool = False  # whether `far_rebalance.rebalance` shortened the plan
 
 
 # ---------------------------------------------------------------------------
@@ -336,6 +343,7 @@ def far_schedule(
     avail = Availability.of(forest, start, now) if busy else None  # type: ignore[arg-type]
     if scale is None:
         scale = len(tasks) >= SCALE_TASKS
+    repairs = refine_phase and pairs and scale and avail is None and gpus > 1
     if scale:
         alloc, assign, ms2, fam, evaluated, k = _phase2_ladder(tasks, forest, avail)
     else:
@@ -354,7 +362,7 @@ def far_schedule(
             if new_tl.makespan <= base_tl.makespan:
                 result.assign, result.moves, result.swaps = trial, moves, swaps
                 result.timeline = new_tl
-    if refine_phase and pairs and scale and avail is None and gpus > 1:
+    if repairs:
         base_tl = result.timeline
         if base_tl is None:
             base_tl, _ = time_assignment(forest, tasks, result.assign, start, now=now)
@@ -363,8 +371,25 @@ def far_schedule(
             new_tl, _ = time_assignment(forest, tasks, trial, start, now=now)
             if new_tl.makespan <= base_tl.makespan:
                 result.assign, result.pairs, result.timeline = trial, pairs, new_tl
-                result.allocation = [0] * len(tasks)
-                for v, a in enumerate(trial):
-                    for i in a:
-                        result.allocation[i] = forest.size[v]
+                base_tl = new_tl
+        _rebalance(result, tasks, base_tl)
+        result.allocation = [0] * len(tasks)
+        for v, a in enumerate(result.assign):
+            for i in a:
+                result.allocation[i] = forest.size[v]
     return result
+
+
+def _rebalance(result: FarResult, tasks: Sequence[Job], timeline: Timeline) -> None:
+    """`far_rebalance.rebalance` on ``result`` (idle GPUs); its plan is kept where, timed
+    exactly, it ends no later than ``timeline``."""
+    forest = result.forest
+    bound = allotments(tasks, forest.model.planner_sizes).bound(
+        forest.model.compute_slices * forest.gpus
+    )
+    trial, top, _ = rebalance(forest, tasks, result.assign, bound)
+    if trial is None or top >= timeline.makespan:
+        return
+    new_tl, _ = time_assignment(forest, tasks, trial)
+    if new_tl.makespan <= timeline.makespan:
+        result.assign, result.timeline, result.rebalanced = trial, new_tl, True

@@ -1,7 +1,8 @@
 """FAR's phases 1 and 2 (``planner.far``): Turek's family of allocations (Section 3.1)
 and Algorithm 1, list scheduling each allocation in LPT order over the repartitioning
 tree with sequential reconfiguration, walked with exact pruning; on large batches the
-canonical allotments of a ladder of target makespans, top-down and bottom-up."""
+canonical allotments of a ladder of target makespans, top-down and bottom-up, and the
+least-work one in whole rounds (``allotment.fill_rounds``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 
 from ..geometry import GpuModel
 from ..job import Job
-from .allotment import allotments, ladder
+from .allotment import allotments, fill_rounds, ladder
 from .far_tree import Availability, Forest
 
 __all__ = ["LADDER_STEPS", "allocation_family", "list_schedule", "list_schedule_up"]
@@ -188,7 +189,8 @@ def _phase2_ladder(
     tasks: Sequence[Job], forest: Forest, avail: Availability | None = None
 ) -> tuple[list[int], list[list[int]], float, int, int, int]:
     """Phase 2 on large batches: the canonical allotment of every target of the ladder
-    from the moldable bound (module doc); same return as `_phase2`."""
+    from the moldable bound, and on several idle GPUs the least-work one in whole rounds
+    (module doc); same return as `_phase2`."""
     model = forest.model
     sizes = model.planner_sizes
     n = len(tasks)
@@ -202,8 +204,12 @@ def _phase2_ladder(
     best_k = evaluated = 0
     seen: set[tuple[int, ...]] = set()
     both = avail is None and forest.gpus > 1  # bottom-up too (module doc)
-    for k, target in enumerate(targets):
-        alloc = table.at(target)
+    candidates = [(k, table.at(t)) for k, t in enumerate(targets)]
+    if both:  # and the least-work allotment in whole rounds (`fill_rounds`), last
+        counts = {s: len(v) for s, v in forest.by_size.items()}
+        fill = fill_rounds(tasks, candidates[-1][1], sizes, counts, bound)
+        candidates.append((len(candidates), fill))
+    for k, alloc in candidates:
         key = tuple(alloc)
         if key in seen:
             continue
@@ -211,16 +217,15 @@ def _phase2_ladder(
         dur = [tasks[i].times[alloc[i]] for i in range(n)]
         evaluated += 1
         groups = _groups(alloc, dur, sizes)
-        res = list_schedule(forest, groups, dur, n, best, avail)
-        if res is not None and res[0] < best:
-            best, best_assign = res
-            best_alloc, best_k = alloc, k
-        if both:
-            res = list_schedule_up(forest, groups, dur, n, best)
+        for up in (False, True) if both else (False,):
+            if up:
+                res = list_schedule_up(forest, groups, dur, n, best)
+            else:
+                res = list_schedule(forest, groups, dur, n, best, avail)
             if res is not None and res[0] < best:
                 best, best_assign = res
                 best_alloc, best_k = alloc, k
-    return best_alloc, best_assign, best, len(targets), evaluated, best_k
+    return best_alloc, best_assign, best, len(candidates), evaluated, best_k
 
 
 def list_schedule_up(
