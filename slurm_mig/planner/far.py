@@ -25,6 +25,14 @@ first (each pair with an allotment of its own), at most ``PAIR_ROUNDS`` times; a
 costs a two-GPU FAR per peer, whatever the cluster's size. Last, the tail repair of
 ``far_rebalance`` (issue 38) moves and swaps single tasks, at any size, off the GPUs that
 end last onto GPUs with room, for targets lowered step by step towards the dual bound.
+A plan that still ends over ``LOW_GATE`` times the bound gets a second repair, from
+phase 2's shortest schedule of the targets near the bound (``far_phases.LOW_TARGET``):
+its list schedule ends later, but no task runs longer than about the bound, so whole
+tasks can move off its tail, where the chosen plan's longest tasks alone reach past
+the median GPU (batches of tasks of very different lengths that scale well: GOOD-WIDE
+5,000 / 512 1.213 -> 1.130 x T*), with a budget of ``LOW_GPU_STEPS`` steps times GPUs.
+``LOW_RATIO`` skips it where that schedule ends far later (POOR-NARROW: the repair
+gains nothing there).
 Phase 2 also tries the least-work allotment in whole rounds (``allotment.fill_rounds``:
 a size with a few tasks too many for one round sends the cheapest of them one size up).
 
@@ -47,7 +55,7 @@ from ..geometry import GpuModel
 from ..job import Job
 from .allotment import allotments
 from .far_phases import _phase2, _phase2_ladder
-from .far_rebalance import rebalance
+from .far_rebalance import FIRST_STEP, STEPS, rebalance
 from .far_tree import Availability, Forest, time_assignment
 from .snapshot import Gpu
 from .timeline import Timeline
@@ -58,6 +66,9 @@ PAIR_ROUNDS = 200  # `refine_gpus`: pairs planned again at most (each: PAIR_PEER
 PAIR_PEERS = 4  # the GPUs that end first, tried as the last GPU's partner
 PAIR_PATIENCE = 8  # rounds in a row that take < 0.1 % off the makespan: stop
 PAIR_TASKS = 40_000  # tasks planned again in all, at most (a pair's FAR grows with them)
+LOW_GATE = 1.10  # `_rebalance`: plans ending over this many times the bound ...
+LOW_RATIO = 1.07  # ... try phase 2's schedule near the bound if it ends within this
+LOW_GPU_STEPS = 1_250_000  # its repair's steps times GPUs (STEPS to twice as many)
 
 
 @dataclass
@@ -345,7 +356,8 @@ def far_schedule(
         scale = len(tasks) >= SCALE_TASKS
     repairs = refine_phase and pairs and scale and avail is None and gpus > 1
     if scale:
-        alloc, assign, ms2, fam, evaluated, k = _phase2_ladder(tasks, forest, avail)
+        low: list | None = [] if repairs else None
+        alloc, assign, ms2, fam, evaluated, k = _phase2_ladder(tasks, forest, avail, low)
     else:
         alloc, assign, ms2, fam, evaluated, k = _phase2(tasks, forest, prune, avail)
     result = FarResult(forest, alloc, assign, ms2, fam, evaluated, k)
@@ -372,7 +384,7 @@ def far_schedule(
             if new_tl.makespan <= base_tl.makespan:
                 result.assign, result.pairs, result.timeline = trial, pairs, new_tl
                 base_tl = new_tl
-        _rebalance(result, tasks, base_tl)
+        _rebalance(result, tasks, base_tl, low)
         result.allocation = [0] * len(tasks)
         for v, a in enumerate(result.assign):
             for i in a:
@@ -380,16 +392,34 @@ def far_schedule(
     return result
 
 
-def _rebalance(result: FarResult, tasks: Sequence[Job], timeline: Timeline) -> None:
+def _rebalance(
+    result: FarResult, tasks: Sequence[Job], timeline: Timeline, low: list | None = None
+) -> None:
     """`far_rebalance.rebalance` on ``result`` (idle GPUs); its plan is kept where, timed
-    exactly, it ends no later than ``timeline``."""
+    exactly, it ends no later than ``timeline``. Where the plan then still ends over
+    ``LOW_GATE`` times the bound and ``low`` (phase 2's shortest schedule of the targets
+    near the bound, as (makespan, assignment)) ends within ``LOW_RATIO`` times it, the
+    repair runs from ``low`` too (its tasks are short enough to move; module doc); the
+    one that ends first is kept."""
     forest = result.forest
     bound = allotments(tasks, forest.model.planner_sizes).bound(
         forest.model.compute_slices * forest.gpus
     )
+    ms = timeline.makespan
+    found: list[tuple[float, int, list[list[int]]]] = []
     trial, top, _ = rebalance(forest, tasks, result.assign, bound)
-    if trial is None or top >= timeline.makespan:
-        return
-    new_tl, _ = time_assignment(forest, tasks, trial)
-    if new_tl.makespan <= timeline.makespan:
-        result.assign, result.timeline, result.rebalanced = trial, new_tl, True
+    if trial is not None and top < ms:
+        found.append((top, 0, trial))
+        ms = top  # the model times idle GPUs exactly (`far_rebalance`)
+    if low and ms > LOW_GATE * bound and low[0] <= LOW_RATIO * ms:
+        first = max(FIRST_STEP, 1 - ms / low[0])  # aim just below the plan at once
+        # the repair's fixed cost grows with the GPUs, its steps' cost does not
+        budget = min(2 * STEPS, max(STEPS, LOW_GPU_STEPS // forest.gpus))
+        trial, top, _ = rebalance(forest, tasks, low[1], bound, budget=budget, first_step=first)
+        if trial is not None and top < ms:
+            found.append((top, 1, trial))
+    for _, _, trial in sorted(found, key=lambda f: f[:2]):
+        new_tl, _ = time_assignment(forest, tasks, trial)
+        if new_tl.makespan <= timeline.makespan:
+            result.assign, result.timeline, result.rebalanced = trial, new_tl, True
+            return

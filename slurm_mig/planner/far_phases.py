@@ -20,6 +20,7 @@ __all__ = ["LADDER_STEPS", "allocation_family", "list_schedule", "list_schedule_
 
 _TIE = 1e-9  # relative tolerance for "equal work" in phase 1
 LADDER_STEPS = 8
+LOW_TARGET = 1.10  # `_phase2_ladder`'s ``low``: the targets within this share of the bound
 
 
 # ---------------------------------------------------------------------------
@@ -186,11 +187,16 @@ def _groups(alloc: Sequence[int], dur: Sequence[float], sizes: Sequence[int]) ->
 
 
 def _phase2_ladder(
-    tasks: Sequence[Job], forest: Forest, avail: Availability | None = None
+    tasks: Sequence[Job],
+    forest: Forest,
+    avail: Availability | None = None,
+    low: list | None = None,
 ) -> tuple[list[int], list[list[int]], float, int, int, int]:
     """Phase 2 on large batches: the canonical allotment of every target of the ladder
     from the moldable bound, and on several idle GPUs the least-work one in whole rounds
-    (module doc); same return as `_phase2`."""
+    (module doc); same return as `_phase2`. ``low`` (a list, filled in): the shortest
+    schedule of the targets within ``LOW_TARGET`` times the bound, as (makespan,
+    assignment); its tasks are short, a start for ``far_rebalance`` (issue 38)."""
     model = forest.model
     sizes = model.planner_sizes
     n = len(tasks)
@@ -210,6 +216,9 @@ def _phase2_ladder(
         fill = fill_rounds(tasks, candidates[-1][1], sizes, counts, bound)
         candidates.append((len(candidates), fill))
     for k, alloc in candidates:
+        past = k >= len(targets) or targets[k] > LOW_TARGET * bound
+        if low is not None and not low and best_assign and past:
+            low.extend((best, best_assign))  # every target within LOW_TARGET is done
         key = tuple(alloc)
         if key in seen:
             continue

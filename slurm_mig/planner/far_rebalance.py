@@ -215,7 +215,8 @@ def _best_move(
             # the GPU's own paths once the task has left (for moves within it)
             st.local[g][v].remove(i)
             st.dsum[g][v] -= di
-            own = st._tops(st._paths(g))
+            gone = di if st.local[g][v] else st.dsum[g][v] + di + shape.oh[v]
+            own = st._tops([c - gone if v in p else c for c, p in zip(pc, shape.paths)])
             for s in sizes:
                 d = times[s]
                 key0 = s * d - sv * di
@@ -351,16 +352,18 @@ def rebalance(
     trials: int = TRIALS,
     peers: int = REPAIR_PEERS,
     budget: int = STEPS,
+    first_step: float = FIRST_STEP,
 ) -> tuple[list[list[int]] | None, float, int]:
     """Lower the target step by step from the plan's makespan towards ``lower`` (a bound
     on it), `repair` to each; a target met makes the step 1.5 times longer, one missed
     halves it. A missed target keeps what it got: the GPUs it repaired end by it, no GPU
     ends later than before. Returns the assignment (a copy) if the makespan fell, else
     None; its makespan as `_Shape.end` times it (exact on idle GPUs); and what is left
-    of ``budget`` (steps)."""
+    of ``budget`` (steps). ``first_step``: the first target's distance below the makespan,
+    as a share of it."""
     st = _State(_Shape(forest), tasks, assign, forest.gpus)
     first = top = max(st.end, default=0.0)
-    step = top * FIRST_STEP
+    step = top * first_step
     for _ in range(trials):
         step = min(step, (top - lower) / 2)
         if step < lower * MIN_STEP or budget <= 0:
