@@ -49,7 +49,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..geometry import GpuModel
 from ..job import Job
@@ -352,6 +352,12 @@ def far_schedule(
     forest = Forest.build(model, gpus)
     busy = bool(start) and any(g.instances for g in start)  # type: ignore[union-attr]
     avail = Availability.of(forest, start, now) if busy else None  # type: ignore[arg-type]
+    keep = _free_sometime(tasks, forest, avail) if avail is not None else None
+    if keep is not None:  # some sizes' nodes are never free (a job with no end holds them)
+        batch, tasks = len(tasks), [_on_sizes(tasks[i], keep[i]) for i in keep]
+    if not tasks:
+        result = FarResult(forest, [], [[] for _ in range(forest.nodes)], 0.0, 0, 0, 0)
+        return result if keep is None else _widened(result, list(keep), batch)
     if scale is None:
         scale = len(tasks) >= SCALE_TASKS
     repairs = refine_phase and pairs and scale and avail is None and gpus > 1
@@ -389,7 +395,39 @@ def far_schedule(
         for v, a in enumerate(result.assign):
             for i in a:
                 result.allocation[i] = forest.size[v]
-    return result
+    return result if keep is None else _widened(result, list(keep), batch)
+
+
+def _free_sometime(
+    tasks: Sequence[Job], forest: Forest, avail: Availability
+) -> dict[int, frozenset[int]] | None:
+    """Where some node is never free: each task that can run somewhere, by index, with
+    the sizes it can run on that have a node free some time; None where every
+    size has a node free some time (every task can be planned as it is)."""
+    free = {forest.size[v] for v in range(forest.nodes) if avail.hi[v] != math.inf}
+    if len(free) == len(forest.by_size):
+        return None
+    out = {}
+    for i, t in enumerate(tasks):
+        sizes = frozenset(s for s in free if t.times.get(s, math.inf) != math.inf)
+        if sizes:
+            out[i] = sizes
+    return out
+
+
+def _on_sizes(task: Job, sizes: frozenset[int]) -> Job:
+    times = {s: (t if s in sizes else math.inf) for s, t in task.times.items()}
+    return task if times == task.times else replace(task, times=times)
+
+
+def _widened(res: FarResult, keep: list[int], n: int) -> FarResult:
+    """``res``, planned for the tasks ``keep`` of a batch of ``n``, indexed by the
+    batch: a task left out is in no node's list (it waits for a later plan)."""
+    allocation = [0] * n
+    for k, i in enumerate(keep):
+        allocation[i] = res.allocation[k]
+    assign = [[keep[k] for k in a] for a in res.assign]
+    return replace(res, allocation=allocation, assign=assign)
 
 
 def _rebalance(

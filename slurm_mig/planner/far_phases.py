@@ -72,7 +72,9 @@ def list_schedule(
     ``avail``: the GPUs are busy as it says (module doc); None: idle.
 
     Returns (makespan, tasks per node), or None as soon as a task would end at or
-    after ``stop_at`` (it can then not beat the schedule that set ``stop_at``).
+    after ``stop_at`` (it can then not beat the schedule that set ``stop_at``) or when
+    a task has no node but ones never free (a running job with no end holds them; such
+    a node passes its turn to its children, whose slices may be free).
     """
     model = forest.model
     tc, td = model.create_s, model.destroy_s
@@ -88,10 +90,12 @@ def list_schedule(
     makespan = 0.0
     pop, push = heapq.heappop, heapq.heappush
     while remaining:
+        if not heap:
+            return None
         end, v = pop(heap)
         s = size[v]
         p = ptr.get(s)
-        if p is not None and p < lens[s]:
+        if p is not None and p < lens[s] and (hi is None or hi[v] != math.inf):
             if hi is not None and not started[v] and hi[v] > end:
                 push(heap, (hi[v], v))  # wait until its slices are free
                 continue

@@ -110,8 +110,9 @@ class Availability:
         return cls(hi, lo, channel)
 
     def backlog(self, forest: Forest) -> float:
-        """Slice-seconds still committed to running work."""
-        return math.fsum(self.hi[v] for v in forest.leaves)
+        """Slice-seconds still committed to running work that ends (a slice never
+        free is left out: the area bound stays a lower bound, and finite)."""
+        return math.fsum(h for v in forest.leaves if (h := self.hi[v]) != math.inf)
 
 
 def time_assignment(

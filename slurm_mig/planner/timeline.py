@@ -19,7 +19,7 @@ from ..geometry import GpuModel, Slot
 from ..job import Job
 from ..plan import Plan, PlannedTask, Reconfiguration
 from .bounds import tightest_bound
-from .snapshot import ClusterSnapshot, Gpu, Instance
+from .snapshot import INF, ClusterSnapshot, Gpu, Instance
 
 
 @dataclass
@@ -190,8 +190,8 @@ def to_plan(
         for g, gpu in enumerate(start.gpus):
             for inst in gpu.instances:
                 init.append((g, inst.slot))
-                if inst.job is None or inst.busy_until is None:
-                    continue
+                if inst.job is None or inst.busy_until is None or inst.busy_until == INF:
+                    continue  # no end to plan by (a plan's times are finite)
                 begin = max(0.0, inst.ready_at - now)
                 end = max(begin, inst.busy_until - now)
                 fixed.append(PlannedTask(inst.job, g, inst.slot, begin, end, -1, True))
