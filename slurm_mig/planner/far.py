@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 from ..geometry import GpuModel
 from ..job import Job
 from .allotment import allotments
-from .far_phases import _phase2, _phase2_ladder
+from .far_phases import LowStart, _phase2, _phase2_ladder
 from .far_rebalance import FIRST_STEP, STEPS, rebalance
 from .far_tree import Availability, Forest, time_assignment
 from .snapshot import Gpu
@@ -362,7 +362,7 @@ def far_schedule(
         scale = len(tasks) >= SCALE_TASKS
     repairs = refine_phase and pairs and scale and avail is None and gpus > 1
     if scale:
-        low: list | None = [] if repairs else None
+        low: LowStart | None = [] if repairs else None
         alloc, assign, ms2, fam, evaluated, k = _phase2_ladder(tasks, forest, avail, low)
     else:
         alloc, assign, ms2, fam, evaluated, k = _phase2(tasks, forest, prune, avail)
@@ -431,7 +431,7 @@ def _widened(res: FarResult, keep: list[int], n: int) -> FarResult:
 
 
 def _rebalance(
-    result: FarResult, tasks: Sequence[Job], timeline: Timeline, low: list | None = None
+    result: FarResult, tasks: Sequence[Job], timeline: Timeline, low: LowStart | None = None
 ) -> None:
     """`far_rebalance.rebalance` on ``result`` (idle GPUs); its plan is kept where, timed
     exactly, it ends no later than ``timeline``. Where the plan then still ends over
@@ -449,11 +449,11 @@ def _rebalance(
     if trial is not None and top < ms:
         found.append((top, 0, trial))
         ms = top  # the model times idle GPUs exactly (`far_rebalance`)
-    if low and ms > LOW_GATE * bound and low[0] <= LOW_RATIO * ms:
-        first = max(FIRST_STEP, 1 - ms / low[0])  # aim just below the plan at once
+    if low and ms > LOW_GATE * bound and low[0][0] <= LOW_RATIO * ms:
+        first = max(FIRST_STEP, 1 - ms / low[0][0])  # aim just below the plan at once
         # the repair's fixed cost grows with the GPUs, its steps' cost does not
         budget = min(2 * STEPS, max(STEPS, LOW_GPU_STEPS // forest.gpus))
-        trial, top, _ = rebalance(forest, tasks, low[1], bound, budget=budget, first_step=first)
+        trial, top, _ = rebalance(forest, tasks, low[0][1], bound, budget=budget, first_step=first)
         if trial is not None and top < ms:
             found.append((top, 1, trial))
     for _, _, trial in sorted(found, key=lambda f: f[:2]):

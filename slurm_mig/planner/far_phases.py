@@ -21,6 +21,7 @@ __all__ = ["LADDER_STEPS", "allocation_family", "list_schedule", "list_schedule_
 _TIE = 1e-9  # relative tolerance for "equal work" in phase 1
 LADDER_STEPS = 8
 LOW_TARGET = 1.10  # `_phase2_ladder`'s ``low``: the targets within this share of the bound
+LowStart = list[tuple[float, list[list[int]]]]  # `_phase2_ladder` fills in one entry
 
 
 # ---------------------------------------------------------------------------
@@ -194,11 +195,11 @@ def _phase2_ladder(
     tasks: Sequence[Job],
     forest: Forest,
     avail: Availability | None = None,
-    low: list | None = None,
+    low: LowStart | None = None,
 ) -> tuple[list[int], list[list[int]], float, int, int, int]:
     """Phase 2 on large batches: the canonical allotment of every target of the ladder
     from the moldable bound, and on several idle GPUs the least-work one in whole rounds
-    (module doc); same return as `_phase2`. ``low`` (a list, filled in): the shortest
+    (module doc); same return as `_phase2`. ``low`` (filled in): the shortest
     schedule of the targets within ``LOW_TARGET`` times the bound, as (makespan,
     assignment); its tasks are short, a start for ``far_rebalance`` (issue 38)."""
     model = forest.model
@@ -222,7 +223,7 @@ def _phase2_ladder(
     for k, alloc in candidates:
         past = k >= len(targets) or targets[k] > LOW_TARGET * bound
         if low is not None and not low and best_assign and past:
-            low.extend((best, best_assign))  # every target within LOW_TARGET is done
+            low.append((best, best_assign))  # every target within LOW_TARGET is done
         key = tuple(alloc)
         if key in seen:
             continue

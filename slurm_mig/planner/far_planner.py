@@ -48,6 +48,7 @@ def plan_far(
             "refinement_moves": res.moves,
             "refinement_swaps": res.swaps,
             "refinement_pairs": res.pairs,
+            "refinement_rebalanced": res.rebalanced,
         }
     stats = {"planning_seconds": time.perf_counter() - t0, **stats}
     plan = to_plan(

@@ -17,6 +17,7 @@ from slurm_mig.planner.allotment import allotments, ladder
 from slurm_mig.planner.far_phases import (
     LADDER_STEPS,
     LOW_TARGET,
+    LowStart,
     _groups,
     _phase2_ladder,
     list_schedule,
@@ -37,10 +38,10 @@ def _tasks(scaling="GOODSCALING", times="WIDETIMES", n=1000, seed=0):
 def test_low_is_the_shortest_schedule_near_the_bound_and_changes_nothing_else():
     tasks, gpus = _tasks(n=600), 48
     forest = Forest.build(A100, gpus)
-    low: list = []
+    low: LowStart = []
     got = _phase2_ladder(tasks, forest, None, low)
     assert got == _phase2_ladder(tasks, forest)
-    ms, assign = low
+    ((ms, assign),) = low
     assert ms >= got[2]  # phase 2's choice ends no later
     assert sorted(i for a in assign for i in a) == list(range(len(tasks)))
     sizes = A100.planner_sizes
@@ -61,18 +62,18 @@ def test_low_is_the_shortest_schedule_near_the_bound_and_changes_nothing_else():
 def test_a_repair_aimed_lower_at_first_never_lengthens_and_leaves_its_input():
     tasks, gpus = _tasks(n=600), 48
     forest = Forest.build(A100, gpus)
-    low: list = []
+    low: LowStart = []
     _phase2_ladder(tasks, forest, None, low)
-    kept = copy.deepcopy(low[1])
-    before = time_assignment(forest, tasks, low[1])[0].makespan
+    kept = copy.deepcopy(low[0][1])
+    before = time_assignment(forest, tasks, low[0][1])[0].makespan
     bound = allotments(tasks, A100.planner_sizes).bound(A100.compute_slices * gpus)
-    got, top, left = rebalance(forest, tasks, low[1], bound, first_step=0.05)
-    assert low[1] == kept and left >= 0
+    got, top, left = rebalance(forest, tasks, low[0][1], bound, first_step=0.05)
+    assert low[0][1] == kept and left >= 0
     assert got is not None
     assert sorted(i for a in got for i in a) == list(range(len(tasks)))
     after = time_assignment(forest, tasks, got)[0].makespan
     assert after < before and after == pytest.approx(top, abs=1e-9)
-    assert rebalance(forest, tasks, low[1], bound, first_step=0.05)[0] == got
+    assert rebalance(forest, tasks, low[0][1], bound, first_step=0.05)[0] == got
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -87,6 +88,7 @@ def test_the_low_repair_shortens_wide_batches_and_plans_stay_valid(monkeypatch, 
     assert again.assign == with_low.assign
     plan = plan_far(Batch(tasks, A100, gpus=gpus))
     assert plan.makespan == pytest.approx(with_low.timeline.makespan, rel=1e-12)
+    assert with_low.rebalanced and plan.stats["refinement_rebalanced"] is True
     errors = validate_plan(json.loads(json.dumps(plan.to_json())), tasks)
     assert errors == [], errors
 
