@@ -17,7 +17,10 @@ class Job:
     alone) and alpha (Eq. 2 of the PCIe paper; demand 0: not PCIe-bound), whether it
     may be restarted elsewhere, the size its user asked for (``None``: the policy
     chooses), its deadline, its priority (Slurm's: higher goes first) and its weight in
-    completion-time objectives, its user and its time limit. A batch's task is a job that arrived at 0."""
+    completion-time objectives, its user and its time limit. A batch's task is a job that arrived at 0.
+    A job of several slices (``tasks`` > 1, `geometry.gangs`) is planned as one job on a
+    region that holds its instances: its ``times`` are keyed by region size, ``memory``
+    is one task's."""
 
     id: str
     arrival: float
@@ -33,6 +36,7 @@ class Job:
     weight: float = 1.0  # its weight in completion-time objectives
     user: str = ""  # who submitted it ("": unknown; a site's fairshare and learning key)
     time_limit: float = math.inf  # Slurm's --time in seconds (inf: none)
+    tasks: int = 1  # instances it runs on, one per task, side by side (`geometry.gangs`)
 
     def time(self, size: int) -> float:
         """Seconds on an instance of ``size`` compute slices alone (inf: cannot run)."""

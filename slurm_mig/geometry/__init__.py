@@ -5,10 +5,12 @@ valid partitions, FAR's repartitioning tree and reconfiguration times.
 - ``tables``: the offline catalogue of every model, ``get_model``.
 - ``slots``: legal placements, planner and double-memory slots, valid partitions.
 - ``masks``: slot bit masks and the per-model lookup tables planners use.
+- ``gangs``: jobs of several slices: the regions that hold them, where their instances go.
 """
 
 from __future__ import annotations
 
+from .gangs import MAX_TASKS, gang_placements, gang_times, region_sizes, task_size
 from .masks import MaskTables, compute_mask, mask_tables, slot_mask
 from .model import GIB, Board, GeometryError, GpuModel, Placement, Profile, Slot, TreeNode
 from .slots import (
@@ -45,4 +47,9 @@ __all__ = [
     "planner_slots",
     "slot_mask",
     "valid_partitions",
+    "MAX_TASKS",
+    "gang_placements",
+    "gang_times",
+    "region_sizes",
+    "task_size",
 ]

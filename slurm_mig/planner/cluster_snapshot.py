@@ -15,6 +15,7 @@ from ..geometry import (
     Slot,
     compute_mask,
     mask_tables,
+    region_sizes,
     slot_mask,
 )
 from ..job import Job
@@ -47,10 +48,17 @@ class SnapshotError(ValueError):
 
 
 def runnable_sizes(job: Job, model: GpuModel) -> tuple[int, ...]:
-    """Sizes the job can run on: a finite time and enough profile memory."""
+    """Sizes the job can run on: a finite time and enough profile memory (a job of
+    several slices: the regions that hold its instances, each with the memory of one
+    task)."""
     memory = mask_tables(model).memory
     times, need = job.times, job.memory
-    return tuple(s for s in model.planner_sizes if times.get(s, INF) < INF and need <= memory[s])
+    per = region_sizes(model, job.tasks)
+    return tuple(
+        s
+        for s in model.planner_sizes
+        if times.get(s, INF) < INF and s in per and need <= memory[per[s]]
+    )
 
 
 def default_size(job: Job, model: GpuModel) -> int | None:

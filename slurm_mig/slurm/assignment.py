@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..geometry import Placement
+from ..geometry import MAX_TASKS, Placement, gang_placements, get_model
 from ..jobcomment import MAX_TOKEN_CHARS  # longest token signed; longer words are refused undecoded
 
 TOKEN_VERSION = "2"  # the first character of a token
@@ -58,7 +58,9 @@ class KeyFileError(AssignmentError):
 
 @dataclass(frozen=True)
 class Assignment:
-    """Where and when one job runs: its node, GPU, MIG profile and placement."""
+    """Where and when one job runs: its node, GPU, MIG profile and placement. A job of
+    several slices (``tasks`` > 1) runs on ``tasks`` instances of ``profile`` at
+    `geometry.gang_placements` inside ``placement``, its region."""
 
     job_id: str
     restart: int  # SLURM_JOB_RESTART_COUNT the token is valid for
@@ -74,10 +76,32 @@ class Assignment:
     reuse_from: str | None = None  # job whose instance this job inherits, if any
     keep_for: str | None = None  # job that inherits this job's instance, if any
     plan: str = ""  # id of this plan of this run (`plan_id`); "" in records before it
+    tasks: int = 1  # instances, one per task (`geometry.gangs`); 1 in records before it
+
+    def instance_placements(self) -> tuple[Placement, ...]:
+        """Where its instances go, task 0 first: ``placement`` for a single job, else
+        `geometry.gang_placements` inside it. AssignmentError when the region cannot
+        hold them (a genuine planner never signs such an assignment)."""
+        if self.tasks == 1:
+            return (self.placement,)
+        try:
+            model = get_model(self.model)
+            size = model.profile(self.profile).compute_slices
+        except ValueError as exc:
+            raise AssignmentError(f"malformed assignment: {exc}") from None
+        got = gang_placements(model, self.placement, size, self.tasks)
+        if got is None:
+            raise AssignmentError(
+                f"malformed assignment: {self.tasks} instances of {self.profile} do not fit "
+                f"in placement {self.placement.start}:{self.placement.size}"
+            )
+        return got
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["placement"] = self.placement.to_json()
+        if self.tasks == 1:
+            del data["tasks"]  # a single job's record as before
         return data
 
     @classmethod
@@ -106,6 +130,7 @@ class Assignment:
                 issued=float(data.get("issued", 0.0)),
                 reuse_from=_text_or_none(data.get("reuse_from")),
                 keep_for=_text_or_none(data.get("keep_for")),
+                tasks=_tasks(data.get("tasks", 1)),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise AssignmentError(f"malformed assignment: {exc!r}") from None
@@ -114,6 +139,13 @@ class Assignment:
 
 
 _FIELDS = frozenset(f.name for f in fields(Assignment))
+
+
+def _tasks(value: object) -> int:
+    """A count of instances, 1 to `MAX_TASKS`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TASKS:
+        raise ValueError(f"tasks {value!r} is not a whole number from 1 to {MAX_TASKS}")
+    return value
 
 
 def _text_or_none(value: object) -> str | None:
@@ -126,7 +158,7 @@ def plan_id(a: Assignment) -> str:
     what = (
         f"{a.job_id}\0{a.restart}\0{a.node}\0{a.gpu}\0{a.model}\0{a.profile}\0"
         f"{a.placement.start}:{a.placement.size}\0{a.batch}\0{a.order}\0{a.issued!r}"
-    )
+    ) + (f"\0{a.tasks}" if a.tasks > 1 else "")
     return _b64(hashlib.sha256(what.encode()).digest()[:9])
 
 
@@ -222,6 +254,14 @@ def _pack(a: Assignment, plan: str) -> bytes:
     w.text(a.reuse_from)
     w.text(a.keep_for)
     w.text(plan)
+    if a.tasks != 1:  # a single job's token is as before
+        if (
+            isinstance(a.tasks, bool)
+            or not isinstance(a.tasks, int)
+            or not 2 <= a.tasks <= MAX_TASKS
+        ):
+            raise AssignmentError(f"cannot sign tasks={a.tasks!r}: from 1 to {MAX_TASKS}")
+        w.uint(a.tasks)
     return bytes(w.out)
 
 
@@ -232,11 +272,16 @@ def _unpack(raw: bytes) -> Assignment:
     placement = Placement(r.uint(), r.uint())
     batch, order, planned, issued = r.uint(), r.uint(), r.real(), r.real()
     reuse_from, keep_for, plan = r.text() or None, r.text() or None, r.text()
+    tasks = 1
+    if r.pos < len(raw):  # only a job of several slices signs its count
+        tasks = r.uint()
+        if not 2 <= tasks <= MAX_TASKS:
+            raise AssignmentError("the assignment token is malformed (tasks)")
     if r.pos != len(raw):
         raise AssignmentError("the assignment token is malformed (trailing bytes)")
     return Assignment(
         job_id, restart, node, gpu, model, profile, placement, batch, order, planned, issued,
-        reuse_from, keep_for, plan,
+        reuse_from, keep_for, plan, tasks,
     )  # fmt: skip
 
 

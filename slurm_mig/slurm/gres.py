@@ -60,10 +60,12 @@ def index_of(models: Sequence[str], record: Record) -> int | None:
     return None
 
 
-def tres_per_node(record: Record, slices: int = 0) -> str:
-    """The job's ``TresPerNode`` for ``record`` and, when ``slices`` > 0, that many
-    `SLICE_GRES` (22.05 through 26.05 read this form)."""
-    tres = f"gres:gpu:{record.type}:1"
+def tres_per_node(records: Record | Sequence[Record], slices: int = 0) -> str:
+    """The job's ``TresPerNode`` for its instances' ``records`` (one per instance; a job
+    of several slices has several) and, when ``slices`` > 0, that many `SLICE_GRES`
+    (22.05 through 26.05 read this form)."""
+    items = [records] if isinstance(records, Record) else list(records)
+    tres = ",".join(f"gres:gpu:{r.type}:1" for r in items)
     return f"{tres},gres:{SLICE_GRES}:{slices}" if slices > 0 else tres
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..geometry import Placement
+from ..geometry import MAX_TASKS, Placement
 
 __all__ = ["ACTIONS", "JobRecord", "KeptInstance", "Refusal"]
 
@@ -31,7 +31,10 @@ def _to_json(obj: object) -> dict:
 
 @dataclass(frozen=True)
 class JobRecord:
-    """The MIG instance a run of a job was given by the prolog."""
+    """The MIG instance a run of a job was given by the prolog. A job of several slices
+    (`geometry.gangs`) was given ``tasks`` instances of ``profile``: ``placement`` is
+    then their region, ``uuid`` task 0's instance and ``members`` the others' uuids, in
+    task order (`Assignment.instance_placements`)."""
 
     job_id: str
     restart: int
@@ -48,12 +51,26 @@ class JobRecord:
     # SLURM_JOB_ID where ``job_id`` is an array task's <array id>_<task> (its processes
     # on the node are known by this number: `stale.local_jobs`); None: ``job_id`` itself
     slurm_id: str | None = None
+    members: tuple[str, ...] = ()  # uuids of tasks 1.. of a job of several slices
+
+    @property
+    def uuids(self) -> tuple[str, ...]:
+        """Every instance of the run, task 0 first."""
+        return (self.uuid, *self.members)
+
+    @property
+    def tasks(self) -> int:
+        return 1 + len(self.members)
 
     def to_json(self) -> dict:
         data = _to_json(self)
         for optional in ("energy_mj", "slurm_id"):
             if data[optional] is None:
                 del data[optional]  # records as before where there is none
+        if self.members:
+            data["members"] = list(self.members)
+        else:
+            del data["members"]
         return data
 
     @classmethod
@@ -71,7 +88,15 @@ class JobRecord:
             keep_for=None if data.get("keep_for") is None else str(data["keep_for"]),
             energy_mj=_counter(data.get("energy_mj")),
             slurm_id=None if data.get("slurm_id") is None else str(data["slurm_id"]),
+            members=_members(data.get("members", [])),
         )
+
+
+def _members(value: object) -> tuple[str, ...]:
+    """The other instances' uuids of a record (at most `MAX_TASKS` - 1 strings)."""
+    if not isinstance(value, list) or len(value) >= MAX_TASKS:
+        raise ValueError(f"members must be a list of under {MAX_TASKS} uuids")
+    return tuple(str(u) for u in value)
 
 
 def _counter(value: object) -> int | None:

@@ -18,7 +18,7 @@ from hooksite import NODE, T0, assignment, v1_token
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_mig.geometry import Placement
+from slurm_mig.geometry import MAX_TASKS, Placement
 from slurm_mig.slurm.assignment import (
     KEY_BYTES,
     MAC_BYTES,
@@ -27,6 +27,7 @@ from slurm_mig.slurm.assignment import (
     AssignmentError,
     KeyFileError,
     OldTokenError,
+    _mac,
     generate_key,
     load_key,
     open_token,
@@ -93,6 +94,7 @@ _seconds = st.floats(0, 1e9, allow_nan=False, allow_infinity=False)
         reuse_from=st.none() | st.from_regex(r"[0-9]{1,10}", fullmatch=True),
         keep_for=st.none() | st.from_regex(r"[0-9]{1,10}", fullmatch=True),
         plan=st.just("") | st.from_regex(r"[A-Za-z0-9_-]{8,22}", fullmatch=True),
+        tasks=st.integers(1, MAX_TASKS),
     )
 )
 def test_any_assignment_a_token_can_carry_round_trips(a):
@@ -123,9 +125,33 @@ def test_the_longest_signable_token_fits_the_comment_budget():
         sign(replace(a, job_id="9" * 64, keep_for="9" * 64, reuse_from="9" * 64), KEY)
 
 
+def test_a_job_of_several_slices_signs_its_count_and_a_single_job_as_before():
+    single = assignment("42")
+    gang = replace(single, tasks=4, profile="1g.5gb", placement=Placement(0, 4))
+    assert _decoded(sign(single, KEY)) == _decoded(sign(replace(single, tasks=1), KEY))
+    got = verify_for(sign(gang, KEY))
+    assert got.tasks == 4 and got.placement == Placement(0, 4)
+    assert plan_id(gang) != plan_id(replace(gang, tasks=1))
+    assert "tasks" not in single.to_json() and gang.to_json()["tasks"] == 4
+    assert Assignment.from_json(gang.to_json()) == replace(gang, plan=plan_id(gang))
+    for bad in (0, MAX_TASKS + 1, "4", True):
+        with pytest.raises(AssignmentError, match="tasks"):
+            Assignment.from_json({**gang.to_json(), "tasks": bad})
+    # a count of 1 or over the cap inside a genuine token is refused (never signed so)
+    raw = bytearray(_decoded(sign(gang, KEY))[:-MAC_BYTES])
+    for count in (1, MAX_TASKS + 1):
+        raw[-1] = count
+        payload = bytes(raw)
+        token = _encoded(payload + _mac(KEY, payload))
+        with pytest.raises(AssignmentError, match=r"malformed \(tasks\)"):
+            open_token(token, KEY)
+
+
 @pytest.mark.parametrize(
     "change",
     [
+        {"tasks": 0},
+        {"tasks": MAX_TASKS + 1},
         {"gpu": -1},
         {"restart": 2**63},
         {"batch": True},
