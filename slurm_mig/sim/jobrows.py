@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..geometry import GpuModel
+from ..geometry import MAX_TASKS, GpuModel, gang_times, region_sizes
 from ..planner.snapshot import MAX_PRIORITY
 from ..workload import WorkloadError
 from .api import SimJob
@@ -172,6 +172,28 @@ def _restartable(item: Mapping, where: str) -> bool:
     return bool(rs)
 
 
+def _tasks(item: Mapping, where: str, model: GpuModel, size: int | None) -> int:
+    """The 'tasks' field: instances side by side, 1 to `MAX_TASKS` (default 1), a
+    number some region of ``model`` holds; not with a requested size."""
+    raw = item.get("tasks", 1)
+    if raw in ("", None):
+        return 1
+    try:
+        n = int(raw) if not isinstance(raw, (bool, float)) else -1
+    except (TypeError, ValueError):
+        n = -1
+    if not 1 <= n <= MAX_TASKS:
+        raise WorkloadError(f"{where}: tasks {raw!r} must be a whole number from 1 to {MAX_TASKS}")
+    if n > 1 and not region_sizes(model, n):
+        most = max(k for k in range(1, MAX_TASKS + 1) if region_sizes(model, k))
+        raise WorkloadError(f"{where}: tasks {n}: a {model.name} holds at most {most} instances")
+    if n > 1 and size is not None:
+        raise WorkloadError(
+            f"{where}: tasks {n} with a requested size: give per-size times instead"
+        )
+    return n
+
+
 def job_from_row(item: Mapping, where: str, model: GpuModel) -> SimJob:
     """A job from one row/object of a job file; WorkloadError naming the row else."""
     jid = _job_id(item)
@@ -181,6 +203,12 @@ def job_from_row(item: Mapping, where: str, model: GpuModel) -> SimJob:
     arrival = _arrival(item, where)
     size = _requested_size(item, where, model)
     times = _finite_times(_given_times(item, where, model, size), where, model, size)
+    tasks = _tasks(item, where, model, size)
+    if tasks > 1:  # planned as one job on a region: its seconds per region size
+        gang = gang_times(model, times, tasks)
+        times = {s: gang.get(s, math.inf) for s in model.planner_sizes}
+        if not any(math.isfinite(t) for t in times.values()):
+            raise WorkloadError(f"{where}: no region of {model.name} holds {tasks} of its sizes")
     mem, demand, alpha = _resources(item, where)
     deadline = _deadline(item, where, arrival)
     priority = _priority(item, where)
@@ -197,4 +225,5 @@ def job_from_row(item: Mapping, where: str, model: GpuModel) -> SimJob:
         kind=str(item.get("kind") or ""),
         deadline=deadline,
         priority=priority,
+        tasks=tasks,
     )

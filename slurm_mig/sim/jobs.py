@@ -61,6 +61,8 @@ Job files (FILE = CSV or JSON), one job per row/object:
   restartable 1/0 or true/false (default false)   kind   a label for reports
   deadline    seconds from the start by which it should end (default: none)
   priority    Slurm's job priority, higher goes first (default 0)
+  tasks       instances side by side, one per task, each with the times above
+              (``mig:tasks=N``; default 1): planned as one job on a region
 JSON: a list of such objects (or {"jobs": [...]}), per-size times as
 ``"times": {"1": 310.0, ...}``.
 """

@@ -8,7 +8,8 @@ Modes (`KNOWLEDGE_MODES`):
   user and kind the simulation has finished so far (`LearnedRuntimes`, an in-memory
   store with the runtime store's reading methods), else the job's time limit, else
   ``default_runtime``, on other sizes by the Amdahl prior; sizes whose estimate
-  passes the time limit are out, as the daemon rules them out. The sizes a job can run
+  passes the time limit are out, as the daemon rules them out. A job of several
+  slices is learned per instance size and planned per region, as the daemon does. The sizes a job can run
   on at all (its memory need) are known: ``mig-run`` measures it and a ``mem=`` hint
   gives it.
 - What Slurm itself plans with (`limit_times`): the time limit on every size, as
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from ..config import SCHEMA
-from ..geometry import GpuModel
+from ..geometry import GpuModel, gang_times
 from ..job import Job
 from ..runtimes import estimate_for_job
 
@@ -99,6 +100,9 @@ def learned_times(
         default_runtime=default_runtime,
         serial_fraction=serial_fraction,
     )
+    if job.tasks > 1:  # learned per instance size, planned per region (`geometry.gangs`)
+        gang = gang_times(model, est, job.tasks)
+        est = {s: gang.get(s, math.inf) for s in est}
     can = _runnable(job)
     out = {s: (t if s in can else math.inf) for s, t in est.items()}
     if not any(math.isfinite(t) for t in out.values()):

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ..geometry import GpuModel
+from ..geometry import GpuModel, task_size
 from ..job import Job
 from ..limitevidence import OVERDUE_SECONDS, expected_end
 from .knowledge import (
@@ -149,6 +149,8 @@ class SiteView:
         if not self.learned or self.slurm:
             return
         key = job.kind or job.id
+        if job.tasks > 1:  # a run of one task on its instance (`geometry.gangs`)
+            size = task_size(self.model, size, job.tasks) or size
         self.store.record(job.user, key, self.model.name, size, seconds)
         for other in self.waiting.get((job.user, key), ()):
             seen = self.seen[other]
