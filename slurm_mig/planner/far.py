@@ -22,17 +22,14 @@ forest is small enough (``REFINE_NODES``) for its scans to stay cheap. On severa
 GPUs a large batch is then refined GPU by GPU (`refine_gpus`): work moves off the GPU
 that ends last by planning it again with FAR together with one of the GPUs that end
 first (each pair with an allotment of its own), at most ``PAIR_ROUNDS`` times; a round
-costs a two-GPU FAR per peer, whatever the cluster's size. Last, the tail repair of
-``far_rebalance`` (issue 38) moves and swaps single tasks, at any size, off the GPUs that
-end last onto GPUs with room, for targets lowered step by step towards the dual bound.
-A plan that still ends over ``LOW_GATE`` times the bound gets a second repair, from
-phase 2's shortest schedule of the targets near the bound (``far_phases.LOW_TARGET``):
-its list schedule ends later, but no task runs longer than about the bound, so whole
-tasks can move off its tail, where the chosen plan's longest tasks alone reach past
-the median GPU (batches of tasks of very different lengths that scale well: GOOD-WIDE
-5,000 / 512 1.213 -> 1.130 x T*), with a budget of ``LOW_GPU_STEPS`` steps times GPUs.
-``LOW_RATIO`` skips it where that schedule ends far later (POOR-NARROW: the repair
-gains nothing there).
+costs a two-GPU FAR per peer, whatever the cluster's size. Last, the tail repairs of
+``far_tail`` (issue 38): ``far_rebalance`` moves and swaps single tasks, at any size, off
+the GPUs that end last onto GPUs with room, for targets lowered step by step towards the
+dual bound; a plan still well over the bound is re-packed GPU by GPU (FAR on one GPU) and
+repaired again, or, where phase 2's list schedule leaves the longest tasks on small
+slices (GOOD-WIDE), repaired from phase 2's schedule near the bound instead. GPU ends
+between these steps come from ``far_rebalance``'s model (exact on idle GPUs); the plan
+kept is timed exactly once, and only kept if it ends no later.
 Phase 2 also tries the least-work allotment in whole rounds (``allotment.fill_rounds``:
 a size with a few tasks too many for one round sends the cheapest of them one size up).
 
@@ -55,7 +52,7 @@ from ..geometry import GpuModel
 from ..job import Job
 from .allotment import allotments
 from .far_phases import LowStart, _phase2, _phase2_ladder
-from .far_rebalance import FIRST_STEP, STEPS, rebalance
+from .far_tail import model_ends, repair_tail
 from .far_tree import Availability, Forest, time_assignment
 from .snapshot import Gpu
 from .timeline import Timeline
@@ -66,9 +63,6 @@ PAIR_ROUNDS = 200  # `refine_gpus`: pairs planned again at most (each: PAIR_PEER
 PAIR_PEERS = 4  # the GPUs that end first, tried as the last GPU's partner
 PAIR_PATIENCE = 8  # rounds in a row that take < 0.1 % off the makespan: stop
 PAIR_TASKS = 40_000  # tasks planned again in all, at most (a pair's FAR grows with them)
-LOW_GATE = 1.10  # `_rebalance`: plans ending over this many times the bound ...
-LOW_RATIO = 1.07  # ... try phase 2's schedule near the bound if it ends within this
-LOW_GPU_STEPS = 1_250_000  # its repair's steps times GPUs (STEPS to twice as many)
 
 
 @dataclass
@@ -266,13 +260,29 @@ def refine_gpus(
     patience: int = PAIR_PATIENCE,
     budget: int = PAIR_TASKS,
 ) -> tuple[list[list[int]], int]:
+    """Move work off the GPU that ends last (module doc); see `_refine_gpus`. Returns
+    the new assignment (a copy) and the pairs replaced."""
+    new, replaced, _ = _refine_gpus(forest, tasks, assign, ends, rounds, peers, patience, budget)
+    return new, replaced
+
+
+def _refine_gpus(
+    forest: Forest,
+    tasks: Sequence[Job],
+    assign: Sequence[Sequence[int]],
+    ends: Sequence[float],
+    rounds: int = PAIR_ROUNDS,
+    peers: int = PAIR_PEERS,
+    patience: int = PAIR_PATIENCE,
+    budget: int = PAIR_TASKS,
+) -> tuple[list[list[int]], int, list[float]]:
     """Move work off the GPU that ends last (module doc): FAR on two GPUs for its tasks
     and those of each of the ``peers`` GPUs that end first; the pair that ends earliest
     replaces both if it ends before the last GPU did. Stops when the last GPU gains
     nothing, after ``rounds`` pairs, or after ``patience`` pairs in a row that take less than
     0.1 % off the makespan together (many GPUs end together), or once the pairs planned
     have held ``budget`` tasks in all. ``ends``: each GPU's end as ``assign`` is timed.
-    Returns the new assignment (a copy) and the pairs replaced."""
+    Returns the new assignment (a copy), the pairs replaced and each GPU's new end."""
     T = len(forest.model.tree)
     G = forest.gpus
     local = [[list(assign[g * T + v]) for v in range(T)] for g in range(G)]
@@ -321,7 +331,7 @@ def refine_gpus(
             idle += 1
             if idle >= patience:
                 break
-    return [a for g in range(G) for a in local[g]], replaced
+    return [a for g in range(G) for a in local[g]], replaced, ends
 
 
 # ---------------------------------------------------------------------------
@@ -381,16 +391,14 @@ def far_schedule(
                 result.assign, result.moves, result.swaps = trial, moves, swaps
                 result.timeline = new_tl
     if repairs:
-        base_tl = result.timeline
-        if base_tl is None:
-            base_tl, _ = time_assignment(forest, tasks, result.assign, start, now=now)
-        trial, pairs = refine_gpus(forest, tasks, result.assign, gpu_ends(base_tl, gpus))
-        if pairs:
-            new_tl, _ = time_assignment(forest, tasks, trial, start, now=now)
-            if new_tl.makespan <= base_tl.makespan:
-                result.assign, result.pairs, result.timeline = trial, pairs, new_tl
-                base_tl = new_tl
-        _rebalance(result, tasks, base_tl, low)
+        if result.timeline is not None:
+            ends = gpu_ends(result.timeline, gpus)
+        else:  # the model times idle GPUs exactly, for a quarter of the timeline's cost
+            ends = model_ends(forest, tasks, result.assign)
+        trial, pairs, ends = _refine_gpus(forest, tasks, result.assign, ends)
+        if pairs:  # every pair timed exactly (`time_assignment`), each GPU apart
+            result.assign, result.pairs, result.timeline = trial, pairs, None
+        _rebalance(result, tasks, max(ends), low)
         result.allocation = [0] * len(tasks)
         for v, a in enumerate(result.assign):
             for i in a:
@@ -430,34 +438,17 @@ def _widened(res: FarResult, keep: list[int], n: int) -> FarResult:
     return replace(res, allocation=allocation, assign=assign)
 
 
-def _rebalance(
-    result: FarResult, tasks: Sequence[Job], timeline: Timeline, low: LowStart | None = None
-) -> None:
-    """`far_rebalance.rebalance` on ``result`` (idle GPUs); its plan is kept where, timed
-    exactly, it ends no later than ``timeline``. Where the plan then still ends over
-    ``LOW_GATE`` times the bound and ``low`` (phase 2's shortest schedule of the targets
-    near the bound, as (makespan, assignment)) ends within ``LOW_RATIO`` times it, the
-    repair runs from ``low`` too (its tasks are short enough to move; module doc); the
-    one that ends first is kept."""
+def _rebalance(result: FarResult, tasks: Sequence[Job], ms: float, low: LowStart | None) -> None:
+    """The tail repairs of ``far_tail.repair_tail`` on ``result`` (idle GPUs, ending at
+    ``ms``); the shortest plan they find is kept where, timed exactly, it ends no later
+    (``result.timeline``: that timing; None where the plan stays as it was untimed)."""
     forest = result.forest
     bound = allotments(tasks, forest.model.planner_sizes).bound(
         forest.model.compute_slices * forest.gpus
     )
-    ms = timeline.makespan
-    found: list[tuple[float, int, list[list[int]]]] = []
-    trial, top, _ = rebalance(forest, tasks, result.assign, bound)
-    if trial is not None and top < ms:
-        found.append((top, 0, trial))
-        ms = top  # the model times idle GPUs exactly (`far_rebalance`)
-    if low and ms > LOW_GATE * bound and low[0][0] <= LOW_RATIO * ms:
-        first = max(FIRST_STEP, 1 - ms / low[0][0])  # aim just below the plan at once
-        # the repair's fixed cost grows with the GPUs, its steps' cost does not
-        budget = min(2 * STEPS, max(STEPS, LOW_GPU_STEPS // forest.gpus))
-        trial, top, _ = rebalance(forest, tasks, low[0][1], bound, budget=budget, first_step=first)
-        if trial is not None and top < ms:
-            found.append((top, 1, trial))
+    found = repair_tail(forest, tasks, result.assign, ms, bound, low, schedule=far_schedule)
     for _, _, trial in sorted(found, key=lambda f: f[:2]):
         new_tl, _ = time_assignment(forest, tasks, trial)
-        if new_tl.makespan <= timeline.makespan:
+        if new_tl.makespan <= ms * (1 + 1e-12):
             result.assign, result.timeline, result.rebalanced = trial, new_tl, True
             return

@@ -65,13 +65,51 @@ class _Shape:
         self.by_size: dict[int, list[int]] = {}
         for n in tree:
             self.by_size.setdefault(n.size, []).append(n.index)
+        rank = self.slot_rank.__getitem__
+        self.overlaps = [
+            sorted((o for o in range(T) if _overlap(self.mem[o], self.mem[v])), key=rank)
+            for v in range(T)
+        ]
+        self._graphs: dict[tuple[int, ...], tuple[list[int], list[list[int]], list[int]]] = {}
 
     def end(self, dsum: Sequence[float], local: Sequence[Sequence[int]]) -> float:
         """When the GPU ends, timed as `timeline.run_uses` times its uses (idle GPU)."""
-        uses = [v for v in range(self.T) if local[v]]
+        uses = tuple(v for v in range(self.T) if local[v])
+        graph = self._graphs.get(uses)
+        if graph is None:
+            graph = self._graphs[uses] = self._graph(uses)
+        waiting0, dependents, first = graph
+        waiting = list(waiting0)
+        ready = [0.0] * self.T
+        heap = [(0.0, v) for v in first]
+        live: dict[int, float] = {}
+        channel = end = 0.0
+        destroy, create, overlaps = self.destroy, self.create, self.overlaps
+        pop, push = heapq.heappop, heapq.heappush
+        while heap:
+            t, v = pop(heap)
+            for o in overlaps[v]:  # the live uses on its slices, by slot
+                if o in live:
+                    c = live.pop(o)
+                    channel = (c if c > channel else channel) + destroy[o]
+            channel = (t if t > channel else channel) + create[v]
+            live[v] = t = channel + dsum[v]
+            if t > end:
+                end = t
+            for k in dependents[v]:
+                if t > ready[k]:
+                    ready[k] = t
+                waiting[k] -= 1
+                if not waiting[k]:
+                    push(heap, (ready[k], k))
+        return end
+
+    def _graph(self, uses: tuple[int, ...]) -> tuple[list[int], list[list[int]], list[int]]:
+        """For a set of used nodes: each one's count of uses it waits for, the uses
+        waiting for each, and those waiting for none (`end`'s order of uses)."""
         last_on: dict[int, int] = {}
-        waiting = dict.fromkeys(uses, 0)
-        dependents: dict[int, list[int]] = {v: [] for v in uses}
+        waiting = [0] * self.T
+        dependents: list[list[int]] = [[] for _ in range(self.T)]
         for v in uses:
             deps = {last_on[m] for m in self.mem[v] if m in last_on}
             for m in self.mem[v]:
@@ -79,26 +117,7 @@ class _Shape:
             waiting[v] = len(deps)
             for i in deps:
                 dependents[i].append(v)
-        ready = dict.fromkeys(uses, 0.0)
-        heap = [(0.0, v) for v in uses if not waiting[v]]
-        live: dict[int, float] = {}
-        channel = end = 0.0
-        while heap:
-            t, v = heapq.heappop(heap)
-            mem = self.mem[v]
-            for o in sorted(
-                (o for o in live if _overlap(self.mem[o], mem)), key=self.slot_rank.get
-            ):
-                channel = max(channel, live.pop(o)) + self.destroy[o]
-            channel = max(channel, t) + self.create[v]
-            live[v] = t = channel + dsum[v]
-            end = max(end, t)
-            for k in dependents[v]:
-                ready[k] = max(ready[k], t)
-                waiting[k] -= 1
-                if not waiting[k]:
-                    heapq.heappush(heap, (ready[k], k))
-        return end
+        return waiting, dependents, [v for v in uses if not waiting[v]]
 
 
 def _overlap(a: range, b: range) -> bool:
