@@ -62,14 +62,30 @@ class _PublicPlan:
     batch: int
     order: int
     planned_seconds: float
+    tasks: int = 1  # instances of ``profile`` (a job of several slices), in its region
+
+
+def _as(current: Any) -> str:
+    """``as 1g.5gb at 0:1``; a job of several slices: ``as 4x1g.5gb (4 instances of
+    1g.5gb in region 4g at placement 0:4)``."""
+    from .daemon.gangview import gang_phrase, slice_name
+
+    tasks, pl = getattr(current, "tasks", 1), current.placement
+    if tasks <= 1:
+        return f"as {current.profile} at {pl.start}:{pl.size}"
+    phrase = gang_phrase(current.model, current.profile, pl, tasks)
+    return f"as {slice_name(current.profile, tasks)} ({phrase})"
 
 
 def _from_public(job: Any, entry: Mapping[str, Any] | None) -> _PublicPlan | None:
     """The plan of held ``job`` from its public summary entry, or None."""
     if entry is None or entry.get("state") != "planned":
         return None
+    from .daemon.gangview import split_slice
+
     try:
         start, size = (int(x) for x in entry["placement"])
+        profile, tasks = split_slice(str(entry["profile"])[:32])
         begin, end = entry.get("start"), entry.get("end")
         seconds = float(end) - float(begin) if begin is not None and end is not None else 0.0
         return _PublicPlan(
@@ -77,15 +93,28 @@ def _from_public(job: Any, entry: Mapping[str, Any] | None) -> _PublicPlan | Non
             job.restart_count,
             str(entry["node"])[:128],
             int(entry["gpu"]),
-            "",
-            str(entry["profile"])[:32],
+            _public_model(entry),
+            profile,
             Placement(start, size),
             int(entry.get("batch") or 0),
             int(entry.get("order") or 0),
             max(0.0, seconds),
+            tasks,
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _public_model(entry: Mapping[str, Any]) -> str:
+    """The GPU model of a public plan of several slices (the summary names it, to
+    name its region); "" otherwise, or when it is no model's name."""
+    name = entry.get("model")
+    if not isinstance(name, str) or not name:
+        return ""
+    try:
+        return get_model(name[:64]).name
+    except GeometryError:
+        return ""
 
 
 def _priority_lines(entry: Mapping[str, Any], public: Mapping[str, Any] | None) -> list[str]:
@@ -133,13 +162,19 @@ def _where(current: Any) -> dict[str, Any] | None:
     """Where the plan puts the job, as the JSON ``where`` field (None: no plan)."""
     if current is None:
         return None
-    return {
+    from .daemon.gangview import slice_name
+
+    tasks = getattr(current, "tasks", 1)
+    out = {
         "node": current.node,
         "gpu": current.gpu,
-        "profile": current.profile,
+        "profile": slice_name(current.profile, tasks),  # as status shows it
         "placement": [current.placement.start, current.placement.size],
         "planned_seconds": current.planned_seconds,
     }
+    if tasks > 1:
+        out["tasks"] = tasks
+    return out
 
 
 def _read_hints(comment: str) -> tuple[Any, str | None]:
@@ -157,9 +192,8 @@ def _active_lines(job: Any, current: Any, now: float) -> list[str]:
     if current is None:
         return [f"{job.state.lower()} on {job.nodes or '?'} (no slurm-mig record)"]
     lines = [
-        f"running on {current.node} gpu {current.gpu} as {current.profile} at "
-        f"{current.placement.start}:{current.placement.size} (batch {current.batch}, "
-        f"order {current.order})"
+        f"running on {current.node} gpu {current.gpu} {_as(current)} (batch "
+        f"{current.batch}, order {current.order})"
     ]
     if job.start_time:
         ran = now - job.start_time
@@ -182,7 +216,7 @@ def _done_lines(job: Any, current: Any) -> list[str]:
     if current is not None and job.start_time and job.end_time:
         lines.append(
             f"ran {_span(job.end_time - job.start_time)} on {current.node} gpu "
-            f"{current.gpu} as {current.profile}; planned {_span(current.planned_seconds)}"
+            f"{current.gpu} {_as(current)}; planned {_span(current.planned_seconds)}"
         )
     return lines
 
@@ -226,9 +260,9 @@ def _planned_lines(
 ) -> tuple[list[str], float | None]:
     """A pending job with a plan: where, whether released, and when it should start."""
     lines = [
-        f"planned on {current.node} gpu {current.gpu} as {current.profile} at "
-        f"{current.placement.start}:{current.placement.size} (batch {current.batch}, "
-        f"order {current.order} on that GPU), to run {_span(current.planned_seconds)}",
+        f"planned on {current.node} gpu {current.gpu} {_as(current)} (batch "
+        f"{current.batch}, order {current.order} on that GPU), to run "
+        f"{_span(current.planned_seconds)}",
         _release_line(job, entry),
     ]
     if entry is not None:
@@ -312,11 +346,13 @@ def _memory_line(job: Any, mem: int, current: Any) -> str:
         if job.restart_count > 0
         else "from its hint"
     )
-    need = f"needs {_gib(mem)} of GPU memory ({source})"
+    gang = current is not None and getattr(current, "tasks", 1) > 1
+    need = f"needs {_gib(mem)} of GPU memory{' per task' if gang else ''} ({source})"
     if current is not None:
         try:
             prof = get_model(current.model).profile(current.profile)
-            need += f"; {current.profile} has {_gib(prof.memory_bytes)}"
+            each = "each instance of " if gang else ""
+            need += f"; {each}{current.profile} has {_gib(prof.memory_bytes)}"
         except GeometryError:
             pass
     return need
@@ -334,6 +370,11 @@ def _hint_lines(
             "no mig: hint in its comment (runtime from earlier runs of its name, else its time limit)"
         ]
     lines = [f"its hint: {hint_text}"]
+    if hints.tasks > 1:
+        lines.append(
+            f"runs {hints.tasks} tasks side by side, each on a MIG instance of its own "
+            "(all of one size, on one GPU; planned and started together)"
+        )
     if hints.mem:
         lines.append(_memory_line(job, hints.mem, current))
     if hints.pcie:

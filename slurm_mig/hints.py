@@ -21,7 +21,11 @@ each at most once:
   ``time`` grammar, e.g. ``2h`` or ``1:30:00``) or a UTC date and time
   ``YYYY-MM-DDTHH:MM[:SS]`` (optionally ending in ``Z``; years 2000-2199). At
   submission (``now`` given) a date must not be in the past. Slurm's own ``--deadline``
-  takes precedence over it.
+  takes precedence over it;
+- ``tasks``: instances the job runs on, one per task, side by side, all of one size (a
+  job of several slices, `geometry.gangs`): a whole number from 1 (the default, one
+  slice) to `geometry.MAX_TASKS`. Slurm's ``--ntasks`` keeps its meaning (tasks that
+  share the job's slices).
 
 The whole word is at most 256 bytes. Slips that would otherwise be read wrongly are
 refused with the fix: the last setting of ``time``, ``deadline`` or ``mem`` a bare
@@ -46,7 +50,7 @@ from functools import lru_cache
 from .jobcomment import MAX_COMMENT, MAX_USER_COMMENT
 
 PREFIX = "mig:"
-KEYS = ("key", "mem", "iters", "time", "pcie", "alpha", "restartable", "deadline")
+KEYS = ("key", "mem", "iters", "time", "pcie", "alpha", "restartable", "deadline", "tasks")
 
 MAX_SIZE = 2**50  # bytes (1 PiB): beyond it a size is a typo, and no longer exact
 MAX_DURATION = 366 * 86400.0  # seconds
@@ -54,6 +58,7 @@ MAX_ITERS = 10**9
 MAX_PCIE = 1000.0  # GB/s: beyond any PCIe or NVLink-C2C link
 MAX_ALPHA = 100.0
 MAX_WORD_BYTES = 256
+MAX_TASKS = 8  # = geometry.MAX_TASKS (the hooks import this module: no geometry here)
 SIZE_FIX = "write bytes or a size like 12G or 512MiB"
 TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
 DEADLINE_FIX = (
@@ -99,6 +104,7 @@ class Hints:
     restartable: bool | None = None
     deadline_in: float | None = None  # seconds after submission
     deadline_at: float | None = None  # epoch seconds (UTC)
+    tasks: int = 1  # instances, one per task (a job of several slices); 1: one slice
 
     def deadline(self, submit_time: float) -> float | None:
         """The absolute deadline (epoch seconds) the hint gives a job submitted then."""
@@ -223,6 +229,16 @@ def _parse_restartable(text: str) -> bool:
     return text == "yes"
 
 
+def _parse_tasks(text: str) -> int:
+    """A job's count of instances (``tasks=4``): a whole number from 1 to `MAX_TASKS`."""
+    fix = f"write a whole number from 1 to {MAX_TASKS}, e.g. tasks=4"
+    if not text.isascii() or not text.isdigit() or float(text) < 1:
+        raise HintError(f"'{text}' is not a whole number of tasks; {fix}")
+    if float(text) > MAX_TASKS:
+        raise HintError(f"'{text}' is more than {MAX_TASKS} tasks (one MIG slice each); {fix}")
+    return int(text.lstrip("0"))
+
+
 def parse_deadline_date(text: str) -> float:
     """Epoch seconds of a UTC ``YYYY-MM-DDTHH:MM[:SS][Z]``; HintError (problem; fix)."""
     m = _DATE_RE.fullmatch(text)
@@ -250,6 +266,7 @@ _PARSERS = {
     "alpha": _parse_alpha,
     "restartable": _parse_restartable,
     "deadline": str,  # `_deadline` reads it
+    "tasks": _parse_tasks,
 }
 
 

@@ -19,7 +19,10 @@ SIZE_FIX = "write bytes or a size like 12G or 512MiB"
 TIME_FIX = "write seconds or a time like 90s, 15m, 2h or 1:30:00"
 
 
-KEYS_FIX = "use one of key, mem, iters, time, pcie, alpha, restartable, deadline"
+TASKS_FIX = "write a whole number from 1 to 8, e.g. tasks=4"
+
+
+KEYS_FIX = "use one of key, mem, iters, time, pcie, alpha, restartable, deadline, tasks"
 
 
 DEADLINE_FIX = (
@@ -101,6 +104,12 @@ GOOD: list[tuple[str | None, Hints]] = [
     ("mig:time=2 migplan=v1.a.b", Hints(time=2.0)),
     ("mig:key=x [slurm-mig: hours]", Hints(key="x")),  # the planner's note follows
     ("m\u0131g:mem=1G M\u0130G:x", Hints()),  # an ASCII prefix only, in any case
+    # a job of several slices (issue 36): one instance per task
+    ("mig:tasks=1", Hints()),
+    ("mig:tasks=4", Hints(tasks=4)),
+    ("mig:tasks=8", Hints(tasks=8)),
+    ("mig:tasks=04,key=w", Hints(tasks=4, key="w")),
+    ("mig:mem=4G,tasks=2,time=1h", Hints(mem=4 * GiB, tasks=2, time=3600.0)),
 ]
 
 
@@ -235,6 +244,15 @@ BAD: list[tuple[str, str, str]] = [
     ("mig:deadline=0", "'deadline=0'", "not above 0; " + TIME_FIX),
     ("mig:deadline=367d", "'deadline=367d'", "more than 366 days; " + TIME_FIX),
     ("mig:deadline=2h,deadline=3h", "'deadline=3h'", "'deadline' is given twice"),
+    ("mig:tasks=0", "'tasks=0'", "'0' is not a whole number of tasks; " + TASKS_FIX),
+    ("mig:tasks=9", "'tasks=9'", "'9' is more than 8 tasks (one MIG slice each); " + TASKS_FIX),
+    ("mig:tasks=" + "9" * 200, "'tasks=" + "9" * 200 + "'", "more than 8 tasks"),
+    ("mig:tasks=2.0", "'tasks=2.0'", "not a whole number of tasks; " + TASKS_FIX),
+    ("mig:tasks=-2", "'tasks=-2'", TASKS_FIX),
+    ("mig:tasks=four", "'tasks=four'", TASKS_FIX),
+    ("mig:tasks=1e1", "'tasks=1e1'", TASKS_FIX),
+    ("mig:tasks=", "'tasks='", "no value; write tasks=value"),
+    ("mig:tasks=2,tasks=3", "'tasks=3'", "'tasks' is given twice"),
 ]
 
 
@@ -242,8 +260,8 @@ def fuzz_comments(n: int, seed: int = 7) -> list[str]:
     """Near-miss comments built from the grammar's pieces, to compare Python and Lua
     beyond the hand-written cases."""
     rng = random.Random(seed)
-    keys = ["key", "mem", "iters", "time", "pcie", "alpha", "restartable", "deadline", "Mem",
-            "x", ""]  # fmt: skip
+    keys = ["key", "mem", "iters", "time", "pcie", "alpha", "restartable", "deadline", "tasks",
+            "Mem", "x", ""]  # fmt: skip
     values = [
         "1", "0", "12G", "1048576", "1048575", "2", "1.5", "12 ", "12g", "1.5T", "7KiB", "3kb", "1.", ".5", "1e3", "-1", "yes", "no",
         "Yes", "1:30:00", "61:00", "5:5", "1:5:7", "2h", "2H", "0.0", "a-b.c", "a b", "",
@@ -251,7 +269,8 @@ def fuzz_comments(n: int, seed: int = 7) -> list[str]:
         "2001-01-01T00:00", "2099-02-29T00:00", "2099-1-1T00:00", "2099-01-31T18:00:00Z",
     ]  # fmt: skip
     good = ["key=a.b", "mem=12G", "mem=3kb", "iters=5", "time=1:30:00", "time=2h", "pcie=0",
-            "alpha=0.5", "restartable=no", "deadline=2h", "deadline=2099-12-31T23:59"]  # fmt: skip
+            "alpha=0.5", "restartable=no", "deadline=2h", "deadline=2099-12-31T23:59",
+            "tasks=3"]  # fmt: skip
     out = []
     for _ in range(n):
         items = []

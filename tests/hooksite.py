@@ -101,7 +101,10 @@ class Site:
         try:
             a = open_token(token or "", self.key)
             models = ("A100-40GB", "A100-40GB")
-            return str(gres.index_of(models, gres.record_for(models, a.gpu, a.placement)))
+            return ",".join(  # one record per instance of a job of several slices
+                str(gres.index_of(models, gres.record_for(models, a.gpu, p)))
+                for p in a.instance_placements()
+            )
         except (AssignmentError, IndexError, ValueError):
             return None
 
@@ -145,6 +148,7 @@ def assignment(
     issued: float = T0,
     keep_for: str | None = None,
     reuse_from: str | None = None,
+    tasks: int = 1,
 ) -> Assignment:
     return Assignment(
         job_id=job_id,
@@ -160,6 +164,7 @@ def assignment(
         issued=issued,
         reuse_from=reuse_from,
         keep_for=keep_for,
+        tasks=tasks,
     )
 
 

@@ -192,3 +192,17 @@ def test_job_submit_lua_has_the_limit_line_site_files_rewrites() -> None:
     assert re.findall(r"(?m)^local MAX_MIG_MEM = .*$", lua) == ["local MAX_MIG_MEM = 0"]
     # the Lua mirrors the Python constants it needs
     assert "local MIN_PLAIN_BYTES = 2 ^ 20" in lua
+
+
+def test_tasks_bound_is_the_geometry_s_and_the_lua_s() -> None:
+    """``tasks=`` is bounded by `geometry.MAX_TASKS` in the parser and in the Lua."""
+    from slurm_mig.geometry import MAX_TASKS
+    from slurm_mig.hints import MAX_TASKS as HINT_MAX
+
+    assert HINT_MAX == MAX_TASKS
+    assert parse_hints(f"mig:tasks={MAX_TASKS}").tasks == MAX_TASKS
+    with pytest.raises(HintError, match=rf"more than {MAX_TASKS} tasks"):
+        parse_hints(f"mig:tasks={MAX_TASKS + 1}")
+    lua = (Path(__file__).resolve().parents[1] / "contrib" / "job_submit.lua").read_text()
+    assert f"local MAX_TASKS = {MAX_TASKS} " in lua
+    assert parse_hints("mig:key=a").tasks == 1  # the default: one slice

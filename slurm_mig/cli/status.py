@@ -34,7 +34,9 @@ COLUMNS = (
     Column("N", "NODE", "node"),
     Column("g", "GPU", "GPU index on the node"),
     Column("m", "MODEL", "GPU model"),
-    Column("P", "PROFILE", "MIG profile"),
+    Column(
+        "P", "PROFILE", "MIG profile; a job of N slices (mig:tasks=N): Nx<profile>, e.g. 4x1g.5gb"
+    ),
     Column("l", "PLACEMENT", "placement: first memory slice:memory slices"),
     Column("U", "UUID", "MIG UUID (from the node's records)"),
     Column("S", "START", "running: when its instance was ready; waiting: projected"),
@@ -56,7 +58,10 @@ def add_parser(sub) -> None:
             "runtime: 'late 41s' once past it), the "
             "free compute slices, the largest profile that could be created now and the "
             "fragmentation cost (1 - largest free block / free slices); then the queue "
-            "with each planned job's node, GPU, profile and projected start. Reads the "
+            "with each planned job's node, GPU, profile and projected start. A job of "
+            "several slices (mig:tasks=N) is one row, its profile written N times each "
+            "instance's (4x1g.5gb) and its placement that of the region holding them. "
+            "Reads the "
             "planner's status file (root only), squeue and the nodes' reports (UUIDs, "
             "kept instances; README: Node reports). Users: 'slurm-mig explain JOB'. When the "
             "planner's last cycle ended more than 3 x [planner] cycle + 60 s ago, or it "

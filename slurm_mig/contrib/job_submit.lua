@@ -115,10 +115,11 @@ local NICE_REFUSED = "slurm-mig: nice cannot change while the slurm-mig planner 
 	.. "(Slurm would lift its hold); scancel it and submit it again with --nice=N"
 
 local PREFIX = "mig:"
-local KEYS = "key, mem, iters, time, pcie, alpha, restartable, deadline"
+local KEYS = "key, mem, iters, time, pcie, alpha, restartable, deadline, tasks"
 local MAX_SIZE = 2 ^ 50 -- bytes (1 PiB)
 local MAX_DURATION = 366 * 86400 -- seconds
 local MAX_ITERS = 1000000000
+local MAX_TASKS = 8 -- instances of a job of several slices (geometry.MAX_TASKS)
 local MAX_PCIE = 1000 -- GB/s
 local MAX_ALPHA = 100
 local MAX_WORD = 256 -- bytes of the mig: word
@@ -353,6 +354,15 @@ local CHECKS = {
 		end
 	end,
 	deadline = check_deadline,
+	tasks = function(v)
+		local fix = "write a whole number from 1 to " .. MAX_TASKS .. ", e.g. tasks=4"
+		if not v:match("^%d+$") or tonumber(v) < 1 then
+			return q(v) .. " is not a whole number of tasks; " .. fix
+		end
+		if tonumber(v) > MAX_TASKS then
+			return q(v) .. " is more than " .. MAX_TASKS .. " tasks (one MIG slice each); " .. fix
+		end
+	end,
 }
 
 local function fail(shown, problem)

@@ -394,7 +394,9 @@ def _release_fields(
     action: Release, key: bytes, clock: Callable[[], float], gres: bool, slices: bool = False
 ) -> dict[str, str]:
     """The one update before a release: the record fields that changed, the signed
-    token in the Comment, the GRES record (and the slices), the planner's dependency."""
+    token in the Comment, the GRES records (one per instance: a job of several slices
+    has several; with ``slices``, the count of all their compute slices), the planner's
+    dependency."""
     a = action.assignment
     token = sign(replace(a, issued=clock()), key)
     fields_ = dict(action.fields)
@@ -404,9 +406,10 @@ def _release_fields(
         from ..slurm.gres import Record, tres_per_node
 
         model = get_model(a.model)
-        record = Record(a.gpu, gi_id_for(model, a.placement))
-        count = model.profile(a.profile).compute_slices if slices else 0
-        fields_["TresPerNode"] = tres_per_node(record, count)
+        places = a.instance_placements()  # AssignmentError: this release fails alone
+        records = [Record(a.gpu, gi_id_for(model, p)) for p in places]
+        count = model.profile(a.profile).compute_slices * len(places) if slices else 0
+        fields_["TresPerNode"] = tres_per_node(records, count)
     if action.after:  # released ahead: Slurm starts it once those jobs have left
         fields_["Dependency"] = "afterany:" + ":".join(action.after)
     return fields_

@@ -109,6 +109,8 @@ def reported_records(config: Config) -> tuple[NodeRecord, ...]:
     for node in config.nodes:
         for r in snaps.get(node, {}).get("jobs", ()):
             out.append(
-                NodeRecord(node, r.gpu, r.job_id, r.restart, r.profile, r.placement, r.ready)
+                NodeRecord(
+                    node, r.gpu, r.job_id, r.restart, r.profile, r.placement, r.ready, r.tasks
+                )
             )
     return tuple(out)

@@ -3,6 +3,12 @@ from the learned runs of that owner and kind (`runtimes.estimate_for_job`), or, 
 an overrun of its owner's counts against their ``time=`` hints, from what they ran
 (`slurm_mig.overruns`: read once per cycle, and from the runs squeue shows).
 
+Runtimes are learned and estimated per instance size: one task on its instance. A job
+of several slices (``tasks=N``) runs its N tasks side by side, each on an instance of
+one size, so its estimate is `geometry.gang_times` of one task's: seconds per size of
+the region that holds the N instances (``time=`` and the time limit are one task's,
+the gang's); regions that hold none are left out (it cannot run there).
+
 A job's kind is its hint ``key=``, else its name, else ``job-<id>``; its owner is its
 Slurm uid (``uid:<n>``, `slurm_mig.owner`). Runs are learned and read per (owner, kind): one user's jobs cannot change
 another user's plans, whatever they are named. Both are bounded: a kind is the name
@@ -22,7 +28,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..geometry import get_model
+from ..geometry import gang_times, get_model, mask_tables, region_sizes
 from ..hints import cached_hints
 from ..overruns import OVERRUN_MEMORY_S, live_overruns, merge
 from ..owner import owner_of
@@ -30,7 +36,7 @@ from ..runtimes import MAX_KEY, estimate_for_job, memory_for_job
 from ..slurm.jobrecord import in_partition, job_phase
 from .cycle import Estimate
 
-__all__ = ["Estimator", "distrusted_times", "job_kind", "job_owner"]
+__all__ = ["Estimator", "distrusted_times", "gang_region_times", "job_kind", "job_owner"]
 
 _KIND_RE = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_KEY}}}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -131,8 +137,9 @@ class Estimator:
         """The estimate of a running or finished job: its kind and owner only (what
         its runtime is learned under)."""
         key, hints = self.key_of(job)
-        hint = None if isinstance(hints, Exception) else hints.time
-        return Estimate(key, owner=job_owner(job), hint=hint)
+        if isinstance(hints, Exception):
+            return Estimate(key, owner=job_owner(job))
+        return Estimate(key, owner=job_owner(job), hint=hints.time, tasks=hints.tasks)
 
     def __call__(self, job: Any, models: Iterable[str]) -> Estimate:
         key, hints = self.key_of(job)
@@ -150,6 +157,7 @@ class Estimator:
             hints.pcie,
             hints.alpha,
             hints.restartable,
+            hints.tasks,
         )
         if memo not in self._memo:
             try:
@@ -167,6 +175,10 @@ class Estimator:
         else:
             times = self._trusted(job, key, owner, hints, names)
         mem = memory_for_job(self.store, key, owner, hints.mem)
+        if hints.tasks > 1:
+            times = {
+                n: gang_region_times(get_model(n), t, hints.tasks, mem) for n, t in times.items()
+            }
         return Estimate(
             key,
             times,
@@ -175,6 +187,7 @@ class Estimator:
             alpha=hints.alpha if hints.alpha is not None else 1.0,
             restartable=bool(hints.restartable),
             owner=owner,
+            tasks=hints.tasks,
         )
 
     def _distrusted(
@@ -215,6 +228,20 @@ class Estimator:
             )
             for name in names
         }
+
+
+def gang_region_times(
+    model: Any, task_times: Mapping[int, float], tasks: int, memory: int | None
+) -> dict[int, float]:
+    """A job of ``tasks`` instances: one task's seconds per instance size as seconds
+    per region size (`geometry.gang_times`), only the regions whose instances have
+    ``memory`` (one task's; the planner's memory per size, as `runnable_sizes` reads
+    it): a gang no region runs is left with none, and noted (`problems`)."""
+    out = gang_times(model, task_times, tasks)
+    if memory:
+        per, have = region_sizes(model, tasks), mask_tables(model).memory
+        out = {r: t for r, t in out.items() if have[per[r]] >= memory}
+    return out
 
 
 def distrusted_times(

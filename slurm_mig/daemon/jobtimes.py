@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..geometry import Slot
+from ..geometry import Slot, task_size
 from ..planner.decisions import Decisions, Place
 from ..planner.snapshot import ClusterSnapshot, Instance, Planned
 
@@ -28,7 +28,9 @@ def project_jobs(
 ) -> dict[str, dict[str, Any]]:
     """job id -> {node, gpu, profile, placement, state (running | released | planned),
     start, end, free_at (when the slices it waits for are free), batch, order, planned
-    seconds} for every busy and planned job; times absolute, None when unknown."""
+    seconds} for every busy and planned job; times absolute, None when unknown. A job
+    of several slices: ``profile`` is `gangview.slice_name` (``4x1g.5gb``), with
+    ``tasks`` and ``region`` (its placement's profile) beside it."""
     out: dict[str, dict[str, Any]] = {}
     for snap, got in zip(groups, decisions):
         ends = [[-INF] * snap.model.memory_slices for _ in snap.gpus]
@@ -39,15 +41,34 @@ def project_jobs(
     return out
 
 
-def _where(snap: ClusterSnapshot, gpu: int, slot: Slot) -> dict[str, Any]:
-    """Where a job runs, as `status` shows it: node, GPU index, profile and placement."""
+def _tasks(snap: ClusterSnapshot, job: str | None) -> int:
+    """Instances job ``job`` of ``snap`` runs on (1 for a single job, or one unknown)."""
+    if job is None:
+        return 1
+    run = snap.running.get(job)
+    got = run.job if run is not None else snap.pending.get(job)
+    return getattr(got, "tasks", 1) if got is not None else 1
+
+
+def _where(snap: ClusterSnapshot, gpu: int, slot: Slot, job: str | None = None) -> dict[str, Any]:
+    """Where a job runs, as `status` shows it: node, GPU index, profile and placement
+    (a job of several slices: its instances as `gangview.slice_name`, and its region)."""
+    from .gangview import slice_name
+
     g = snap.gpus[gpu]
-    return {
+    region = snap.model.profile_for_slot(slot).name
+    out = {
         "node": g.node,
         "gpu": g.local,
-        "profile": snap.model.profile_for_slot(slot).name,
+        "profile": region,
         "placement": [slot.placement.start, slot.placement.size],
     }
+    tasks = _tasks(snap, job)
+    each = task_size(snap.model, slot.size, tasks) if tasks > 1 else None
+    if each is not None:
+        out["profile"] = slice_name(snap.model.profile_for_size(each).name, tasks)
+        out["tasks"], out["region"], out["model"] = tasks, region, snap.model.name
+    return out
 
 
 def _occupy(ends: list[float], slot: Slot, until: float) -> None:
@@ -77,7 +98,7 @@ def _project_started(
             _occupy(ends[index], inst.slot, e)
             started = run.started if run is not None else inst.ready_at
             out[inst.job] = {
-                **_where(snap, index, inst.slot),
+                **_where(snap, index, inst.slot, inst.job),
                 "state": "running",
                 "start": _finite(started),
                 "end": _finite(e),
@@ -102,7 +123,7 @@ def _project_released(
         e = begin + max(0.0, seconds)
         _occupy(ends[index], inst.slot, e)
         out[inst.job] = {
-            **_where(snap, index, inst.slot),
+            **_where(snap, index, inst.slot, inst.job),
             "state": "released",
             "start": _finite(begin),
             "end": _finite(e),
@@ -132,7 +153,7 @@ def _project_plans(
         e = begin + p.seconds
         _occupy(ends[p.gpu], p.slot, e)
         out[p.job] = {
-            **_where(snap, p.gpu, p.slot),
+            **_where(snap, p.gpu, p.slot, p.job),
             "state": "released" if p.job in released else "planned",
             "start": _finite(begin),
             "end": _finite(e),

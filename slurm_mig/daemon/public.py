@@ -40,6 +40,9 @@ FIELDS = (
     "free_at",
     "batch",
     "order",
+    "tasks",  # a job of several slices: its instances (profile is `gangview.slice_name`)
+    "region",  # and the profile of the region that holds them (at placement)
+    "model",  # and the GPU model (whose region it is)
 )
 MAX_JOBS = 100_000
 MAX_GPUS = 10_000  # GPUs in the capacity list at most
@@ -138,7 +141,8 @@ def capacity(snapshots: Any, projected: Mapping[str, Any]) -> list[dict[str, Any
         if not pl or p.get("node") is None or p.get("gpu") is None:
             continue
         key = (str(p["node"]), int(p["gpu"]))
-        taken.setdefault(key, []).append((int(pl[0]), int(pl[1]), str(p.get("profile", ""))))
+        shape = p.get("region") or p.get("profile", "")  # a job of several slices: its region
+        taken.setdefault(key, []).append((int(pl[0]), int(pl[1]), str(shape)))
     out: list[dict[str, Any]] = []
     for snap in snapshots:
         model = snap.model

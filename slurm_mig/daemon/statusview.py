@@ -124,10 +124,20 @@ def largest_free(model: GpuModel, held: Sequence[Placement]) -> tuple[str, int]:
 
 
 def _profile_slices(model: GpuModel, profile: str) -> int:
-    try:
-        return model.profile(profile).compute_slices
-    except GeometryError:
-        return 0
+    """Compute slices of a row's instances (``4x1g.5gb``: four 1g; 0 when unknown)."""
+    from .gangview import slice_slices
+
+    return slice_slices(model, profile)
+
+
+def _gang_names(projected: Mapping[str, Any]) -> dict[str, str]:
+    """Job id -> its `gangview.slice_name` for the jobs of several slices projected
+    (the planner's snapshot names only their region)."""
+    return {
+        str(j): str(p.get("profile", ""))
+        for j, p in projected.items()
+        if isinstance(p, Mapping) and isinstance(p.get("tasks"), int) and p["tasks"] > 1
+    }
 
 
 def _snapshot_rows(
@@ -138,9 +148,12 @@ def _snapshot_rows(
     by_id: Mapping[str, Any],
     drift: Mapping[str, Any],
     pending: str,
+    gangs: Mapping[str, str] | None = None,
 ) -> tuple[list[InstanceRow], list[Placement], int]:
     """The rows of the instances in the GPU's last snapshot, their placements and the
-    compute slices busy with a job; a released job not yet started is left to the queue."""
+    compute slices busy with a job (a job of several slices: one row, named as
+    ``gangs`` says, its instances' slices); a released job not yet started is left to
+    the queue."""
     from ..slurm.jobrecord import job_phase
 
     rows: list[InstanceRow] = []
@@ -155,11 +168,12 @@ def _snapshot_rows(
         if job_id and rec is None and sq is not None and job_phase(sq.state) != "active":
             continue  # released, not started: in the queue (its slices may be busy)
         held.append(placement)
+        profile = (gangs or {}).get(job_id) or str(inst.get("profile", ""))
         if job_id:
-            busy += _profile_slices(model, str(inst.get("profile", "")))
+            busy += _profile_slices(model, profile)
         rows.append(
             InstanceRow(
-                profile=printable(inst.get("profile", ""), SHORT),
+                profile=printable(profile, SHORT),
                 placement=(placement.start, placement.size),
                 uuid=printable(rec.uuid, SHORT) if rec is not None else (pending if job_id else ""),
                 job=printable(job_id, SHORT),
@@ -262,7 +276,8 @@ def _gpu_row(
     # the node's records are readable and name no instance (yet: squeue shows a job
     # running while its Prolog still prepares the instance)
     pending = "(no record yet)" if "jobs" in recs else ""
-    rows, held, busy = _snapshot_rows(model, g, local, uuid_of, by_id, drift, pending)
+    gangs = _gang_names(projected)
+    rows, held, busy = _snapshot_rows(model, g, local, uuid_of, by_id, drift, pending, gangs)
     shown = {r.job for r in rows}
     more, more_held, more_busy = _released_rows(
         model, name, local, shown, projected, uuid_of, by_id, drift, pending

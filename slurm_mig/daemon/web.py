@@ -48,7 +48,8 @@ class WebState:
                     rec["end"] = now
             for job, p in projected.items():
                 if p.get("state") == "running":
-                    rec = {k: p.get(k) for k in ("node", "gpu", "profile", "placement", "start")}
+                    keys = ("node", "gpu", "profile", "placement", "start", "region")
+                    rec = {k: p.get(k) for k in keys}
                     self.ran[job] = {**self.ran.get(job, {}), **rec, "end": None}
             while len(self.ran) > HISTORY:
                 self.ran.popitem(last=False)
@@ -112,7 +113,8 @@ def gantt_views(
             continue
         model = groups[at[0]][0]
         try:
-            size = model.profile(r["profile"]).compute_slices
+            # a job of several slices is drawn on its region (its label names the tasks)
+            size = model.profile(r.get("region") or r["profile"]).compute_slices
             start, length = r["placement"]
             slot = Slot(Placement(start, length), size)
         except Exception:

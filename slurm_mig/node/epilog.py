@@ -17,7 +17,7 @@ from .hookenergy import energy_end
 from .hookoutcome import Clock, Outcome, describe_item
 from .jobenv import JobEnv
 from .nodestate import JobRecord, LockBusyError, NodeState, NodeStateError, out_of_room
-from .reclaim import destroy, kept_record, moved_on_jobs, reclaim_expired
+from .reclaim import destroy_each, kept_record, kept_records, moved_on_jobs, reclaim_expired, worst
 
 __all__ = ["epilog"]
 
@@ -84,7 +84,8 @@ def _hand_over(
     if rec is None:
         out.warn(f"{why}; no instance recorded for this job")
         return
-    state.put_kept(kept_record(rec, for_job=None, until=now))
+    for k in kept_records(rec, for_job=None, until=now, models=models):
+        state.put_kept(k)
     state.remove_job(job.job_id)
     out.warn(f"{why}; left {describe_item(rec)} for the next hook on this node to destroy")
     _record_runtime(rec, job, models, now, state, out, rotate=False)
@@ -105,7 +106,8 @@ def _release(
     ran = f"after {seconds:.1f} s"
     jobs = cache(state.jobs)  # read once, and only if energy or a kept instance needs it
     measured = energy_end(rec, models, state, backend, end, out, jobs)
-    keep = bool(rec.keep_for) and rec.keep_for not in moved_on_jobs(state, jobs)
+    # a job of several slices is never kept (its Prolog refuses a keep_for)
+    keep = bool(rec.keep_for) and not rec.members and rec.keep_for not in moved_on_jobs(state, jobs)
     if keep:
         until = end + config.reuse_wait
         try:
@@ -124,34 +126,54 @@ def _release(
                 f"(up to {config.reuse_wait:.0f} s) {ran}"
             )
     if not keep:
-        try:
-            gone = not destroy(backend, rec.gpu, rec.uuid, job.job_id, out, rec.profile)
-            done = "found gone already" if gone else "destroyed"
-            out.say(f"{done} {describe_item(rec)} {ran}")
-        except DeviceError as exc:
-            if exc.node_fault:
-                # Keep it on record, expired, so that the next hook on the node retries.
-                state.put_kept(kept_record(rec, for_job=None, until=end))
-                held = f"; {_holders(backend, rec)}" if isinstance(exc, InstanceInUse) else ""
-                out.fault(f"cannot destroy {describe_item(rec)}: {exc}{held}")
-            else:
-                out.warn(f"cannot destroy {describe_item(rec)}, leaving it: {exc}")
+        _destroy(rec, job, models, backend, state, end, ran, out)
     _record_runtime(rec, job, models, end, state, out, freed=clock(), measured_j=measured)
     state.remove_job(rec.job_id)
 
 
-def _holders(backend: MigBackend, rec: JobRecord) -> str:
-    """Who keeps ``rec``'s instance in use after its job ended (processes with its
+def _destroy(
+    rec: JobRecord,
+    job: JobEnv,
+    models: tuple[str, ...],
+    backend: MigBackend,
+    state: NodeState,
+    end: float,
+    ran: str,
+    out: Outcome,
+) -> None:
+    """Destroy every instance of the job (each tried); one that cannot be destroyed for
+    a node fault stays on record as a kept instance, expired, for the next hook on the
+    node to retry, and the node drains."""
+    gone, failed = destroy_each(backend, rec.gpu, rec.uuids, job.job_id, out, rec.profile)
+    exc = worst(failed)
+    if exc is None:
+        done = "found gone already" if gone == rec.tasks else "destroyed"
+        out.say(f"{done} {describe_item(rec)} {ran}")
+        return
+    left = [k for k in kept_records(rec, None, end, models) if k.uuid in failed]
+    what = describe_item(rec) if rec.tasks == 1 else ", ".join(describe_item(k) for k in left)
+    if exc.node_fault:
+        for k in left:  # kept on record, expired, so that the next hook on the node retries
+            state.put_kept(k)
+        bad = next(k for k in left if failed[k.uuid] is exc)
+        held = f"; {_holders(backend, rec.gpu, bad.uuid)}" if isinstance(exc, InstanceInUse) else ""
+        out.fault(f"cannot destroy {what}: {exc}{held}")
+    else:
+        out.warn(f"cannot destroy {what}, leaving it: {exc}")
+
+
+def _holders(backend: MigBackend, gpu: int, uuid: str) -> str:
+    """Who keeps instance ``uuid`` in use after its job ended (processes with its
     capability nodes open), for the drain reason."""
     from .holders import describe_holders, find_holders
 
     try:
-        inst = next((i for i in backend.instances(rec.gpu) if i.uuid == rec.uuid), None)
+        inst = next((i for i in backend.instances(gpu) if i.uuid == uuid), None)
     except DeviceError:
         inst = None
     if inst is None:
         return describe_holders([])
-    minors = {minor(rec.gpu, inst.gi_id), minor(rec.gpu, inst.gi_id, inst.ci_id)}
+    minors = {minor(gpu, inst.gi_id), minor(gpu, inst.gi_id, inst.ci_id)}
     return describe_holders(find_holders(minors))
 
 

@@ -30,17 +30,16 @@ def read_energy(backend: MigBackend, gpu: int, out: Outcome) -> int | None:
 def busy_slices(
     records: Iterable[JobRecord], models: tuple[str, ...], gpu: int, but: str = ""
 ) -> dict[str, int]:
-    """Run key -> compute slices of the runs on GPU ``gpu`` (of the job ``records``),
-    ``but`` that job's."""
+    """Run key -> compute slices of the runs on GPU ``gpu`` (of the job ``records``; every
+    instance of a job of several slices), ``but`` that job's."""
     from ..slurm.energysplit import run_key
 
     out = {}
     for r in records:
         if r.gpu == gpu and r.job_id != but:
             try:
-                out[run_key(r.job_id, r.restart)] = (
-                    get_model(models[gpu]).profile(r.profile).compute_slices
-                )
+                slices = get_model(models[gpu]).profile(r.profile).compute_slices
+                out[run_key(r.job_id, r.restart)] = slices * r.tasks
             except (GeometryError, IndexError):
                 continue
     return out

@@ -64,4 +64,9 @@ def describe(profile: str, placement: Placement, gpu: int, uuid: str | None = No
 
 
 def describe_item(item: MigInstance | JobRecord | KeptInstance) -> str:
+    """`describe` of an instance or record; a job of several slices' record as ``4 x
+    1g.5gb in 0:4 on gpu 1 (MIG-a, MIG-b, ...)``, every instance named."""
+    if isinstance(item, JobRecord) and item.members:
+        where = f"{item.placement.start}:{item.placement.size} on gpu {item.gpu}"
+        return f"{item.tasks} x {item.profile} in {where} ({', '.join(item.uuids)})"
     return describe(item.profile, item.placement, item.gpu, item.uuid)

@@ -39,6 +39,8 @@ class JobEnv:
     array_unknown: bool = False
     # SLURM_JOB_ID where job_id is an array task's <array id>_<task> (`as_array_task`)
     slurm_id: str = ""
+    # SLURM_LOCALID: the task's number on the node (TaskProlog); None: unset or malformed
+    local_id: int | None = None
 
     @property
     def own_id(self) -> str:
@@ -52,8 +54,9 @@ class JobEnv:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JobEnv:
         """Read SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_PARTITION, SLURM_JOB_COMMENT,
-        SLURM_JOB_UID, SLURM_JOB_GPUS and the restart count (SLURM_JOB_RESTART_COUNT, or
-        SLURM_RESTART_COUNT in a task); every value's length and form is bounded."""
+        SLURM_JOB_UID, SLURM_JOB_GPUS, SLURM_LOCALID (a task's) and the restart count
+        (SLURM_JOB_RESTART_COUNT, or SLURM_RESTART_COUNT in a task); every value's length
+        and form is bounded."""
         job_id = env.get("SLURM_JOB_ID", "").strip()
         if not job_id:
             raise HookInputError(
@@ -92,7 +95,14 @@ class JobEnv:
             problem=problem,
             uid=int(raw_uid) if digits(raw_uid, 10) and int(raw_uid) < 2**32 - 1 else None,
             gpus=gpus,
+            local_id=_local_id(env.get("SLURM_LOCALID", "")),
         )
+
+
+def _local_id(raw: str) -> int | None:
+    """SLURM_LOCALID as a task number (0 to 4095: more tasks than a node runs), else None."""
+    raw = raw.strip()
+    return int(raw) if digits(raw, 4) and int(raw) < 4096 else None
 
 
 def digits(text: str, most: int) -> bool:

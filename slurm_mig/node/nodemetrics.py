@@ -202,7 +202,7 @@ def record(config, node: str, events: Sequence[tuple[str, str, float]]) -> str |
     try:
         models = config.gpu_models(node)
         state = NodeState(config.run_dir_for(node))
-        instances = [(r.gpu, r.profile, "job") for r in state.jobs()]
+        instances = [(r.gpu, r.profile, "job") for r in state.jobs() for _ in r.uuids]
         instances += [(k.gpu, k.profile, "kept") for k in state.kept()]
     except (ValueError, NodeStateError) as exc:  # ConfigError is a ValueError
         return f"metrics not written: {exc}"

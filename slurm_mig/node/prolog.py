@@ -17,7 +17,7 @@ from ..geometry import get_model
 from ..slurm.assignment import Assignment, AssignmentError, load_key
 from .admission import check_assignment, in_partition, not_ours, read_hints
 from .hookenergy import energy_start
-from .hookoutcome import Clock, Outcome, describe, describe_item
+from .hookoutcome import Clock, Outcome, describe_item
 from .jobenv import JobEnv
 from .nodestate import (
     JobRecord,
@@ -27,8 +27,9 @@ from .nodestate import (
     Refusal,
     out_of_room,
 )
-from .reclaim import destroy, kept_record, reclaim_expired, whose
-from .recordsweep import Asker, clear_in_way
+from .placing import clear_way, job_record, live_instances, place_gang, plan_text
+from .reclaim import destroy, destroy_all, kept_records, reclaim_expired, whose
+from .recordsweep import Asker
 
 __all__ = ["prolog"]
 
@@ -100,7 +101,7 @@ def _prolog_gated(
     assignment's GPU under its lock, then expired kept instances of any GPU."""
     now = clock()
     try:
-        if _reused(job, backend, state, now, out):
+        if _reused(job, backend, state, now, out, models):
             return
         verdict = check_assignment(
             job, key, models, config.token_ttl, now, gres=config.gres != "off"
@@ -141,37 +142,51 @@ def _undo_unless(
     write: Callable[[], None], rec: JobRecord, state: NodeState, backend: MigBackend, out: Outcome
 ) -> None:
     """``write`` a record of the instance this prolog prepared; when it cannot be written,
-    destroy the instance and drop its job record (removing needs no room) before passing
-    the error on, so no instance is left without a record. Under the instance's GPU
-    lock."""
+    destroy its instances (every one of a job of several slices) and drop its job record
+    (removing needs no room) before passing the error on, so no instance is left
+    without a record. Under the instance's GPU lock."""
     try:
         write()
     except NodeStateError as exc:
-        gone = not destroy(backend, rec.gpu, rec.uuid, rec.job_id, out, rec.profile)
+        gone = destroy_all(backend, rec.gpu, rec.uuids, rec.job_id, out, rec.profile)
         state.remove_job(rec.job_id)
-        done = "it was gone already" if gone else "destroyed it"
+        done = "it was gone already" if gone == rec.tasks else "destroyed it"
         out.warn(f"cannot keep the record of {describe_item(rec)}: {exc}; {done}")
         raise
 
 
-def _reused(job: JobEnv, backend: MigBackend, state: NodeState, now: float, out: Outcome) -> bool:
+def _reused(
+    job: JobEnv,
+    backend: MigBackend,
+    state: NodeState,
+    now: float,
+    out: Outcome,
+    models: tuple[str, ...],
+) -> bool:
     """True when an earlier try of this prolog prepared the job's instance (reused as it
-    is). An instance of an earlier run of the job becomes a kept one, for this run to
-    adopt or the next hook to reclaim. The job's own records only: no GPU lock (no other
-    hook changes a live job's record; the kept record is written before the job record
-    is removed, so the instance stays accounted for)."""
+    is; a job of several slices only when all its instances are there). An instance of
+    an earlier run of the job, or what is left of an incomplete gang, becomes a kept
+    one, expired, for this run to clear or adopt or the next hook to reclaim. The job's
+    own records only: no GPU lock (no other hook changes a live job's record; the kept
+    record is written before the job record is removed, so the instance stays accounted
+    for)."""
     rec = state.job(job.job_id)
     if rec is None:
         return False
     if rec.restart == job.restart:
-        if any(i.uuid == rec.uuid for i in backend.instances(rec.gpu)):
+        there = {i.uuid for i in backend.instances(rec.gpu)}
+        if there.issuperset(rec.uuids):
             state.remove_refusal(job.job_id)
             state.put_task(_own(rec, job), job.uid)
             out.say(f"reusing {describe_item(rec)}, prepared by an earlier try of this prolog")
             return True
+        for k in kept_records(rec, for_job=job.job_id, until=now, models=models):
+            if k.uuid in there:  # what is left of an incomplete gang
+                state.put_kept(k)
         out.warn(f"its record names {describe_item(rec)}, which is gone; preparing it again")
     else:
-        state.put_kept(kept_record(rec, for_job=job.job_id, until=now))
+        for k in kept_records(rec, for_job=job.job_id, until=now, models=models):
+            state.put_kept(k)
         out.say(f"run {rec.restart} of this job left {describe_item(rec)}; reclaiming it")
     state.remove_job(job.job_id)
     return False
@@ -206,11 +221,13 @@ def _place(
     `recordsweep`, asking Slurm with ``ask``) is cleared like an orphan. ``gres``: the
     instance must have the GPU-instance id of the job's GRES record (its capability
     nodes are the ones the device cgroup opens), else it is destroyed and the job
-    requeued."""
-    start = clock()
-    live = {r.uuid: r for r in records if r.job_id != job.job_id}
-    kept = {k.uuid: k for k in state.kept()}
+    requeued. A job of several slices: `placing.place_gang`."""
+    live = live_instances(records, job.job_id)
     instances = backend.instances(a.gpu)
+    if a.tasks > 1:
+        return place_gang(a, job, state, live, instances, backend, clock, out, gres, ask)
+    start = clock()
+    kept = {k.uuid: k for k in state.kept()}
     want_gi = gi_id_for(get_model(a.model), a.placement) if gres else None
     adopt = next(
         (
@@ -224,31 +241,16 @@ def _place(
         None,
     )
     in_way = [i for i in instances if i.placement.overlaps(a.placement) and i != adopt]
-    blocking = [live[i.uuid] for i in in_way if i.uuid in live]
-    held = (
-        clear_in_way(blocking, job.node, ask, state, backend, job.job_id, out) if blocking else None
-    )
-    if held is not None:
-        return Refusal(
-            job.job_id,
-            "requeue",
-            f"slices still in use by job {held.job_id}: {describe_item(held)} overlaps "
-            f"the planned {describe(a.profile, a.placement, a.gpu)}",
-        )
-    for i in (i for i in in_way if i.uuid not in live):
-        k = kept.get(i.uuid)
-        what = f"instance {whose(k)}" if k else "orphan instance (no job record)"
-        destroy(backend, i.gpu, i.uuid, job.job_id, out, i.profile)
-        if k:
-            state.remove_kept(i.uuid)
-        out.say(f"destroyed {what} {describe_item(i)}: it overlaps the planned placement")
+    refusal = clear_way(a, in_way, live, kept, job, state, backend, out, ask)
+    if refusal is not None:
+        return refusal
     if adopt is not None:
         k = kept[adopt.uuid]
         state.remove_kept(adopt.uuid)
         ready = clock()
         out.event("adopt", a.profile)
-        out.say(f"adopted {describe_item(adopt)}, {whose(k)}; {_plan(a)}")
-        return _record(a, job, adopt.uuid, k.created or start, ready, reused=True)
+        out.say(f"adopted {describe_item(adopt)}, {whose(k)}; {plan_text(a)}")
+        return job_record(a, job, adopt.uuid, k.created or start, ready, reused=True)
     return _create(a, job, backend, want_gi, start, clock, out)
 
 
@@ -276,29 +278,5 @@ def _create(
             "this GPU's numbering to the slurm-mig developers)",
         )
     ready = clock()
-    out.say(f"created {describe_item(inst)} in {ready - start:.2f} s; {_plan(a)}")
-    return _record(a, job, inst.uuid, ready, ready, reused=False)
-
-
-def _record(
-    a: Assignment, job: JobEnv, uuid: str, created: float, ready: float, reused: bool
-) -> JobRecord:
-    """The job record of this run's instance ``uuid`` of assignment ``a``."""
-    return JobRecord(
-        slurm_id=job.slurm_id or None,
-        job_id=job.job_id,
-        restart=job.restart,
-        gpu=a.gpu,
-        profile=a.profile,
-        placement=a.placement,
-        uuid=uuid,
-        created=created,
-        ready=ready,
-        reused=reused,
-        keep_for=a.keep_for,
-    )
-
-
-def _plan(a: Assignment) -> str:
-    text = f"planned {a.planned_seconds:.0f} s (batch {a.batch}, order {a.order})"
-    return f"{text}, kept afterwards for job {a.keep_for}" if a.keep_for else text
+    out.say(f"created {describe_item(inst)} in {ready - start:.2f} s; {plan_text(a)}")
+    return job_record(a, job, inst.uuid, ready, ready, reused=False)

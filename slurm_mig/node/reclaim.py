@@ -9,16 +9,56 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..devices.base import DeviceError, InstanceNotFound, MigBackend
+from ..geometry import GeometryError, Placement, gang_placements, get_model
 from .hookoutcome import Outcome, describe_item
 from .nodestate import JobRecord, KeptInstance, LockBusyError, NodeState
 
-__all__ = ["destroy", "kept_record", "moved_on_jobs", "reclaim_expired", "whose"]
+__all__ = [
+    "destroy",
+    "destroy_all",
+    "destroy_each",
+    "kept_record",
+    "kept_records",
+    "moved_on_jobs",
+    "reclaim_expired",
+    "record_placements",
+    "whose",
+    "worst",
+]
 
 
 def kept_record(rec: JobRecord, for_job: str | None, until: float) -> KeptInstance:
     return KeptInstance(
         rec.gpu, rec.profile, rec.placement, rec.uuid, for_job, until, created=rec.created
     )
+
+
+def record_placements(rec: JobRecord, models: Sequence[str]) -> tuple[Placement, ...]:
+    """Where each instance of ``rec`` sits, task 0 first: its placement for one instance,
+    `gang_placements` in its region for several (the region for each when the config
+    names no model that holds them: kept records then overlap the whole region)."""
+    if not rec.members:
+        return (rec.placement,)
+    got = None
+    if 0 <= rec.gpu < len(models):
+        try:
+            model = get_model(models[rec.gpu])
+            size = model.profile(rec.profile).compute_slices
+            got = gang_placements(model, rec.placement, size, rec.tasks)
+        except GeometryError:
+            got = None
+    return got or (rec.placement,) * rec.tasks
+
+
+def kept_records(
+    rec: JobRecord, for_job: str | None, until: float, models: Sequence[str]
+) -> list[KeptInstance]:
+    """A kept record of every instance of ``rec`` (`kept_record` of each, at its own
+    placement), task 0 first."""
+    return [
+        KeptInstance(rec.gpu, rec.profile, pl, uuid, for_job, until, created=rec.created)
+        for uuid, pl in zip(rec.uuids, record_placements(rec, models), strict=True)
+    ]
 
 
 def whose(k: KeptInstance) -> str:
@@ -42,6 +82,48 @@ def destroy(
     if out is not None:
         out.event("destroy", profile, time.monotonic() - start)
     return True
+
+
+def destroy_each(
+    backend: MigBackend,
+    gpu: int,
+    uuids: Sequence[str],
+    job_id: str,
+    out: Outcome | None = None,
+    profile: str = "",
+) -> tuple[int, dict[str, DeviceError]]:
+    """`destroy` every instance of ``uuids`` (a job's: one failure never spares the
+    others): (how many were gone already, the uuids not destroyed with why)."""
+    gone, failed = 0, {}
+    for uuid in uuids:
+        try:
+            gone += not destroy(backend, gpu, uuid, job_id, out, profile)
+        except DeviceError as exc:
+            failed[uuid] = exc
+    return gone, failed
+
+
+def worst(failed: dict[str, DeviceError]) -> DeviceError | None:
+    """The error to pass on of `destroy_each`'s failures: a node fault before any other."""
+    errors = list(failed.values())
+    return next((e for e in errors if e.node_fault), errors[0] if errors else None)
+
+
+def destroy_all(
+    backend: MigBackend,
+    gpu: int,
+    uuids: Sequence[str],
+    job_id: str,
+    out: Outcome | None = None,
+    profile: str = "",
+) -> int:
+    """`destroy_each`, raising the `worst` failure once every instance was tried; how
+    many were gone already."""
+    gone, failed = destroy_each(backend, gpu, uuids, job_id, out, profile)
+    error = worst(failed)
+    if error is not None:
+        raise error
+    return gone
 
 
 def moved_on_jobs(

@@ -38,7 +38,7 @@ from .hookio import SlurmJob
 from .hookoutcome import Outcome, describe_item
 from .jobenv import JobEnv, digits
 from .nodestate import JobRecord, LockBusyError, NodeState
-from .reclaim import destroy
+from .reclaim import destroy_all
 
 __all__ = [
     "Asker",
@@ -195,8 +195,9 @@ def _drop(
     state: NodeState, backend: MigBackend, rec: JobRecord, why: str, by: str, out: Outcome
 ) -> None:
     """Destroy a stale record's instance like an orphan's, then drop its records (under
-    its GPU's lock); DeviceError passes on with the record kept."""
-    gone = not destroy(backend, rec.gpu, rec.uuid, by, out, rec.profile)
+    its GPU's lock): every instance of a job of several slices; DeviceError passes on
+    with the record kept (once each instance was tried)."""
+    gone = destroy_all(backend, rec.gpu, rec.uuids, by, out, rec.profile) == rec.tasks
     state.remove_job(rec.job_id)
     state.remove_task(rec.slurm_id or rec.job_id)
     done = "it was gone already" if gone else "destroyed it"

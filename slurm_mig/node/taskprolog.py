@@ -1,5 +1,7 @@
 """The Slurm TaskProlog's decision (run as the job's user): ``export
 CUDA_VISIBLE_DEVICES=<MIG uuid>`` from the job's task record, or why it has no GPU.
+Task i (SLURM_LOCALID) of a job of several slices (``mig:tasks=N``) gets instance i; a
+task beyond the N it asked for gets none (not an error: it runs without a GPU).
 
 A job of the partition runs only on its slice: every such job runs after the planner
 released it with an assignment, and its Prolog leaves it a record or a refusal. No
@@ -31,6 +33,8 @@ def task_prolog(job: JobEnv, config: Config) -> Outcome:
     state = NodeState(config.run_dir_for(job.node), warn=out.warn)
     item = state.task(job.own_id)  # the job's own record: root's are not readable here
     rec = item if isinstance(item, JobRecord) else None
+    if rec is not None and rec.restart == job.restart and rec.members:
+        return _gang_task(rec, job, out)
     if rec is not None and rec.restart == job.restart:
         out.stdout.append(f"export CUDA_VISIBLE_DEVICES={rec.uuid}")
         out.say(f"CUDA_VISIBLE_DEVICES={rec.uuid}: {describe(rec.profile, rec.placement, rec.gpu)}")
@@ -62,4 +66,23 @@ def task_prolog(job: JobEnv, config: Config) -> Outcome:
     out.requeue = True
     out.exit_code = 1
     out.warn(f"requeued: {text}")
+    return out
+
+
+def _gang_task(rec: JobRecord, job: JobEnv, out: Outcome) -> Outcome:
+    """Task SLURM_LOCALID of a job of several slices: its own instance, or no GPU (and
+    one line saying why) for a task beyond the job's ``tasks`` or without a task number."""
+    i = job.local_id
+    if i is not None and i < rec.tasks:
+        uuid = rec.uuids[i]
+        out.stdout.append(f"export CUDA_VISIBLE_DEVICES={uuid}")
+        out.say(f"task {i}: CUDA_VISIBLE_DEVICES={uuid}: {rec.profile} on gpu {rec.gpu}")
+        return out
+    which = f"task {i}" if i is not None else "a task without a valid SLURM_LOCALID"
+    text = (
+        f"job {job.job_id} asked for tasks={rec.tasks} (one MIG slice each, tasks 0 to "
+        f"{rec.tasks - 1}); {which} has no slice and runs without a GPU"
+    )
+    out.stdout += [NO_GPU, f"print slurm-mig: {text}"]
+    out.say(text)
     return out

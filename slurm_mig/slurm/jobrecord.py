@@ -80,7 +80,8 @@ def admin_comment_for(a: Assignment) -> str:
     """``slurm-mig:{json}`` (keys sorted, no spaces: what ``json.dumps(a.to_json(),
     sort_keys=True, separators=(",", ":"))`` writes, built faster); ``issued`` is when
     the job was planned (the token carries its own issue time)."""
-    return ADMIN_TAG + "{" + ",".join(f'"{k}":{_json_value(getattr(a, k))}' for k in _KEYS) + "}"
+    keys = _KEYS if a.tasks != 1 else _SINGLE_KEYS  # a single job's record as before
+    return ADMIN_TAG + "{" + ",".join(f'"{k}":{_json_value(getattr(a, k))}' for k in keys) + "}"
 
 
 def _json_value(v: object) -> str:
@@ -101,6 +102,7 @@ def _json_value(v: object) -> str:
 
 _json_str = json.encoder.encode_basestring_ascii
 _KEYS = tuple(sorted(f.name for f in fields(Assignment)))
+_SINGLE_KEYS = tuple(k for k in _KEYS if k != "tasks")
 
 
 @lru_cache(maxsize=1 << 16)

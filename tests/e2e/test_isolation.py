@@ -44,7 +44,7 @@ for p in paths:
     except OSError as exc:
         seen[p] = errno.errorcode.get(exc.errno, str(exc.errno))
 print("PROBE " + json.dumps({"step": step, "stepid": os.environ.get("SLURM_STEP_ID"), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                             "uid": os.getuid(), "open": seen}), flush=True)
+                             "uid": os.getuid(), "open": seen, "local": os.environ.get("SLURM_LOCALID")}), flush=True)
 """
 
 
@@ -165,6 +165,53 @@ def test_each_job_opens_its_own_instance_only(isolated):
     table.append(f"job {plain} (partition debug, no GRES) batch: EPERM on all {len(every)}")
     print("\n".join(table))
     assert lc.live_instances() == []
+
+
+def test_a_job_of_four_slices_runs_each_task_on_its_own_instance(isolated):
+    """``mig:tasks=4``: the planner gives the job four 1g records of one region, the
+    Prolog creates four instances, each task of an ``srun -n 4`` step sees its own
+    (CUDA_VISIBLE_DEVICES by SLURM_LOCALID) and the job's device cgroup opens the four;
+    a gang one of whose tasks fails leaves no instance behind."""
+    lc = isolated(nodes=("iso3",), gpus=1)
+    probe = lc.root / "probe.py"
+    probe.write_text(PROBE)
+    os.chmod(probe, 0o644)
+    python, dev = "/usr/bin/python3", lc.cluster.dev_dir("iso3")
+    hint = "mig:key=gang,tasks=4,time=20"
+    gang = lc.cluster.sbatch(
+        f"srun -n 4 --output=gang-%j-%t.out {python} {probe} {dev} srun; sleep 2", "-n", "4",
+        partition="mig", comment=hint, user=USER,
+    )  # fmt: skip
+    fails = lc.cluster.sbatch(
+        "srun -n 4 sh -c 'test $SLURM_LOCALID != 2 || exit 3; sleep 2'", "-n", "4",
+        partition="mig", comment=hint, user=USER,
+    )  # fmt: skip
+    lc.start_planner()
+    done = lc.wait_done([gang, fails], 120)
+    assert done[gang].state == "COMPLETED", lc.cluster.logs()
+    assert done[fails].state == "FAILED", lc.cluster.logs()
+    a = lc.assignments([gang])[gang]
+    assert (a.tasks, a.profile) == (4, "1g.5gb"), a
+    places = a.instance_placements()
+    creates = [e for e in lc.audit() if e["op"] == "create" and e["job_id"] == gang]
+    assert sorted(e["placement"]["start"] for e in creates) == [p.start for p in places]
+    uuid_at = {e["placement"]["start"]: e["uuid"] for e in creates}
+    outputs = [lc.cluster.out_dir / f"gang-{gang}-{t}.out" for t in range(4)]  # one a task
+    seen = [json.loads(o.read_text().split("PROBE ", 1)[1]) for o in outputs]
+    assert [p["local"] for p in seen] == ["0", "1", "2", "3"], lc.cluster.job_output(gang)
+    assert [p["cuda"] for p in seen] == [uuid_at[p.start] for p in places]  # task i: instance i
+    model = get_model(MODEL)
+    mine = set().union(*(own_devices(lc, "iso3", a.gpu, gi_id_for(model, p)) for p in places))
+    for p in seen:  # the job's cgroup: its four instances, nothing else
+        assert {path for path, what in p["open"].items() if what != "EPERM"} == mine
+    tres = lc.cluster.job_field(gang, "TresPerNode")
+    assert tres.count("gres:gpu:m0g") == 4 or tres.count("gres/gpu:m0g") == 4, tres
+    # the failed gang: every instance it had was destroyed
+    made = {e["uuid"] for e in lc.audit() if e["op"] == "create" and e["job_id"] == fails}
+    gone = {e["uuid"] for e in lc.audit() if e["op"] == "destroy"}
+    assert len(made) == 4 and made <= gone
+    assert lc.live_instances() == []
+    print(f"job {gang}: {a.tasks} x {a.profile} at {[p.start for p in places]}; {tres}")
 
 
 def test_a_replayed_token_of_an_earlier_plan_is_refused(isolated):

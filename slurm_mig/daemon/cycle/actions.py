@@ -68,7 +68,9 @@ class Release:
     def describe(self) -> str:
         a = self.assignment
         verb = f"re-planned ({self.in_place})" if self.in_place else "released"
-        where = f"on {a.node} gpu {a.gpu} {a.profile}@{a.placement.start}"
+        from ..gangview import slice_name
+
+        where = f"on {a.node} gpu {a.gpu} {slice_name(a.profile, a.tasks)}@{a.placement.start}"
         if self.after:
             return f"job {self.job_id}: {verb} {where}, to start after job " + ", ".join(self.after)
         return f"job {self.job_id}: {verb} {where}"

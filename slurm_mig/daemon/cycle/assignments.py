@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ...geometry import Slot
+from ...geometry import GpuModel, Slot, task_size
 from ...planner.decisions import Decisions, Move, Place
 from ...planner.snapshot import ClusterSnapshot
 from ...slurm.assignment import Assignment, plan_id
@@ -73,18 +73,21 @@ def _assignment(
 ) -> Assignment:
     """The record of a plan; a standing one that did not change keeps its own."""
     gpu, model = snap.gpus[g], snap.model
+    job = snap.pending.get(jid)
+    tasks = job.tasks if job is not None else 1
     a = Assignment(
         job_id=jid,
         restart=view.jobs[jid].restart_count,
         node=gpu.node,
         gpu=gpu.local,
         model=model.name,
-        profile=model.profile_for_slot(slot).name,
+        profile=_profile(model, slot, tasks),
         placement=slot.placement,
         batch=batch,
         order=order,
         planned_seconds=seconds,
         issued=now,
+        tasks=tasks,
     )
     old = view.kept.get(jid)
     if old is not None and _same_plan(old, a):
@@ -92,8 +95,20 @@ def _assignment(
     return replace(a, plan=plan_id(a))
 
 
+def _profile(model: GpuModel, slot: Slot, tasks: int) -> str:
+    """The profile of each instance of a plan on ``slot``: the slot's own for a single
+    job; for a job of ``tasks`` instances, the task size its region holds ``tasks``
+    times (`geometry.task_size`), ``placement`` staying the region's."""
+    if tasks == 1:
+        return model.profile_for_slot(slot).name
+    size = task_size(model, slot.size, tasks)
+    if size is None:  # the planner placed it on a region that holds no gang: a bug
+        raise ValueError(f"{model.name} slot of {slot.size} slices holds no {tasks} instances")
+    return model.profile_for_size(size).name
+
+
 def _same_plan(a: Assignment, b: Assignment) -> bool:
-    return (a.node, a.gpu, a.model, a.profile, a.placement, a.batch, a.order) == (
+    return (a.node, a.gpu, a.model, a.profile, a.placement, a.batch, a.order, a.tasks) == (
         b.node,
         b.gpu,
         b.model,
@@ -101,4 +116,5 @@ def _same_plan(a: Assignment, b: Assignment) -> bool:
         b.placement,
         b.batch,
         b.order,
+        b.tasks,
     ) and math.isclose(a.planned_seconds, b.planned_seconds, rel_tol=1e-9, abs_tol=1e-9)

@@ -25,7 +25,7 @@ from .actions import Hold, Learn, Note
 from .arrays import array_of, cap_arrays, learned_throttle, running_tasks
 from .inputs import CycleInput, Estimate
 from .problems import comment_too_long, feasible, shape_problem, why_unplannable
-from .slots import legal_slot, model_slot
+from .slots import instance_size, model_slot, plan_slot
 from .stale import STALE_HOLD, stale_event, stale_id, stale_records
 from .waiting import (
     ARRAY_LIMIT,
@@ -69,6 +69,9 @@ class Busy:
     # a node's record of a job not running there (`stale`): its slices are not
     # plannable; ``job_id`` is `stale.stale_id`, no job of Slurm's
     stale: bool = False
+    # instances it runs on (a job of several slices: ``slot`` is their region, never
+    # reused nor handed over, `reuse.link_reuse`)
+    tasks: int = 1
 
 
 @dataclass
@@ -121,7 +124,7 @@ class _Scope:
     def valid(self, a: Assignment) -> bool:
         """Whether plan ``a`` is for a usable GPU of its model, on a slot it has."""
         model = self.models.get((a.node, a.gpu))
-        return model == a.model and legal_slot(a.model, a.profile, a.placement) is not None
+        return model == a.model and plan_slot(a) is not None
 
 
 def classify(snap: CycleInput) -> Classified:
@@ -200,7 +203,7 @@ def _classify_running(out: Classified, job: JobLike, a: Assignment, now: float) 
     threshold is an event."""
     start = job.start_time or now
     end = expected_end(start, a.planned_seconds, job.time_limit, now)
-    out.busy.append(Busy(job.job_id, a.node, a.gpu, model_slot(a), start, end, True))
+    out.busy.append(Busy(job.job_id, a.node, a.gpu, model_slot(a), start, end, True, tasks=a.tasks))
     late = start + a.planned_seconds + _late_threshold(a.planned_seconds)
     if job.start_time and now > late:
         out.events.append((late, f"job {job.job_id} runs late", a.node, a.gpu))
@@ -222,7 +225,8 @@ def _classify_finished(
         hint = est.hint if est is not None else None
         # learned once per run; a failed run past its time= hint for its overrun only
         if (ok or overran(ran, hint)) and ran > 0 and run not in snap.learned:
-            size = model_slot(current).size
+            # one task on its instance: a gang's runs teach its instance size
+            size = model_slot(current).size if current.tasks == 1 else instance_size(current)
             key, owner = (est.key, est.owner) if est is not None else (job.name, "")
             out.learns.append(Learn(*run, key, current.model, size, ran, end, owner, hint, ok))
         if not ok:
@@ -310,7 +314,18 @@ def _settle_released(
     if scope.valid(current):
         out.released.append((job, current))
         end = now + max(current.planned_seconds, OVERDUE_SECONDS)
-        out.busy.append(Busy(jid, current.node, current.gpu, model_slot(current), now, end, False))
+        out.busy.append(
+            Busy(
+                jid,
+                current.node,
+                current.gpu,
+                model_slot(current),
+                now,
+                end,
+                False,
+                tasks=current.tasks,
+            )
+        )
         return None
     # its planner's afterany goes with the hold: kept, it would wait for Slurm's next
     # scheduling pass (up to a minute) to be seen fulfilled once the job is planned again
@@ -354,7 +369,9 @@ def _stale_records(snap: CycleInput, out: Classified) -> None:
     hold = snap.now + STALE_HOLD + max(snap.release_ahead, 0.0)
     for r, slot, why in stale_records(snap, jobs, out.models):
         sid = stale_id(r)
-        out.busy.append(Busy(sid, r.node, r.gpu, slot, r.ready, hold, True, stale=True))
+        out.busy.append(
+            Busy(sid, r.node, r.gpu, slot, r.ready, hold, True, stale=True, tasks=r.tasks)
+        )
         out.stale[sid] = (
             f"node {r.node} gpu {r.gpu} {r.profile}@{r.placement.start}: the node still "
             f"holds the instance of job {r.job_id} (run {r.restart}), but {why}; not "

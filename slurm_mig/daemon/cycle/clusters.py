@@ -16,7 +16,7 @@ from ...slurm.jobrecord import JobLike, job_sort_key
 from ...slurm.sitepolicy import node_pools
 from .classify import Busy, Classified, feasible
 from .inputs import CycleInput, Estimate
-from .slots import legal_slot
+from .slots import plan_slot
 
 __all__ = ["cluster_snapshots", "job_deadline"]
 
@@ -63,8 +63,16 @@ def job_deadline(job: JobLike) -> float | None:
 
 
 def _job(
-    job: JobLike, est: Estimate, model: GpuModel, now: float, memo: dict, priority: int = 0
+    job: JobLike,
+    est: Estimate,
+    model: GpuModel,
+    now: float,
+    memo: dict,
+    priority: int = 0,
+    tasks: int | None = None,
 ) -> Job:
+    """The planner's `Job` of ``job`` on ``model`` (a job of several slices: one job on
+    its region, ``tasks`` given for a busy one, its estimate's otherwise)."""
     return Job(
         id=job.job_id,
         arrival=_submitted(job, now),
@@ -76,6 +84,7 @@ def _job(
         kind=est.key,
         deadline=job_deadline(job),
         priority=float(priority),
+        tasks=est.tasks if tasks is None else tasks,
     )
 
 
@@ -210,7 +219,7 @@ def _running_job(
         j = Job(id=jid, arrival=b.ready, times=MappingProxyType({b.slot.size: seconds}))
     else:
         est = snap.estimates.get(jid) or Estimate(jid)
-        j = _job(view.jobs[jid], est, model, now, memo)
+        j = _job(view.jobs[jid], est, model, now, memo, tasks=b.tasks)
     left = max(0.0, min(1.0, (b.end - now) / seconds))
     return Running(j, g, b.slot, b.ready if b.started else None, left, 1.0, b.end)
 
@@ -225,12 +234,13 @@ def _standing_plans(
     view: Classified, index: Mapping[tuple[str, int], int], pending: Mapping[str, Job]
 ) -> dict[str, Planned]:
     """The standing plans on the GPUs of ``index`` of the jobs ``pending`` holds; a
-    plan whose slot the model does not have is dropped."""
+    plan whose slot the model does not have, or for another count of instances than
+    the job now asks (its ``tasks=`` changed while held), is dropped."""
     planned: dict[str, Planned] = {}
     for jid, a in view.kept.items():
         g = index.get((a.node, a.gpu))
-        slot = legal_slot(a.model, a.profile, a.placement)
-        if g is None or slot is None or jid not in pending:
+        slot = plan_slot(a)
+        if g is None or slot is None or jid not in pending or pending[jid].tasks != a.tasks:
             continue
         planned[jid] = Planned(jid, g, slot, a.batch, a.order, a.planned_seconds, a.issued)
     return planned

@@ -30,6 +30,7 @@ class NodeRecord:
     profile: str
     placement: Placement
     ready: float  # epoch seconds the Prolog made it ready
+    tasks: int = 1  # instances of ``profile`` in the region ``placement`` (a gang's)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class Estimate:
     restartable: bool = False
     owner: str = ""
     hint: float | None = None  # its time= hint (s): a run past it overruns (overruns.py)
+    # instances it runs on, one per task (``tasks=``): ``times`` are then keyed by the
+    # size of the region that holds them (`geometry.gang_times`), ``mem`` is one task's
+    tasks: int = 1
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""Why a job can never be planned as it stands (no MIG size runs it, its memory need, a
-Comment too long for the planner's token, a heterogeneous or multi-node job), and the
-GPU models that can run it."""
+"""Why a job can never be planned as it stands (no MIG size runs it, its memory need,
+more tasks than a GPU holds instances, a Comment too long for the planner's token, a
+heterogeneous or multi-node job), and the GPU models that can run it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from functools import lru_cache
 
 from ... import jobcomment as comments
-from ...geometry import get_model
+from ...geometry import MAX_TASKS, GpuModel, get_model, region_sizes
 from .inputs import Estimate
 
 __all__ = ["comment_too_long", "feasible", "shape_problem", "why_unplannable"]
@@ -70,6 +70,8 @@ def why_unplannable(est: Estimate | None) -> str | None:
     if not est.times or feasible(est):
         return None
     models = [get_model(m) for m in sorted(est.times)]
+    if est.tasks > 1 and models:
+        return _gang_problem(est, models)
     if est.mem is not None and models:
         best = max(
             ((m.profile_for_size(max(m.planner_sizes)), m) for m in models),
@@ -81,3 +83,32 @@ def why_unplannable(est: Estimate | None) -> str | None:
             f"the job's --comment or submit it to a partition with larger GPUs"
         )
     return "no MIG instance size can run it (every runtime estimate is inf)"
+
+
+def most_tasks(model: GpuModel) -> int:
+    """The most instances of one size a GPU of ``model`` holds (a gang's largest N)."""
+    return max((n for n in range(1, MAX_TASKS + 1) if region_sizes(model, n)), default=0)
+
+
+def _gang_problem(est: Estimate, models: list[GpuModel]) -> str:
+    """Why a job of ``est.tasks`` instances runs on none of ``models``: no GPU holds
+    that many, or each task's memory need is more than its instances get."""
+    n = est.tasks
+    holding = [m for m in models if region_sizes(m, n)]
+    if not holding:
+        most = ", ".join(f"{m.name}: at most {most_tasks(m)}" for m in models)
+        return (
+            f"tasks={n}: no GPU here holds {n} MIG instances ({most}); lower tasks= in "
+            "the job's --comment"
+        )
+    best = max(
+        (m.profile_for_size(max(region_sizes(m, n).values())) for m in holding),
+        key=lambda p: p.memory_bytes,
+    )
+    if est.mem is not None and est.mem > best.memory_bytes:
+        return (
+            f"memory need {_gib(est.mem)} per task is more than each of {n} instances "
+            f"gets (at most {best.name}: {_gib(best.memory_bytes)}); lower mem= or tasks= "
+            "in the job's --comment"
+        )
+    return f"no region of {n} MIG instances can run it (every runtime estimate is inf)"

@@ -28,7 +28,7 @@ from ...slurm.jobrecord import JobLike, job_phase, job_sort_key, parse_admin_com
 from .backoff import BACKOFF_BASE, BACKOFF_MAX, backoff_delay
 from .classify import Classified
 from .inputs import CycleInput, SlotKey
-from .slots import legal_slot
+from .slots import gang_slot, plan_slot
 
 __all__ = [
     "REFUSALS",
@@ -189,7 +189,10 @@ def _free_slot(
 ) -> Assignment | None:
     """``a`` moved to the first free, legal, not barred placement of its profile."""
     try:
-        placements = get_model(a.model).profile(a.profile).placements
+        model = get_model(a.model)
+        slot = plan_slot(a)  # a job of several slices moves with its region
+        prof = model.profile_for_slot(slot) if slot is not None else model.profile(a.profile)
+        placements = prof.placements
     except Exception:  # a profile the model lacks: nowhere else
         return None
     gpus = sorted(gpus, key=lambda k: k != (a.node, a.gpu))
@@ -205,7 +208,7 @@ def _free_slot(
         for pl in placements:
             if (node, gpu, pl.start, pl.size) in barred or any(pl.overlaps(t) for t in taken):
                 continue
-            if legal_slot(a.model, a.profile, pl) is None:
+            if gang_slot(a.model, a.profile, pl, a.tasks) is None:
                 continue
             moved = replace(a, node=node, gpu=gpu, placement=pl, keep_for=None, reuse_from=None)
             return replace(moved, plan=plan_id(moved))

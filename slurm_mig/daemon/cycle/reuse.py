@@ -1,5 +1,6 @@
 """Step 5 of the cycle: instance reuse (``keep_for``/``reuse_from`` where the next job
-on an instance runs on the identical one) and the jobs released ahead of their slices."""
+on an instance runs on the identical one; never for a job of several slices, whose
+instances its Epilog destroys) and the jobs released ahead of their slices."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def _linked(a: Assignment, keep: str | None, reuse: str | None) -> Assignment:
         reuse,
         keep,
         a.plan,
+        a.tasks,
     )
 
 
@@ -50,13 +52,30 @@ def order_key(a: Assignment) -> tuple[int, int, tuple[int, int, str]]:
 
 def link_reuse(plans: Mapping[str, Assignment], busy: Sequence[Busy]) -> dict[str, Assignment]:
     """Step 5: set keep_for / reuse_from where the next job on a job's slices of its GPU
-    runs on the identical instance (same profile and placement)."""
+    runs on the identical instance (same profile and placement). A job of several
+    slices neither keeps nor reuses one: it is no link, but still holds its region."""
     per_gpu: dict[tuple[str, int], list[Assignment]] = defaultdict(list)
     for a in plans.values():
         per_gpu[(a.node, a.gpu)].append(a)
     busy_on: dict[tuple[str, int], list[Busy]] = defaultdict(list)
     for b in busy:
         busy_on[(b.node, b.gpu)].append(b)
+    links = _links(per_gpu, busy_on)
+    out = {}
+    for jid, a in plans.items():
+        want = links.get(jid, {})
+        keep, reuse = want.get("keep_for"), want.get("reuse_from")
+        out[jid] = a if (a.keep_for, a.reuse_from) == (keep, reuse) else _linked(a, keep, reuse)
+    return out
+
+
+def _links(
+    per_gpu: Mapping[tuple[str, int], list[Assignment]],
+    busy_on: Mapping[tuple[str, int], list[Busy]],
+) -> dict[str, dict[str, str]]:
+    """Job id -> its ``keep_for``/``reuse_from`` on each GPU: the first plan on a
+    busy job's slices reuses its identical instance, a plan keeps its instance for the
+    next identical one on its slices; jobs of several slices take no part."""
     links: dict[str, dict[str, str]] = defaultdict(dict)
     for key, lst in per_gpu.items():
         lst.sort(key=order_key)
@@ -65,21 +84,24 @@ def link_reuse(plans: Mapping[str, Assignment], busy: Sequence[Busy]) -> dict[st
             nxt = next((a for a in lst if a.placement.overlaps(b.slot.placement)), None)
             if (
                 nxt is not None
+                and b.tasks == 1
+                and nxt.tasks == 1
                 and nxt.placement == b.slot.placement
                 and model_slot(nxt).size == b.slot.size
             ):
                 links[nxt.job_id]["reuse_from"] = b.job_id
         for i, a in enumerate(lst):
             nxt = next((c for c in lst[i + 1 :] if c.placement.overlaps(a.placement)), None)
-            if nxt is not None and nxt.placement == a.placement and nxt.profile == a.profile:
+            if (
+                nxt is not None
+                and a.tasks == 1
+                and nxt.tasks == 1
+                and nxt.placement == a.placement
+                and nxt.profile == a.profile
+            ):
                 links[a.job_id]["keep_for"] = nxt.job_id
                 links[nxt.job_id]["reuse_from"] = a.job_id
-    out = {}
-    for jid, a in plans.items():
-        want = links.get(jid, {})
-        keep, reuse = want.get("keep_for"), want.get("reuse_from")
-        out[jid] = a if (a.keep_for, a.reuse_from) == (keep, reuse) else _linked(a, keep, reuse)
-    return out
+    return links
 
 
 def early_releases(

@@ -17,7 +17,7 @@ from ...geometry import Slot, get_model
 from ...hostlist import expand_hostlist
 from ...slurm.jobrecord import JobLike, job_phase
 from .inputs import CycleInput, NodeRecord
-from .slots import legal_slot
+from .slots import gang_slot
 
 __all__ = [
     "STALE_GRACE",
@@ -84,11 +84,11 @@ def stale_event(
 def _slot(r: NodeRecord, model: str) -> Slot:
     """The slot a record's instance holds on ``model`` (its placement's, when the
     planner does not use that profile there)."""
-    got = legal_slot(model, r.profile, r.placement)
+    got = gang_slot(model, r.profile, r.placement, r.tasks)  # a gang's: its region
     if got is not None:
         return got
     try:
-        return Slot(r.placement, get_model(model).profile(r.profile).compute_slices)
+        return Slot(r.placement, get_model(model).profile(r.profile).compute_slices * r.tasks)
     except Exception:  # a profile the model lacks: the placement's slices, at least
         return Slot(r.placement, r.placement.size)
 
