@@ -43,15 +43,16 @@ def _tres(value: str) -> dict[str, str]:
 
 
 def test_sacct_shows_each_jobs_slices_and_fairshare_charges_by_slices():
-    """A 3g and a 1g job of the same length in two accounts: sacct's AllocTRES holds
-    gres/mig_slice=3 and =1 (billing the same), and sshare's RawUsage per second of
-    each job is 3:1."""
+    """A 3g job, a 1g job and a job of two 1g slices (``tasks=2``) of the same length in
+    three accounts: sacct's AllocTRES holds gres/mig_slice=3, =1 and =2 (billing the
+    same; the gang's gres/gpu=2, one record per instance), and sshare's RawUsage per
+    second of each job is 3:1:2."""
     require_accounting()
     planner = {"algorithm": "baseline", "batch_window": 0.0, "release_ahead": 0.0}
     with live_cluster(
         "slurm-mig-slices-",
         nodes=("node1",),
-        gpus=1,
+        gpus=2,  # room for the three side by side, whatever the placement
         accounting=True,
         planner=planner,
         slurm_options={"extra_conf": SLURM_CONF, "partition_options": BILLING},
@@ -61,6 +62,8 @@ def test_sacct_shows_each_jobs_slices_and_fairshare_charges_by_slices():
         c.add_account("one", fairshare=10)
         c.add_user("nobody", "three")
         c.add_user("nobody", "one")
+        c.add_account("gang", fairshare=10)
+        c.add_user("nobody", "gang")
         lc.start_planner()
         # baseline gives a job the smallest size its memory fits: 15G a 3g.20gb, 4G a 1g.5gb
         jobs = {
@@ -68,6 +71,8 @@ def test_sacct_shows_each_jobs_slices_and_fairshare_charges_by_slices():
                               comment=f"mig:mem=15G,time={SECONDS}", user="nobody"),
             "one": c.sbatch(f"sleep {SECONDS}", "--account=one", partition="mig",
                             comment=f"mig:mem=4G,time={SECONDS}", user="nobody"),
+            "gang": c.sbatch(f"sleep {SECONDS}", "--account=gang", "-n", "2", partition="mig",
+                             comment=f"mig:mem=4G,tasks=2,time={SECONDS}", user="nobody"),
         }  # fmt: skip
         done = lc.wait_done(list(jobs.values()), 180)
         assert all(done[j].state == "COMPLETED" for j in jobs.values()), done
@@ -79,17 +84,19 @@ def test_sacct_shows_each_jobs_slices_and_fairshare_charges_by_slices():
         tres = {a: _tres(by_account[a]["AllocTRES"]) for a in jobs}
         assert tres["three"]["gres/mig_slice"] == "3" and tres["one"]["gres/mig_slice"] == "1"
         assert tres["three"]["billing"] == "3" and tres["one"]["billing"] == "1"
+        assert (tres["gang"]["gres/mig_slice"], tres["gang"]["gres/gpu"]) == ("2", "2")
+        assert tres["gang"]["billing"] == "2"
         c.restart_slurmctld()  # priority/multifactor counts the usage at its start
         elapsed = {a: int(by_account[a]["ElapsedRaw"]) for a in jobs}
 
         seen = [""]
 
         def usage() -> dict[str, float] | None:
-            text = seen[0] = c.run("sshare", "-a", "-P", "-A", "three,one", "-o",
+            text = seen[0] = c.run("sshare", "-a", "-P", "-A", "three,one,gang", "-o",
                                    "Account,User,RawUsage,GrpTRESRaw").stdout  # fmt: skip
             rows = [r for r in _rows(text) if r["User"]]  # the user's rows (nobody, by uid)
             got = {r["Account"].strip(): float(r["RawUsage"] or 0) for r in rows}
-            return got if len(got) == 2 and all(got.values()) else None
+            return got if len(got) == 3 and all(got.values()) else None
 
         try:
             raw = wait_until(usage, 90, "sshare to show both accounts' usage", 2.0)
@@ -101,6 +108,7 @@ def test_sacct_shows_each_jobs_slices_and_fairshare_charges_by_slices():
             raw,
             elapsed,
         )
+        assert per_second["gang"] / per_second["one"] == pytest.approx(2.0, rel=0.1), raw
 
 
 def _slices_job(cluster: LocalSlurm, gpu: int, profile: str, seconds: float) -> str:
