@@ -16,12 +16,19 @@ refuses is taken back. Each step shortens a path over ``tau``, so a GPU is repai
 stuck after finitely many. `rebalance` lowers ``tau`` step by step from the makespan;
 a deterministic budget of steps bounds its cost. Pure (inputs are copied) and
 deterministic.
+
+The search reads each peer through a `_Summary` kept until a move touches it (per size,
+the longest task a node may take; per used node, its longest and shortest tasks): a
+peer or node it rules out has no fit or swap, one it keeps is checked as before, so
+each step is the one the exhaustive search picks (ties in the peers' order), for about
+a fifth less time a step; a swap's two moves are timed once.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections.abc import Sequence
 
 from ..job import Job
@@ -147,10 +154,31 @@ class _State:
         self.end = [shape.end(self.dsum[g], self.local[g]) for g in range(gpus)]
         # what reconfiguration contention adds to the modelled paths (module doc)
         self.pen = [e - max(p, default=0.0) for e, p in zip(self.end, self.pc)]
+        self.summ: list[_Summary | None] = [None] * gpus  # `summary`, while valid
+        self.info: dict[tuple[int, int], tuple[list[float], float]] = {}  # `node_info`
+        top = max(shape.size_set) + 1
+        self.times = [[t.times.get(s, math.inf) for s in range(top)] for t in tasks]
+
+    def node_info(self, g: int, v: int) -> tuple[list[float], float]:
+        """Node ``v`` of GPU ``g`` (used): its shortest task per size (indexed by size)
+        and its longest at its size (cached until a move touches the node)."""
+        got = self.info.get((g, v))
+        if got is None:
+            times = [self.times[j] for j in self.local[g][v]]
+            got = [min(col) for col in zip(*times)], max(t[self.shape.size[v]] for t in times)
+            self.info[g, v] = got
+        return got
+
+    def summary(self, h: int) -> _Summary:
+        """GPU ``h``'s `_Summary` (cached until a move touches it)."""
+        got = self.summ[h]
+        if got is None:
+            got = self.summ[h] = _Summary(self, h)
+        return got
 
     def _tops(self, pc: Sequence[float]) -> list[float]:
         """Per node, the costliest path through it."""
-        return [max(pc[k] for k in under) for under in self.shape.under]
+        return [max(map(pc.__getitem__, under)) for under in self.shape.under]
 
     def _paths(self, g: int) -> list[float]:
         d, local, oh = self.dsum[g], self.local[g], self.shape.oh
@@ -158,6 +186,20 @@ class _State:
 
     def move(self, i: int, g: int, v: int, h: int, w: int, s: int) -> None:
         """Task ``i`` from node ``v`` of GPU ``g`` to node ``w`` of GPU ``h`` at size ``s``."""
+        self.moves([(i, g, v, h, w, s)])
+
+    def moves(self, step: Sequence[tuple[int, int, int, int, int, int]]) -> None:
+        """The moves of ``step`` (each as `move`'s arguments), in order."""
+        for i, g, v, h, w, s in step:
+            self._shift(i, g, v, h, w, s)
+        for x in {x for i, g, v, h, w, s in step for x in (g, h)}:
+            self.pc[x] = self._paths(x)
+            self.top[x] = self._tops(self.pc[x])
+            self.end[x] = self.shape.end(self.dsum[x], self.local[x])
+            self.pen[x] = self.end[x] - max(self.pc[x], default=0.0)
+
+    def _shift(self, i: int, g: int, v: int, h: int, w: int, s: int) -> None:
+        """`move`'s bookkeeping of the task lists and sums (ends left as they were)."""
         self.local[g][v].remove(i)
         self.dsum[g][v] -= self.tasks[i].times[self.size_of[i]]
         if not self.local[g][v]:
@@ -165,11 +207,9 @@ class _State:
         self.local[h][w].append(i)
         self.dsum[h][w] += self.tasks[i].times[s]
         self.size_of[i] = s
-        for x in {g, h}:
-            self.pc[x] = self._paths(x)
-            self.top[x] = self._tops(self.pc[x])
-            self.end[x] = self.shape.end(self.dsum[x], self.local[x])
-            self.pen[x] = self.end[x] - max(self.pc[x], default=0.0)
+        self.info.pop((g, v), None)
+        self.info.pop((h, w), None)
+        self.summ[g] = self.summ[h] = None
 
     def assignment(self) -> list[list[int]]:
         """The forest assignment, each node's tasks longest first."""
@@ -179,6 +219,31 @@ class _State:
                 s = self.shape.size[v]
                 out.append(sorted(a, key=lambda i: (-self.tasks[i].times[s], i)))
         return out
+
+
+class _Summary:
+    """What rules GPU ``h`` out as a receiver before `_fit` and `_best_swap` read its
+    nodes, exactly (a GPU ruled out has no fit, no swap): per size, the most seconds
+    under a target that may fit on a node of it (``most``, less the target); its used
+    nodes as (node, its size, its longest task at that size, its shortest task per
+    size) (``used``) and its shortest task per size (``short``)."""
+
+    __slots__ = ("most", "short", "used")
+
+    def __init__(self, st: _State, h: int) -> None:
+        shape = st.shape
+        tops, loc, size, oh = st.top[h], st.local[h], shape.size, shape.oh
+        most = dict.fromkeys(shape.by_size, -math.inf)
+        self.used: list[tuple[int, int, float, list[float]]] = []
+        for w, here in enumerate(loc):
+            m = -tops[w] if here else -tops[w] - oh[w]
+            if m > most[size[w]]:
+                most[size[w]] = m
+            if here:
+                least, longest = st.node_info(h, w)
+                self.used.append((w, size[w], longest, least))
+        self.most = [most.get(s, -math.inf) for s in range(max(most) + 1)]
+        self.short = [min(col) for col in zip(*(u[3] for u in self.used))]
 
 
 def _fit(
@@ -218,6 +283,11 @@ def _best_move(
                 need[v] = max(need[v], pc[k] + st.pen[g] - tau)
     spread = receivers[peers :: max(1, (len(receivers) - peers) // (spread * peers) + 1)]
     peers_g = [h for _, h in receivers[:peers] + spread if h != g]
+    fits = _peer_fits(st, peers_g, tau)
+    low = dict.fromkeys(shape.by_size, math.inf)  # per size, the lowest top of its nodes
+    for w, t in enumerate(st.top[g]):
+        low[shape.size[w]] = min(low[shape.size[w]], t)
+    cap = tau - st.pen[g] + 1e-9 * (abs(tau - st.pen[g]) + 1.0)  # with a rounding margin
     best, best_key = None, None
     seen: set[tuple[int, float]] = set()
     for v in range(shape.T):
@@ -235,62 +305,105 @@ def _best_move(
             st.local[g][v].remove(i)
             st.dsum[g][v] -= di
             gone = di if st.local[g][v] else st.dsum[g][v] + di + shape.oh[v]
-            own = st._tops([c - gone if v in p else c for c, p in zip(pc, shape.paths)])
+            own = None  # its tops, once a node may take the task (none ends below low - gone)
             for s in sizes:
                 d = times[s]
                 key0 = s * d - sv * di
                 if not d <= tau or (best_key is not None and key0 > best_key[0]):
                     continue
-                for h in [g, *peers_g]:
-                    if (i, h) in banned:
-                        continue
-                    got = _fit(st, h, own if h == g else st.top[h], d, s, tau - st.pen[h])
-                    if got is not None:
-                        key = (key0, gain, got[0])
-                        if best_key is None or key < best_key:
-                            best_key, best = key, [(i, g, v, h, got[1], s)]
+                got = None
+                if low[s] - gone + d <= cap and (i, g) not in banned:
+                    if own is None:
+                        own = st._tops([c - gone if v in p else c for c, p in zip(pc, shape.paths)])
+                    got = _fit(st, g, own, d, s, tau - st.pen[g])
+                if got is not None:
+                    got = (got[0], -1, g, got[1])  # first on ties, as the peers' order
+                got = _fit_peers(st, i, d, s, fits, banned, got)
+                if got is not None:
+                    key = (key0, gain, got[0])
+                    if best_key is None or key < best_key:
+                        best_key, best = key, [(i, g, v, got[2], got[3], s)]
             st.local[g][v].append(i)  # back, as it was (the loop above ran without it)
             st.dsum[g][v] += di
             if best_key is not None and best_key[0] <= 0 and best_key[1] <= gain:
                 continue  # a move adding no work takes as much off: swaps skipped (speed)
-            got = _best_swap(
-                st, g, i, v, need[v], [h for h in peers_g if (i, h) not in banned], tau
-            )
+            got = _best_swap(st, g, i, v, need[v], peers_g, banned, tau)
             if got is not None and (best_key is None or got[0] < best_key):
                 best_key, best = got
     return best
 
 
+def _peer_fits(
+    st: _State, peers: Sequence[int], tau: float
+) -> list[tuple[int, float, float, list[float]]]:
+    """The peers as (GPU, room under ``tau``, that room with a rounding margin, the most
+    seconds under a target that may fit on a node per size less the target, `_Summary`):
+    a task longer than room plus most fits on no node of that size (`_fit`)."""
+    out = []
+    summ, pen = st.summ, st.pen
+    for h in peers:
+        cap = tau - pen[h]
+        out.append((h, cap, cap + 1e-9 * (abs(cap) + 1.0), (summ[h] or st.summary(h)).most))
+    return out
+
+
+def _fit_peers(
+    st: _State,
+    i: int,
+    d: float,
+    s: int,
+    fits: list[tuple[int, float, float, list[float]]],
+    banned: set[tuple[int, int]],
+    best: tuple[float, int, int, int] | None,
+) -> tuple[float, int, int, int] | None:
+    """The best fit (`_fit`) of task ``i`` (``d`` seconds at size ``s``) on the peers of
+    ``fits`` (`_peer_fits`) and ``best``: (room left, rank, GPU, node), least first."""
+    for k, (h, cap, lim, most) in enumerate(fits):
+        if d > lim + most[s] or (banned and (i, h) in banned):
+            continue
+        got = _fit(st, h, st.top[h], d, s, cap)
+        if got is not None and (best is None or got[0] < best[0]):
+            best = (got[0], k, h, got[1])
+    return best
+
+
 def _best_swap(
-    st: _State, g: int, i: int, v: int, need: float, peers: Sequence[int], tau: float
+    st: _State,
+    g: int,
+    i: int,
+    v: int,
+    need: float,
+    peers: Sequence[int],
+    banned: set[tuple[int, int]],
+    tau: float,
 ) -> tuple[tuple[float, float, float], list] | None:
     """Task ``i`` on (over-``tau``) node ``v`` of its GPU for a shorter one on a peer's
-    node (each on the other's node size): (key, moves) as `_best_move`, or None."""
-    shape = st.shape
-    ti = st.tasks[i].times
-    sv = shape.size[v]
-    nodes = range(shape.T)
-    size, tasks = shape.size, st.tasks
+    node (each on the other's node size; steps of ``banned`` left out): (key, moves) as
+    `_best_move`, or None."""
+    sv = st.shape.size[v]
+    ti, times, summ = st.times[i], st.times, st.summ
+    tv = ti[sv]
     best = None
     for h in peers:
-        tops, loc, dsum = st.top[h], st.local[h], st.dsum[h]
+        got = summ[h] or st.summary(h)
+        if not got.used or tv <= got.short[sv] or (banned and (i, h) in banned):
+            continue  # no task there is shorter
         cap = tau - st.pen[h]
-        for w in nodes:
-            here = loc[w]
-            if not here:
+        tops, loc, dsum = st.top[h], st.local[h], st.dsum[h]
+        for w, sw, longest, least in got.used:
+            if tv <= least[sv]:
                 continue
-            sw = size[w]
             free = cap - tops[w] - ti[sw]  # room once i is in, before j leaves
-            if free + dsum[w] < 0:  # not even the whole node leaving makes room
+            if free + dsum[w] < 0 or free + longest < 0:  # no task leaving makes room
                 continue
-            for j in here:
-                tj = tasks[j].times
+            for j in loc[w]:
+                tj = times[j]
                 room = free + tj[sw]
-                if room < 0 or ti[sv] <= tj[sv]:
+                if room < 0 or tv <= tj[sv]:
                     continue
                 key = (
-                    sv * tj[sv] + sw * ti[sw] - sv * ti[sv] - sw * tj[sw],
-                    -min(ti[sv] - tj[sv], need),
+                    sv * tj[sv] + sw * ti[sw] - sv * tv - sw * tj[sw],
+                    -min(tv - tj[sv], need),
                     room,
                 )
                 if best is None or key < best[0]:
@@ -348,11 +461,9 @@ def _apply(
     h = step[0][3]
     old_g = st.end[g]
     sizes = {i: st.size_of[i] for i, *_ in step}
-    for i, a, v, b, w, s in step:
-        st.move(i, a, v, b, w, s)
+    st.moves(step)
     if st.end[g] > old_g or (h != g and st.end[h] > tau):
-        for i, a, v, b, w, _ in reversed(step):
-            st.move(i, b, w, a, v, sizes[i])
+        st.moves([(i, b, w, a, v, sizes[i]) for i, a, v, b, w, _ in reversed(step)])
         banned.add((step[0][0], h))
         return False
     if h != g:

@@ -20,10 +20,15 @@ classes: GOOD-NARROW at most 1.10 x the bound, POOR-NARROW's schedule 1.088 x th
 more), the repair runs from that schedule: it ends later, but no task runs longer than
 about the bound, so whole tasks can move off its tail, where the plan's longest tasks
 alone reach past the median GPU. Its budget is ``LOW_GPU_STEPS`` steps over the GPUs
-(``STEPS`` to twice as many); where that is under ``LOW_PACK_STEPS`` steps a GPU (from
-about 400 GPUs) the schedule is re-packed first (GOOD-WIDE 5,000 / 512: 1.13 -> 1.09 x the
-bound). If it does not get the plan within ``LOW_GATE`` times the bound, the repairs of
-the plan run too, and the shortest plan found wins.
+(``STEPS`` to ``LOW_STEPS``: GOOD-WIDE 10,000 / 1,000 needs about 3,000 to come within
+1.10 x the bound); where that is under ``LOW_PACK_STEPS`` steps a GPU (from about 400
+GPUs) the schedule is re-packed first (GOOD-WIDE 5,000 / 512: 1.13 -> 1.09 x the bound),
+and where it is under ``LOW_THIN_STEPS`` (from about 800 GPUs) each step looks at
+``LOW_THIN_PEERS`` receivers and twice as many spread ones instead of ``REPAIR_PEERS``
+(a step costs about a fifth less: GOOD-WIDE 10,000 / 1,000 1.098-1.100 x the bound over
+seeds 0-2 for about 0.15 s more than its 1,500 steps with eight took; 5,000 / 512 ends
+later with six, so it keeps eight). If it does not get the plan within ``LOW_GATE``
+times the bound, the repairs of the plan run too, and the shortest plan found wins.
 """
 
 from __future__ import annotations
@@ -34,15 +39,26 @@ from typing import Any
 from ..geometry import GpuModel
 from ..job import Job
 from .far_phases import LowStart
-from .far_rebalance import FIRST_STEP, STEPS, _Shape, rebalance
+from .far_rebalance import FIRST_STEP, REPAIR_PEERS, STEPS, _Shape, rebalance
 from .far_tree import Forest, time_assignment
 
-__all__ = ["LOW_GATE", "LOW_RATIO", "REPACK_GATE", "model_ends", "repack", "repair_tail"]
+__all__ = [
+    "LOW_GATE",
+    "LOW_RATIO",
+    "REPACK_GATE",
+    "low_budget",
+    "model_ends",
+    "repack",
+    "repair_tail",
+]
 
 LOW_GATE = 1.12  # plans ending over this many times the bound ...
 LOW_RATIO = 1.08  # ... try phase 2's schedule near the bound if it ends within this
-LOW_GPU_STEPS = 1_250_000  # its repair's steps times GPUs (STEPS to twice as many)
+LOW_GPU_STEPS = 3_200_000  # its repair's steps times GPUs (STEPS to LOW_STEPS)
+LOW_STEPS = 3200  # at most (about 0.75 s on 1,000 GPUs)
 LOW_PACK_STEPS = 8  # re-pack the low start where its repair has fewer steps a GPU
+LOW_THIN_STEPS = 4  # and look at fewer peers a step where it has fewer than this
+LOW_THIN_PEERS = 6  # (REPAIR_PEERS, 8, else): more steps for the same time
 REPACK_GATE = 1.06  # else plans ending over this many times the bound are re-packed
 REPACK_STEPS = 500  # and repaired again with this many steps more than the first left
 
@@ -136,9 +152,17 @@ def _from_low(
 ) -> Found:
     """The repair from the low start (module doc), re-packed first where its budget is
     under ``LOW_PACK_STEPS`` steps a GPU: the plan it found, if it ends before ``ms``."""
-    budget = min(2 * STEPS, max(STEPS, LOW_GPU_STEPS // forest.gpus))
+    budget = low_budget(forest.gpus)
     first = max(FIRST_STEP, 1 - ms / low_ms)  # aim just below the plan at once
     if budget < LOW_PACK_STEPS * forest.gpus:
         low, _, _ = repack(forest, tasks, low, schedule)
-    trial, top, _ = rebalance(forest, tasks, low, bound, budget=budget, first_step=first)
+    peers = LOW_THIN_PEERS if budget < LOW_THIN_STEPS * forest.gpus else REPAIR_PEERS
+    trial, top, _ = rebalance(
+        forest, tasks, low, bound, peers=peers, budget=budget, first_step=first
+    )
     return [(top, 2, trial)] if trial is not None and top < ms else []
+
+
+def low_budget(gpus: int) -> int:
+    """The low start's repair steps on ``gpus`` GPUs (module doc)."""
+    return min(LOW_STEPS, max(STEPS, LOW_GPU_STEPS // gpus))
