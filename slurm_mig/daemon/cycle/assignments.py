@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ...geometry import GpuModel, Slot, task_size
@@ -15,7 +15,7 @@ from ...slurm.assignment import Assignment, plan_id
 from ...slurm.jobrecord import job_sort_key
 from .actions import Requeue
 from .classify import Classified
-from .inputs import CycleInput
+from .inputs import CycleInput, Estimate
 
 __all__ = ["assignments"]
 
@@ -36,7 +36,7 @@ def assignments(
     for snap_g, got in zip(groups, decisions):
         for jid, p in got.planned.items():
             final[jid] = _assignment(
-                view, snap_g, now, jid, p.gpu, p.slot, p.batch, p.order, p.seconds
+                view, snap_g, now, jid, p.gpu, p.slot, p.batch, p.order, p.seconds, snap.estimates
             )
         orders: dict[int, int] = defaultdict(int)
         for op in got.ops:
@@ -50,7 +50,16 @@ def assignments(
                 else:
                     batch, order = op.batch, op.order
                 final[op.job] = _assignment(
-                    view, snap_g, now, op.job, op.gpu, op.slot, batch, order, seconds
+                    view,
+                    snap_g,
+                    now,
+                    op.job,
+                    op.gpu,
+                    op.slot,
+                    batch,
+                    order,
+                    seconds,
+                    snap.estimates,
                 )
                 released.append(op.job)
             elif type(op) is Move:
@@ -70,11 +79,13 @@ def _assignment(
     batch: int,
     order: int,
     seconds: float,
+    estimates: Mapping[str, Estimate],
 ) -> Assignment:
-    """The record of a plan; a standing one that did not change keeps its own."""
+    """The record of a plan; a standing one that did not change keeps its own. Its
+    count of instances is the job's estimate's (its planner job is not built here)."""
     gpu, model = snap.gpus[g], snap.model
-    job = snap.pending.get(jid)
-    tasks = job.tasks if job is not None else 1
+    est = estimates.get(jid)
+    tasks = est.tasks if est is not None else 1
     a = Assignment(
         job_id=jid,
         restart=view.jobs[jid].restart_count,

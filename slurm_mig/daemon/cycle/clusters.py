@@ -159,7 +159,7 @@ def _group_snapshot(
         gpus=_gpus(keys, insts, pcie),
         pending=pending,
         running=_Lazy(list(busy), partial(_running_job, snap, view, model, memo, busy)),
-        planned=MappingProxyType(_standing_plans(view, index, pending)),
+        planned=MappingProxyType(_standing_plans(view, index, pending, snap.estimates)),
         next_batch=view.max_batch + 1,
         pcie_max=_pcie_max(model),
         events=_events(view, index),
@@ -231,16 +231,23 @@ def _pending_job(snap: CycleInput, view: Classified, model: GpuModel, memo: dict
 
 
 def _standing_plans(
-    view: Classified, index: Mapping[tuple[str, int], int], pending: Mapping[str, Job]
+    view: Classified,
+    index: Mapping[tuple[str, int], int],
+    pending: Mapping[str, Job],
+    estimates: Mapping[str, Estimate],
 ) -> dict[str, Planned]:
     """The standing plans on the GPUs of ``index`` of the jobs ``pending`` holds; a
     plan whose slot the model does not have, or for another count of instances than
-    the job now asks (its ``tasks=`` changed while held), is dropped."""
+    the job now asks (its ``tasks=`` changed while held: its estimate says), is
+    dropped. ``pending``'s jobs are not built here (a steady cycle builds few)."""
     planned: dict[str, Planned] = {}
     for jid, a in view.kept.items():
         g = index.get((a.node, a.gpu))
         slot = plan_slot(a)
-        if g is None or slot is None or jid not in pending or pending[jid].tasks != a.tasks:
+        if g is None or slot is None or jid not in pending:
+            continue
+        est = estimates.get(jid)
+        if (est.tasks if est is not None else 1) != a.tasks:
             continue
         planned[jid] = Planned(jid, g, slot, a.batch, a.order, a.planned_seconds, a.issued)
     return planned
