@@ -259,22 +259,6 @@ def refine_gpus(
     peers: int = PAIR_PEERS,
     patience: int = PAIR_PATIENCE,
     budget: int = PAIR_TASKS,
-) -> tuple[list[list[int]], int]:
-    """Move work off the GPU that ends last (module doc); see `_refine_gpus`. Returns
-    the new assignment (a copy) and the pairs replaced."""
-    new, replaced, _ = _refine_gpus(forest, tasks, assign, ends, rounds, peers, patience, budget)
-    return new, replaced
-
-
-def _refine_gpus(
-    forest: Forest,
-    tasks: Sequence[Job],
-    assign: Sequence[Sequence[int]],
-    ends: Sequence[float],
-    rounds: int = PAIR_ROUNDS,
-    peers: int = PAIR_PEERS,
-    patience: int = PAIR_PATIENCE,
-    budget: int = PAIR_TASKS,
 ) -> tuple[list[list[int]], int, list[float]]:
     """Move work off the GPU that ends last (module doc): FAR on two GPUs for its tasks
     and those of each of the ``peers`` GPUs that end first; the pair that ends earliest
@@ -395,7 +379,7 @@ def far_schedule(
             ends = gpu_ends(result.timeline, gpus)
         else:  # the model times idle GPUs exactly, for a quarter of the timeline's cost
             ends = model_ends(forest, tasks, result.assign)
-        trial, pairs, ends = _refine_gpus(forest, tasks, result.assign, ends)
+        trial, pairs, ends = refine_gpus(forest, tasks, result.assign, ends)
         if pairs:  # every pair timed exactly (`time_assignment`), each GPU apart
             result.assign, result.pairs, result.timeline = trial, pairs, None
         _rebalance(result, tasks, max(ends), low)

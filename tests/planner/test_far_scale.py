@@ -133,7 +133,7 @@ def test_refine_gpus_moves_work_off_the_gpu_that_ends_last():
     timeline, _ = time_assignment(forest, tasks, assign)
     ends = gpu_ends(timeline, 3)
     assert ends[1] == ends[2] == 0.0
-    new, pairs = refine_gpus(forest, tasks, assign, ends)
+    new, pairs, _ = refine_gpus(forest, tasks, assign, ends)
     assert pairs >= 1
     assert sorted(i for a in new for i in a) == list(range(len(tasks)))
     plan = _timed_plan(forest, tasks, new)
@@ -148,7 +148,7 @@ def test_refine_gpus_keeps_a_balanced_plan():
     assign = [[] for _ in range(forest.nodes)]
     assign[0], assign[len(A100.tree)] = [0, 1], [2, 3]
     timeline, _ = time_assignment(forest, tasks, assign)
-    new, pairs = refine_gpus(forest, tasks, assign, gpu_ends(timeline, 2))
+    new, pairs, _ = refine_gpus(forest, tasks, assign, gpu_ends(timeline, 2))
     assert pairs == 0
     assert new == assign
 
