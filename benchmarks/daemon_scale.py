@@ -52,10 +52,15 @@ Figures:
 - status gap: the longest time between two writes of ``planner-status.json`` (its
   ``finished`` field, polled every 0.2 s), counting from the daemon's start; with
   ``--cycle`` C an idle daemon writes every C s;
-- lock-timeout requeues: jobs whose restart count is above 0, and the hooks' log lines
-  about the node lock not being free in time (``[hooks] lock_timeout``);
+- requeues: jobs whose restart count is above 0, the hooks' log lines about a GPU's
+  lock not being free in time (``[hooks] lock_timeout``; each node's own log), and the
+  jobs slurmctld requeued because their batch step had not started
+  ``BatchStartTimeout`` + 10 s after allocation (its log's "missing from batch node");
+  ``BatchStartTimeout`` is 60 s here (``--batch-start-timeout``; Slurm's default 10):
+  a burst of starts queues tens of prologs a node on the nodes' one CPU;
 - throughput: jobs completed per minute from the first job's start to the last one's end,
-  and whether every job completed (state COMPLETED);
+  and whether every job completed (state COMPLETED; ``MinJobAge`` is the run's timeout
+  + 10 minutes so that the final squeue still lists every completed job);
 - load: os.getloadavg() when the cluster is up (before submitting) and at the end.
 
 A cycle the stop interrupted (``--plan-only-seconds``, or the last one, whose runtime
@@ -123,6 +128,11 @@ _STOPPING = re.compile(r"stopping: (\d+) actions left")
 _CYCLE_DONE = re.compile(r"cycle (\d+) done in ([0-9.]+) s")
 # seconds (--message-timeout); see main(): simulated nodes that share a CPU answer slowly
 MESSAGE_TIMEOUT = 30
+# seconds (--batch-start-timeout): a job's launch waits for its Prolog, and prologs of
+# 8 nodes on one CPU queue for longer than Slurm's default 10 s
+BATCH_START_TIMEOUT = 60
+# slurmctld.log: Slurm requeued a job whose batch step had not started in time
+BATCH_MISSING = "missing from batch node"
 _LOCAL = threading.local()  # .bench: a thread of this script (its processes not counted)
 
 
@@ -546,7 +556,8 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
         p(
             f"nodes (slurmds, hooks, jobs) limited to {fig['node_cpus']:g} CPUs together (a "
             "cgroup); slurmctld and the daemon have the rest, as on a host of their own; "
-            f"MessageTimeout={fig['message_timeout']} (Slurm's default: 10)"
+            f"MessageTimeout={fig['message_timeout']}, BatchStartTimeout="
+            f"{fig['batch_start_timeout']} (Slurm's defaults: 10, 10)"
         )
     else:
         why = fig["node_cpu_group_error"] or "--node-cpus 0"
@@ -637,8 +648,9 @@ def report(fig: dict, tracker: Tracker, as_json: bool) -> None:
         + (f"(ended by cycle {after})" if after else "(still open at the end)")
     )
     p(
-        f"lock-timeout requeues: {fig['restarted']} jobs restarted, "
-        f"{fig['lock_timeouts']} lock-timeout lines in the hooks' log"
+        f"requeues: {fig['restarted']} jobs restarted; {fig['lock_timeouts']} lock-timeout "
+        f"lines in the hooks' logs; {fig['batch_missing']} jobs requeued by slurmctld "
+        "because their batch step had not started within BatchStartTimeout"
     )
     p(
         f"completed: {fig['completed']} of {fig['submitted']} "
@@ -710,6 +722,14 @@ def main() -> int:
         help=f"slurm.conf MessageTimeout ({MESSAGE_TIMEOUT}; Slurm's default 10 drains "
         "nodes that share one CPU: a node failure run)",
     )
+    ap.add_argument(
+        "--batch-start-timeout",
+        type=int,
+        default=BATCH_START_TIMEOUT,
+        metavar="S",
+        help=f"slurm.conf BatchStartTimeout ({BATCH_START_TIMEOUT}; with Slurm's default 10, "
+        "jobs whose Prolog waits 20 s for the nodes' shared CPU are requeued as node failures)",
+    )
     ap.add_argument("--slurm", default="host", help="host (default), trixie or sid")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's directory")
     ap.add_argument("--json", action="store_true", help="also print one JSON line")
@@ -747,11 +767,17 @@ def main() -> int:
         # Slurm's default MaxJobCount (10,000) would make the last sbatch wait forever.
         # MessageTimeout: the nodes share a CPU or two, and a slurmd that waits longer
         # than 2 x MessageTimeout for slurmctld's prolog-launch message fails the job
-        # and drains itself (seen at 1,000 jobs with 8 nodes on one CPU: 39 requeues)
+        # and drains itself (seen at 1,000 jobs with 8 nodes on one CPU: 39 requeues).
+        # BatchStartTimeout: slurmctld requeues a job whose batch step has not started
+        # BatchStartTimeout + 10 s after its allocation; a burst of starts queues ~30
+        # prologs a node on the nodes' one CPU (seen: 86-208 of 1,000 jobs requeued)
         slurm_options={
             "extra_conf": [
                 f"MaxJobCount={max(10_000, 2 * args.jobs + 100)}",
                 f"MessageTimeout={args.message_timeout}",
+                f"BatchStartTimeout={args.batch_start_timeout}",
+                # completed jobs stay in squeue until the run's final read counts them
+                f"MinJobAge={int(args.timeout) + 600}",
             ],
             "node_cpus": args.node_cpus,
         },
@@ -886,6 +912,23 @@ def main() -> int:
     return 0
 
 
+def _hook_logs(lc: LiveCluster) -> list[Path]:
+    """The hooks' log files: each node's own (private nodes), else the one shared file."""
+    paths = {lc.log_file.resolve()}
+    for node in lc.nodes:
+        paths.add(lc.node_path(node, lc.log_file).resolve())
+    return sorted(paths)
+
+
+def _lines(path: Path, text: str) -> int:
+    """Lines of ``path`` that hold ``text`` (0 when it cannot be read)."""
+    try:
+        with path.open(errors="replace") as f:
+            return sum(text in ln for ln in f)
+    except OSError:
+        return 0
+
+
 def figures(
     args: argparse.Namespace,
     lc: LiveCluster,
@@ -915,11 +958,8 @@ def figures(
     starts = [j.start_time for j in completed if j.start_time]
     ends = [j.end_time for j in completed if j.end_time]
     span = (max(ends) - min(starts)) if starts and ends else 0.0
-    hooks_log = lc.root / "hooks.log"
-    try:
-        lock_lines = sum(LOCK_MESSAGE in ln for ln in hooks_log.read_text().splitlines())
-    except OSError:
-        lock_lines = 0
+    lock_lines = sum(_lines(path, LOCK_MESSAGE) for path in _hook_logs(lc))
+    batch_missing = _lines(lc.root / "slurm" / "log" / "slurmctld.log", BATCH_MISSING)
     gap, after = watch.longest_gap(state["t_daemon"], t_end)
     return {
         "jobs": args.jobs,
@@ -965,12 +1005,14 @@ def figures(
         "status_gap_cycle": after,
         "restarted": sum(1 for j in jobs if j.restart_count > 0),
         "lock_timeouts": lock_lines,
+        "batch_missing": batch_missing,
         "completed": len(completed),
         "all_completed": bool(ids) and len(completed) == len(ids),
         "per_minute": (60.0 * len(completed) / span) if span > 0 else 0.0,
         "daemon_seconds": t_end - state["t_daemon"],
         "node_cpus": args.node_cpus if lc.cluster and lc.cluster.cpu_group else 0,
         "message_timeout": args.message_timeout,
+        "batch_start_timeout": args.batch_start_timeout,
         "node_cpu_group_error": lc.cluster.cpu_group_error if lc.cluster else "",
     }
 

@@ -149,3 +149,32 @@ def test_quiet_cycles_are_split_by_whether_they_re_planned():
     assert [c.number for c in rows["steady (no writes)"]] == [1, 2, 3]
     assert [c.number for c in rows["  of them re-planning"]] == [2]
     assert [c.number for c in rows["  of them nothing new"]] == [1, 3]
+
+
+def test_requeue_counts_read_each_nodes_own_hooks_log_and_slurmctlds(tmp_path):
+    shared = tmp_path / "log" / "slurm-mig.log"
+    shared.parent.mkdir()
+    shared.write_text("prolog job 1: ok\n")
+    own = {}
+    for node in ("node1", "node2"):
+        own[node] = tmp_path / node / "slurm-mig.log"
+        own[node].parent.mkdir()
+    own["node1"].write_text(f"prolog job 2: gpu 0 lock {scale.LOCK_MESSAGE} 60 s\n" * 2)
+    own["node2"].write_text(f"epilog job 3: {scale.LOCK_MESSAGE}\nprolog job 4: ok\n")
+    lc = SimpleNamespace(log_file=shared, nodes=("node1", "node2"), node_path=lambda n, p: own[n])
+    logs = scale._hook_logs(lc)
+    assert set(logs) == {shared.resolve(), own["node1"].resolve(), own["node2"].resolve()}
+    assert sum(scale._lines(p, scale.LOCK_MESSAGE) for p in logs) == 3
+    ctld = tmp_path / "slurmctld.log"
+    ctld.write_text(
+        "[t] Batch JobId=37 missing from batch node node3 (not found BatchStartTime "
+        "after startup), Requeuing job\n[t] _job_complete: JobId=37 done\n"
+    )
+    assert scale._lines(ctld, scale.BATCH_MISSING) == 1
+    assert scale._lines(tmp_path / "absent.log", scale.BATCH_MISSING) == 0
+
+
+def test_a_node_without_a_log_of_its_own_is_read_once(tmp_path):
+    shared = tmp_path / "slurm-mig.log"
+    lc = SimpleNamespace(log_file=shared, nodes=("a", "b"), node_path=lambda n, p: p)
+    assert scale._hook_logs(lc) == [shared.resolve()]
