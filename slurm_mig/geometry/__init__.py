@@ -10,7 +10,7 @@ valid partitions, FAR's repartitioning tree and reconfiguration times.
 
 from __future__ import annotations
 
-from .gangs import MAX_TASKS, gang_placements, gang_times, region_sizes, task_size
+from .gangs import MAX_TASKS, gang_placements, gang_times, most_tasks, region_sizes, task_size
 from .masks import MaskTables, compute_mask, mask_tables, slot_mask
 from .model import GIB, Board, GeometryError, GpuModel, Placement, Profile, Slot, TreeNode
 from .slots import (
@@ -50,6 +50,7 @@ __all__ = [
     "MAX_TASKS",
     "gang_placements",
     "gang_times",
+    "most_tasks",
     "region_sizes",
     "task_size",
 ]

@@ -15,7 +15,14 @@ from functools import cache
 from .model import GeometryError, GpuModel, Placement
 from .tables import get_model
 
-__all__ = ["MAX_TASKS", "gang_placements", "gang_times", "region_sizes", "task_size"]
+__all__ = [
+    "MAX_TASKS",
+    "gang_placements",
+    "gang_times",
+    "most_tasks",
+    "region_sizes",
+    "task_size",
+]
 
 MAX_TASKS = 8  # the most instances a GPU of 2026 holds (7 on A100/H100, 8 with +me)
 
@@ -82,3 +89,8 @@ def gang_times(model: GpuModel, task_times: Mapping[int, float], n: int) -> dict
     return {
         region: task_times[s] for region, s in region_sizes(model, n).items() if s in task_times
     }
+
+
+def most_tasks(model: GpuModel) -> int:
+    """The most instances of one size a GPU of ``model`` holds (a gang's largest N)."""
+    return max((n for n in range(1, MAX_TASKS + 1) if region_sizes(model, n)), default=0)

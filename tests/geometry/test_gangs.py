@@ -15,6 +15,7 @@ from slurm_mig.geometry import (
     gang_placements,
     gang_times,
     get_model,
+    most_tasks,
     region_sizes,
     task_size,
 )
@@ -77,3 +78,12 @@ def test_a_gang_runs_on_the_regions_whose_task_size_has_its_memory():
     assert runnable_sizes(Job("g", 0.0, times, tasks=MAX_TASKS), A100) == ()
     single = Job("s", 0.0, {1: 1.0, 7: math.inf})
     assert runnable_sizes(single, A100) == (1,)
+
+
+def test_most_tasks_is_the_largest_count_some_region_holds_on_every_model():
+    for model in MODELS.values():
+        n = most_tasks(model)
+        assert region_sizes(model, n), model.name
+        assert all(not region_sizes(model, k) for k in range(n + 1, MAX_TASKS + 1)), model.name
+    assert most_tasks(get_model("A100-40GB")) == 7  # seven 1g.5gb
+    assert most_tasks(get_model("A30-24GB")) == 4  # four 1g.6gb

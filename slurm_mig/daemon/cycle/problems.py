@@ -8,7 +8,7 @@ import math
 from functools import lru_cache
 
 from ... import jobcomment as comments
-from ...geometry import MAX_TASKS, GpuModel, get_model, region_sizes
+from ...geometry import GpuModel, get_model, most_tasks, region_sizes
 from .inputs import Estimate
 
 __all__ = ["comment_too_long", "feasible", "shape_problem", "why_unplannable"]
@@ -83,11 +83,6 @@ def why_unplannable(est: Estimate | None) -> str | None:
             f"the job's --comment or submit it to a partition with larger GPUs"
         )
     return "no MIG instance size can run it (every runtime estimate is inf)"
-
-
-def most_tasks(model: GpuModel) -> int:
-    """The most instances of one size a GPU of ``model`` holds (a gang's largest N)."""
-    return max((n for n in range(1, MAX_TASKS + 1) if region_sizes(model, n)), default=0)
 
 
 def _gang_problem(est: Estimate, models: list[GpuModel]) -> str:
