@@ -24,7 +24,10 @@ def add_parser(sub) -> None:
             "controller. Writes OUT (the best controller, numpy weights; pass it to the "
             "policy as smart-mig:checkpoint=OUT), OUT-itNNNN.npz checkpoints, "
             "OUT-state.pt (torch state), OUT.csv (the reward curve) and OUT.png (its "
-            "plot). Needs torch (pip install 'slurm-mig[train]')."
+            "plot). --resume goes on from OUT-state.pt (written at each checkpoint) to "
+            "--iterations, as if the run had not stopped: train in stages with the same "
+            "options and a larger --iterations. Needs torch (pip install "
+            "'slurm-mig[train]')."
         ),
     )
     tc.add_argument("--out", metavar="OUT.npz", required=True, help="where to write the controller")
@@ -40,6 +43,9 @@ def add_parser(sub) -> None:
                     help="seed of the network and the training days (default: 0)")  # fmt: skip
     tc.add_argument("--save-every", metavar="N", type=positive_int, default=10,
                     help="write a checkpoint every N iterations (default: 10)")  # fmt: skip
+    tc.add_argument("--resume", action="store_true",
+                    help="go on from OUT-state.pt, the last checkpoint of a run with the "
+                    "same options, up to --iterations in all")  # fmt: skip
     tc.add_argument("--no-plot", action="store_true", help="do not draw OUT.png")
     tc.set_defaults(handler=run)
 
@@ -52,13 +58,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"train-controller needs {exc.name}; install it with pip install 'slurm-mig[train]'"
         ) from None
-    from ..sim.controller_train import TrainSettings, plot_curve, train
+    from ..sim.controller_train import TrainSettings, plot_curve, state_path, train
 
     if args.iterations > 100_000 or args.episodes > 1000 or args.gpus > 4096:
         raise ValueError("--iterations <= 100000, --episodes <= 1000 and --gpus <= 4096")
     out = Path(args.out)
     if out.suffix != ".npz":
         raise ValueError(f"--out {out}: give a file name ending in .npz")
+    if args.resume and not state_path(out).is_file():
+        raise ValueError(f"--resume: no {state_path(out)} (a run with --out {out} writes it)")
     out.parent.mkdir(parents=True, exist_ok=True)
     settings = TrainSettings(
         iterations=args.iterations,
@@ -70,15 +78,19 @@ def run(args: argparse.Namespace) -> int:
     )
     bar = tqdm(total=settings.iterations, desc=f"{PROG} train-controller", unit="it",
                file=sys.stderr, dynamic_ncols=True)  # fmt: skip
+    first = [True]
 
-    def progress(_: int, rec: dict) -> None:
+    def progress(it: int, rec: dict) -> None:
+        if first[0]:  # a resumed run starts where its checkpoint was
+            bar.update(it)
+            first[0] = False
         bar.set_postfix(
             ET_vs_CEDF=f"{rec['et_ratio']:.3f}", days=rec["days"], jobs=rec["jobs"], refresh=False
         )
         bar.update(1)
 
     try:
-        curve = train(settings, out, progress)
+        curve = train(settings, out, progress, resume=args.resume)
     finally:
         bar.close()
     best = min(curve, key=lambda r: r["et_ratio"])

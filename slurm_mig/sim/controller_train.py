@@ -241,42 +241,45 @@ def train(
     settings: TrainSettings,
     out: Path,
     progress: Callable[[int, dict], None] | None = None,
+    *,
+    resume: bool = False,
 ) -> list[dict]:
     """Train, saving ``out`` (the best controller by mean ET ratio, numpy), checkpoints
     beside it every ``save_every`` iterations, and the reward curve (``*.csv``). Returns
-    one record per iteration."""
+    one record per iteration. ``resume``: go on from ``OUT-state.pt`` (the last
+    checkpoint of a run with the same settings, up to ``iterations``) to
+    ``settings.iterations``, as if the run had not stopped: training in stages."""
     import torch
 
     torch.set_num_threads(1)
     actor, critic = _net(settings)
     opt = torch.optim.Adam([*actor.parameters(), *critic.parameters()], lr=settings.lr)
-    curve: list[dict] = []
-    best = -math.inf
-    jobs = 0
-    t0 = time.perf_counter()
     meta = {"settings": json.dumps(asdict(settings))}
-    for it in range(settings.iterations):
+    run = _Run()
+    if resume:
+        run = _resume(out, settings, actor, critic, opt)
+    t0 = time.perf_counter() - run.wall_s
+    for it in range(run.done, settings.iterations):
         ctrl = export(actor, meta)
         rolls = [
             run_episode(ctrl, settings, TRAIN_SEED0 + settings.seed * 100_000 + it * settings.episodes + e)
             for e in range(settings.episodes)
         ]  # fmt: skip
         stats = _update(actor, critic, opt, rolls, settings)
-        jobs += sum(r.jobs for r in rolls)
+        run.jobs += sum(r.jobs for r in rolls)
         rec = {
             "iteration": it + 1,
             "days": (it + 1) * settings.episodes,
-            "jobs": jobs,
+            "jobs": run.jobs,
             "return": float(np.mean([sum(r.rewards) for r in rolls])),
             "et_ratio": float(np.mean([r.et_ratio for r in rolls])),
             "repartitions": float(np.mean([r.repartitions for r in rolls])),
             "wall_s": time.perf_counter() - t0,
             **stats,
         }
-        curve.append(rec)
-        score = -rec["et_ratio"]
-        if score > best:
-            best = score
+        run.curve.append(rec)
+        if -rec["et_ratio"] > run.best:
+            run.best = -rec["et_ratio"]
             meta_best = {**meta, "iteration": it + 1, "et_ratio": rec["et_ratio"]}
             save_npz(export(actor, meta_best), out)
         if (it + 1) % settings.save_every == 0 or it + 1 == settings.iterations:
@@ -284,15 +287,83 @@ def train(
                 export(actor, {**meta, "iteration": it + 1}),
                 out.with_name(f"{out.stem}-it{it + 1:04d}.npz"),
             )
-            torch.save(
-                {"actor": actor.state_dict(), "critic": critic.state_dict(), "opt": opt.state_dict(), "iteration": it + 1},
-                out.with_name(f"{out.stem}-state.pt"),
-            )  # fmt: skip
-            write_curve(curve, out.with_suffix(".csv"))
+            run.done, run.wall_s = it + 1, rec["wall_s"]
+            _save_state(out, settings, actor, critic, opt, run)
+            write_curve(run.curve, out.with_suffix(".csv"))
         if progress is not None:
             progress(it, rec)
-    write_curve(curve, out.with_suffix(".csv"))
-    return curve
+    write_curve(run.curve, out.with_suffix(".csv"))
+    return run.curve
+
+
+@dataclass
+class _Run:
+    """Where a training run stands: iterations done, the reward curve, the best score
+    (minus the ET ratio), jobs simulated and seconds spent (what a resume needs)."""
+
+    done: int = 0
+    curve: list[dict] = field(default_factory=list)
+    best: float = -math.inf
+    jobs: int = 0
+    wall_s: float = 0.0
+
+
+def state_path(out: Path) -> Path:
+    """The torch state a run writes beside ``out`` at each checkpoint."""
+    return out.with_name(f"{out.stem}-state.pt")
+
+
+def _stage_settings(settings: TrainSettings) -> dict:
+    """The settings a resumed run must share with the one it continues (all but how far
+    it goes and how often it saves)."""
+    return {k: v for k, v in asdict(settings).items() if k not in ("iterations", "save_every")}
+
+
+def _save_state(out: Path, settings: TrainSettings, actor, critic, opt, run: _Run) -> None:
+    import torch
+
+    path = state_path(out)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(
+        {
+            "actor": actor.state_dict(),
+            "critic": critic.state_dict(),
+            "opt": opt.state_dict(),
+            "iteration": run.done,
+            "settings": _stage_settings(settings),
+            "run": asdict(run),
+        },
+        tmp,
+    )
+    tmp.replace(path)
+
+
+def _resume(out: Path, settings: TrainSettings, actor, critic, opt) -> _Run:
+    """Load ``OUT-state.pt`` into the networks and the optimiser; ValueError naming the
+    fix when there is none, it is of other settings, or it is already as far."""
+    import torch
+
+    path = state_path(out)
+    if not path.is_file():
+        raise ValueError(f"--resume: no {path} (a run with --out {out} writes it)")
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as exc:  # a truncated or foreign file
+        raise ValueError(f"--resume: {path} is not a training state: {exc}") from None
+    if "run" not in state or state.get("settings") != _stage_settings(settings):
+        raise ValueError(
+            f"--resume: {path} is of another run (other settings, or written before "
+            "resuming was possible); resume with the options it was trained with"
+        )
+    if state["iteration"] >= settings.iterations:
+        raise ValueError(
+            f"--resume: {path} is already at iteration {state['iteration']}; give "
+            f"--iterations above it"
+        )
+    actor.load_state_dict(state["actor"])
+    critic.load_state_dict(state["critic"])
+    opt.load_state_dict(state["opt"])
+    return _Run(**state["run"])
 
 
 def _update(actor, critic, opt, rolls: list[Rollout], s: TrainSettings) -> dict:

@@ -303,3 +303,51 @@ def test_smart_mig_on_a_model_without_the_12_configurations_runs_as_cedf():
     r = simulate(jobs, get_policy("smart-mig"), 1, 2, a30, 0, check=True)
     c = simulate(jobs, get_policy("cedf"), 1, 2, a30, 0, check=True)
     assert r.finish == c.finish
+
+
+def _train(out, iterations, *extra):
+    from slurm_mig.cli import main
+
+    argv = ["train-controller", "--out", str(out), "--iterations", str(iterations),
+            "--episodes", "1", "--gpus", "2", "--rate-multiplier", "4", "--seed", "5",
+            "--save-every", "1", "--no-plot", *extra]  # fmt: skip
+    return main(argv)
+
+
+def _curve(path):
+    import csv
+
+    rows = list(csv.DictReader(path.open()))
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+
+
+def test_train_controller_resumed_in_stages_equals_one_run(tmp_path, capsys):
+    whole, staged = tmp_path / "whole" / "c.npz", tmp_path / "staged" / "c.npz"
+    assert _train(whole, 3) == 0
+    assert _train(staged, 1) == 0
+    assert _train(staged, 3, "--resume") == 0, capsys.readouterr().err
+    for name in ("c-it0003.npz", "c.npz"):
+        a, b = Controller.load(whole.parent / name), Controller.load(staged.parent / name)
+        for k in a.weights:
+            np.testing.assert_array_equal(a.weights[k], b.weights[k])
+    assert _curve(whole.with_suffix(".csv")) == _curve(staged.with_suffix(".csv"))
+    assert len(_curve(staged.with_suffix(".csv"))) == 3
+
+
+def test_train_controller_resume_refuses_a_missing_or_foreign_state(tmp_path, capsys):
+    out = tmp_path / "c.npz"
+    assert _train(out, 2, "--resume") != 0
+    err = capsys.readouterr().err
+    assert "no " in err and "c-state.pt" in err and "Traceback" not in err
+    assert _train(out, 1) == 0
+    capsys.readouterr()
+    assert _train(out, 1, "--resume") != 0  # already there
+    err = capsys.readouterr().err
+    assert "already at iteration 1" in err and "Traceback" not in err
+    from slurm_mig.cli import main
+
+    other = ["train-controller", "--out", str(out), "--iterations", "2", "--episodes", "1",
+             "--gpus", "3", "--rate-multiplier", "4", "--seed", "5", "--no-plot", "--resume"]  # fmt: skip
+    assert main(other) != 0
+    err = capsys.readouterr().err
+    assert "another run" in err and "Traceback" not in err
