@@ -37,6 +37,14 @@ of arriving jobs, each at 0.5x, 1x and 1.5x its arrival rate (``--load``):
                  need a whole A100; 32 GPUs: on 20 whole GPUs' mean wait is 24 days (96 %
                  of JCT), on 32 it is 29 % of JCT, on 48 none. The whole trace (6129
                  pods) takes ~60 s per adaptive run, hence the prefix.
+Opt-in (``--workloads``; not in the default run, which is long already):
+  miso-40-gangs  miso-40 with jobs of several slices: a seeded 1 in 4 jobs asks for
+                 2, 3 or 4 instances (``mig:tasks=N``; a count some region holds, by
+                 times and memory: ~24 % of the jobs), each task with its template's
+                 per-size times. The dynamic policies plan such a job on
+                 a region; static layouts and whole GPUs run it on N instances of the
+                 node (``--gres=gpu[:type]:N``, typed with ``match=exact``), as Slurm
+                 does; layouts with too few instances for a gang are skipped.
 Batches (every job at t = 0, no load knob, one run):
   miso-100-8     MISO's 100 templates (``miso-trace`` with 100 jobs, seed 0) on 8 A100s.
   rodinia-1      the 16 Rodinia kernels (``rodinia-a100``, FAR's Table) on one A100.
@@ -49,7 +57,7 @@ Static sweep (hindsight-best): every full A100 partition (the 12 maximal
 configurations, 7 ... 1-1-1-1-1-1-1) on every GPU, plus the mixed ``7/<partition>``
 (cycled over the GPUs, so traces that need 7g have layouts), each with typed requests
 (``match=exact``) and untyped (``match=fit``): 46 layouts. A layout with no instance
-some job runs on is skipped. Best = lowest mean JCT averaged over the seeds (batches:
+some job runs on is skipped (a job of several slices: fewer than its tasks on the node). Best = lowest mean JCT averaged over the seeds (batches:
 also the lowest makespan, for the makespan target).
 
 A-priori layout: ``7/1-1-2-3`` untyped: half the GPUs whole (for jobs that need one),
@@ -64,6 +72,7 @@ Usage:
   python benchmarks/value.py --quick         # seed 0, load 1x only
   python benchmarks/value.py --json OUT.json --jobs 2
   python benchmarks/value.py --workloads miso-40,rodinia-1 --seeds 1
+  python benchmarks/value.py --workloads miso-40-gangs --quick   # jobs of several slices
 Run time (2 processes on 2 shared cores, load average 1-4): --quick ~1.5 min, full
 ~12 min (2702 simulations; 16 min under the default learned knowledge); figures are deterministic given the seeds and the code
 (only the simulators' own run times vary; the output names the commit and a digest of
@@ -89,9 +98,11 @@ from slurm_mig.cli.simulate import parse_policies
 from slurm_mig.geometry import get_model, partition_name
 from slurm_mig.planner.mig_configs import configs_for
 from slurm_mig.planner.online import parse_layout
+from slurm_mig.planner.online_placement import task_sizes
 from slurm_mig.planner.snapshot import runnable_sizes
 from slurm_mig.sim.api import SimJob
 from slurm_mig.sim.engine import simulate
+from slurm_mig.sim.gangworkload import GANG_TASKS, with_gangs
 from slurm_mig.sim.jobs import build_workload
 from slurm_mig.sim.knowledge import KNOWLEDGE_MODES
 from slurm_mig.sim.limits import with_site_fields
@@ -154,7 +165,8 @@ METRICS = (
 @dataclass(frozen=True)
 class Workload:
     """One row group: ``preset`` (a ``build_workload`` preset, or ``miso-100`` /
-    ``rodinia`` for the batches) on ``gpus`` A100s; ``jobs`` caps the job count."""
+    ``rodinia`` for the batches) on ``gpus`` A100s; ``jobs`` caps the job count;
+    ``gangs``: the share of jobs made jobs of several slices (`with_gangs`)."""
 
     key: str
     preset: str
@@ -162,12 +174,15 @@ class Workload:
     jobs: int | None = None
     seeded: bool = True
     batch: bool = False
+    gangs: float = 0.0
 
     def describe(self, jobs: int | None = None) -> str:
         """``key: preset, N jobs, G x MODEL, stream|batch``; ``jobs``: the count built."""
         kind = "batch at t=0" if self.batch else "stream"
         n = jobs or self.jobs
         count = f"{n} jobs" if n else "all jobs"
+        if self.gangs:
+            count += f" (~{100 * self.gangs:.0f} % of {'/'.join(map(str, GANG_TASKS))} tasks)"
         return f"{self.key}: {self.preset}, {count}, {self.gpus} x {MODEL}, {kind}"
 
 
@@ -181,6 +196,8 @@ WORKLOADS = (
     Workload("miso-100-8", "miso-100", 8, 100, seeded=False, batch=True),
     Workload("rodinia-1", "rodinia", 1, seeded=False, batch=True),
 )
+# opt-in workloads (``--workloads``), not in the default run
+OPT_IN = (Workload("miso-40-gangs", "miso-trace", 40, 1000, gangs=0.25),)
 
 
 # ---------------------------------------------------------------------------
@@ -205,7 +222,8 @@ def _build_jobs(wl: Workload, load: float, seed: int) -> tuple[SimJob, ...]:
 
         tasks = rodinia_tasks()[: wl.jobs] if wl.jobs else rodinia_tasks()
         return tuple(replace(t, arrival=0.0) for t in tasks)  # a batch's tasks are jobs
-    return tuple(build_workload(wl.preset, model, wl.gpus, wl.jobs, seed, load=load))
+    jobs = tuple(build_workload(wl.preset, model, wl.gpus, wl.jobs, seed, load=load))
+    return with_gangs(jobs, wl.gangs, seed, model) if wl.gangs else jobs
 
 
 def static_sweep(model_name: str = MODEL) -> list[str]:
@@ -230,18 +248,49 @@ def layout_sizes(label: str, gpus: int, model_name: str = MODEL) -> set[int] | N
 
 def unhosted(label: str, jobs: Sequence[SimJob], gpus: int, model_name: str = MODEL) -> str | None:
     """Why a static layout is skipped on ``gpus`` GPUs: a mixed layout with more
-    partitions than GPUs (not mixed there), or a job it has no runnable instance for;
-    None if it can host ``jobs``."""
+    partitions than GPUs (not mixed there), or a job it has no runnable instance for
+    (a gang: too few, `gang_unhosted`; whole GPUs too); None if it can host ``jobs``."""
     sizes = layout_sizes(label, gpus, model_name)
     if sizes is None:
-        return None
+        if parse_policies(label)[0][1] != WHOLE:
+            return None
+        gangs = (gang_unhosted(label, j, gpus, model_name) for j in jobs if j.tasks > 1)
+        return next((why for why in gangs if why), None)
     layout = str(parse_policies(label)[0][2].get("layout", ""))
     if len(parse_layout(layout, get_model(model_name))) > gpus:
         return f"layout {layout} has more partitions than the {gpus} GPU(s)"
     model = get_model(model_name)
     for job in jobs:
-        if not sizes & set(runnable_sizes(job, model)):
+        if job.tasks > 1:
+            why = gang_unhosted(label, job, gpus, model_name)
+            if why:
+                return why
+        elif not sizes & set(runnable_sizes(job, model)):
             return f"job {job.id} runs on {runnable_sizes(job, model)} only"
+    return None
+
+
+def gang_unhosted(label: str, job: SimJob, gpus: int, model_name: str = MODEL) -> str | None:
+    """Why a static layout (or whole GPUs) on ``gpus`` GPUs of one node cannot run
+    ``job``'s tasks, each on an instance of its own (the policy's rule: ``match=fit``
+    any size a task runs on, ``exact`` its smallest that the layout has); None if it
+    can."""
+    model = get_model(model_name)
+    (_, name, opts), *_ = parse_policies(label)
+    if name == WHOLE:
+        opts = {"layout": "whole", "match": "fit"}
+    parts = parse_layout(opts.get("layout", "auto"), model)
+    count: dict[int, int] = {}
+    for k in range(gpus):
+        for slot in parts[k % len(parts)]:
+            count[slot.size] = count.get(slot.size, 0) + 1
+    usable = [s for s in task_sizes(job, model) if s in count]
+    if opts.get("match", "exact") != "fit":
+        usable = usable[:1]
+    have = sum(count[s] for s in usable)
+    if have < job.tasks:
+        on = "/".join(map(str, usable)) or "-"
+        return f"job {job.id} runs {job.tasks} tasks on size {on}; the layout has {have}"
     return None
 
 
@@ -394,7 +443,15 @@ def jct_floor(jobs: Sequence[SimJob], model_name: str = MODEL) -> float:
     """The least mean JCT any policy could reach: every job at once on its fastest
     size (no wait, no reconfiguration)."""
     model = get_model(model_name)
-    return statistics.fmean(min(j.time(s) for s in runnable_sizes(j, model)) for j in jobs)
+
+    def fastest(j: SimJob) -> float:
+        best = min(j.time(s) for s in runnable_sizes(j, model))
+        if j.tasks > 1:  # a static layout's instances of its own may be larger
+            per = j.per_task(model)
+            best = min(best, min(per[s] for s in task_sizes(j, model)))
+        return best
+
+    return statistics.fmean(fastest(j) for j in jobs)
 
 
 def build_table(
@@ -760,7 +817,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--knowledge", choices=KNOWLEDGE_MODES, default=KNOWLEDGE,
                     help=f"what a policy knows of runtimes (default: {KNOWLEDGE})")  # fmt: skip
     ap.add_argument("--workloads", metavar="A,B",
-                    help="only these workloads: " + ", ".join(w.key for w in WORKLOADS))  # fmt: skip
+                    help="only these workloads: " + ", ".join(w.key for w in WORKLOADS)
+                    + "; opt-in: " + ", ".join(w.key for w in OPT_IN))  # fmt: skip
     return ap
 
 
@@ -772,10 +830,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     workloads = list(WORKLOADS)
     if args.workloads:
         keys = [k.strip() for k in args.workloads.split(",") if k.strip()]
-        unknown = sorted(set(keys) - {w.key for w in WORKLOADS})
+        known = (*WORKLOADS, *OPT_IN)
+        unknown = sorted(set(keys) - {w.key for w in known})
         if unknown:
             ap.error(f"unknown workloads {', '.join(unknown)}")
-        workloads = [w for w in WORKLOADS if w.key in keys]
+        workloads = [w for w in known if w.key in keys]
     seeds = (0,) if args.quick else tuple(range(args.seeds))
     loads = (1.0,) if args.quick else LOADS
     start = uptime()

@@ -206,6 +206,7 @@ class Estimator:
                 min_memory=hints.mem,
                 default_runtime=self.config.default_runtime,
                 serial_fraction=self.config.serial_fraction,
+                gang=hints.tasks > 1,
             )
             for name in names
         }
@@ -225,6 +226,7 @@ class Estimator:
                 min_memory=hints.mem,
                 default_runtime=self.config.default_runtime,
                 serial_fraction=self.config.serial_fraction,
+                gang=hints.tasks > 1,
             )
             for name in names
         }
@@ -255,6 +257,7 @@ def distrusted_times(
     min_memory: int | None,
     default_runtime: float,
     serial_fraction: float,
+    gang: bool = False,
 ) -> dict[int, float]:
     """Seconds per size for a job whose owner's ``time=`` hints do not count
     (`slurm_mig.overruns`): its owner's runs of its kind, unbounded by the hint (weighed
@@ -276,6 +279,7 @@ def distrusted_times(
         min_memory=memory,
         default_runtime=default_runtime,
         serial_fraction=serial_fraction,
+        gang=gang,
     )
     if longest is None or not math.isfinite(longest):
         return times

@@ -5,6 +5,11 @@ that wait.
 * `Place`: run a waiting job on ``slot`` of GPU ``gpu``. ``start == now``: start it now
   (an identical idle instance there is reused, otherwise one is created, after the
   `Destroy` of idle instances in its way, which the decisions list before it).
+  ``more``: the other instances a job of several slices holds, as (GPU, slot) on the
+  same node (a static layout's gang, as Slurm's ``--gres=gpu:N``): each is reused or
+  created the same way, the job starts once all exist and holds all of them until
+  it ends; such a job never moves. The simulator carries it out; the daemon's
+  assignments know a gang on a region only.
 * `Move`: migrate a running, restartable job (the simulator keeps its progress; on
   Slurm it is requeued and planned again).
 * `Create` / `Destroy`: an idle instance made or removed ahead of use (static layouts,
@@ -42,6 +47,7 @@ class Place:
     end: float = float("nan")  # projected end (nan: unknown)
     batch: int = 0
     order: int = 0  # place in the order of its GPU
+    more: tuple[tuple[int, Slot], ...] = ()  # its other instances: (gpu, slot), one node
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,8 @@ def decisions_to_json(got: Decisions, snap: ClusterSnapshot) -> dict[str, Any]:
             item = {"job": op.job, **where(op.gpu, op.slot), "start": op.start}
             if op.end == op.end:  # not nan
                 item["end"] = op.end
+            if op.more:
+                item["more"] = [where(g, slot) for g, slot in op.more]
             out["placements"].append({**item, "batch": op.batch, "order": op.order})
     out["moves"] = [
         {"job": m.job, "src": m.src, **where(m.dst, m.slot)} for m in got.ops if type(m) is Move

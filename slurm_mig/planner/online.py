@@ -17,7 +17,9 @@ Pure functions over the snapshot's GPUs (``planner.snapshot.Gpu``):
   costs an existing idle instance is reused, then the fewest idle instances are
   destroyed, then the lowest GPU index (first fit). Without it the GPUs keep a static
   layout (``parse_layout``) and a job waits for an idle instance of its size (the
-  smallest larger size the layout has, if it has none of its own), first fit.
+  smallest larger size the layout has, if it has none of its own), first fit; a job
+  of N tasks waits for N such instances on one node (``choose_gang``: Slurm's
+  ``--gres=gpu[:type]:N``, sized per task; the dynamic variants plan it on a region).
 * ``plan_departure`` - job departure (Sec. IV-D): if the GPU a job left is still busy,
   intra-GPU moves while one lowers its cost; if it became lazy, inter-GPU moves from
   busy GPUs while the move leaves it less loaded than the source, each time the job
@@ -54,12 +56,14 @@ from .online_placement import (
     Choice,
     _mask_cost,
     _mem_mask,
+    choose_gang,
     choose_placement,
     fragmentation_cost,
     gpu_running,
     is_lazy,
     mask_cost,
     profile_terms,
+    task_sizes,
 )
 from .snapshot import ClusterSnapshot, Gpu, Instance, Job, efficient_time, runnable_sizes
 
@@ -139,17 +143,21 @@ def _partition_key(part: str, names: dict, model: GpuModel) -> str:
 _SIZE_RULES = ("min", "fastest", "efficient")
 
 
-def pick_size(job: Job, model: GpuModel, rule: str = "min") -> tuple[int, ...]:
+def pick_size(
+    job: Job, model: GpuModel, rule: str = "min", per_task: bool = False
+) -> tuple[int, ...]:
     """Sizes a job may take, preferred first: its requested size, else by ``rule``
     (min: the smallest it runs on; fastest; efficient: least slice-seconds), then the
-    larger runnable sizes (for static layouts only)."""
-    sizes = runnable_sizes(job, model)
-    if job.size is not None:
+    larger runnable sizes (for static layouts only). ``per_task``: the instance sizes
+    of each of a gang's tasks (``task_sizes``, by one task's times), not its regions."""
+    sizes = task_sizes(job, model) if per_task else runnable_sizes(job, model)
+    times = job.per_task(model) if per_task else job.times
+    if job.size is not None and not per_task:
         first = job.size
     elif rule == "fastest":
-        first = min(sizes, key=lambda s: (job.time(s), s))
+        first = min(sizes, key=lambda s: (times.get(s, math.inf), s))
     elif rule == "efficient":
-        first = min(sizes, key=lambda s: (s * job.time(s), -s))
+        first = min(sizes, key=lambda s: (s * times.get(s, math.inf), -s))
     else:
         first = sizes[0]
     return (first,) + tuple(s for s in sizes if s > first)
@@ -216,12 +224,18 @@ class FragAwarePolicy:
         self._layout: tuple[tuple[Slot, ...], ...] = ()
         self._have: frozenset[int] = frozenset()  # sizes the layout puts on some GPU
         self._have_for = -1  # the number of GPUs ``_have`` is for
+        self._hosts: dict[tuple[tuple[int, ...], int], int] = {}  # (sizes, tasks) -> most
 
     def _sizes_of(self, job, model: GpuModel) -> tuple[int, ...]:
         s = self._sizes.get(job.id)
         if s is None:
-            s = self._sizes[job.id] = pick_size(job, model, self.size_rule)
+            gang = self._is_gang(job)
+            s = self._sizes[job.id] = pick_size(job, model, self.size_rule, gang)
         return s
+
+    def _is_gang(self, job: Job) -> bool:
+        """A job of several tasks on a static layout: N instances, not a region."""
+        return not self.dynamic and job.tasks > 1
 
     def _static_size(self, sizes: tuple[int, ...]) -> tuple[int, ...]:
         """The size a job waits for under a static layout: its own if the layout has
@@ -292,6 +306,7 @@ class FragAwarePolicy:
             used = [self._layout[k % len(self._layout)] for k in range(n)]
             self._have = frozenset(s.size for part in used for s in part)
             self._have_for = n
+            self._hosts.clear()
 
     def _fill_layout(self, snap: ClusterSnapshot, states: dict[int, Gpu]) -> Iterator[Op]:
         """The static layout: create its instances where they are missing and free
@@ -347,10 +362,21 @@ class FragAwarePolicy:
         from .baseline import busy_instance
 
         model = snap.model
-        failed: set[tuple[int, ...]] = set()
+        failed: set[tuple] = set()  # sizes (a gang: with its tasks) that found no room
         for job in self._waiting(snap):
             sizes = self._sizes_of(job, model)
-            if sizes in failed:
+            gang = self._is_gang(job)
+            key = (sizes, job.tasks) if gang else sizes
+            if key in failed:
+                continue
+            if gang:
+                place = self._place_gang(snap, order, job, sizes)
+                if place is not None:
+                    yield place
+                    continue
+                if not self.backfill:
+                    break
+                failed.add(key)
                 continue
             choice = choose_placement(
                 order,
@@ -374,6 +400,45 @@ class FragAwarePolicy:
             else:
                 self.created += 1
             order[choice.gpu] = order[choice.gpu].placed(busy_instance(choice.slot, job))
+
+    def _place_gang(
+        self, snap: ClusterSnapshot, order: list[Gpu], job: Job, sizes: tuple[int, ...]
+    ) -> Place | None:
+        """A gang's N idle instances on one node (``choose_gang``), ``order`` updated;
+        None when they are not free now (ValueError when they never are)."""
+        from .baseline import busy_instance
+
+        choice = choose_gang(order, self._static_size(sizes), job.tasks)
+        if choice is None:
+            self._check_gang(job, sizes, order)
+            return None
+        for k, slot in choice:
+            order[k] = order[k].placed(busy_instance(slot, job))
+        self.reused += len(choice)
+        (gpu, slot), *more = choice
+        return Place(job.id, gpu, slot, snap.now, more=tuple(more))
+
+    def _check_gang(self, job: Job, sizes: tuple[int, ...], gpus: list[Gpu]) -> None:
+        """ValueError when no node of the static layout has ``job.tasks`` instances of
+        the sizes the gang takes (``_static_size``)."""
+        key = (sizes, job.tasks)
+        most = self._hosts.get(key)
+        usable = set(self._static_size(sizes))
+        if most is None:
+            count: dict[str, int] = {}
+            for g in gpus:
+                part = self._layout[g.index % len(self._layout)]
+                count[g.node] = count.get(g.node, 0) + sum(s.size in usable for s in part)
+            most = self._hosts[key] = max(count.values(), default=0)
+        if most < job.tasks:
+            names = "/".join(partition_name(p) for p in self._layout)
+            raise ValueError(
+                f"policy {self.name!r}: job {job.id!r} runs {job.tasks} tasks, each on an "
+                f"instance of size {'/'.join(map(str, sorted(usable))) or '-'} (runnable: "
+                f"{sizes}, match={self.match}), but the static layout {names!r} has at most "
+                f"{most} such instance(s) on one node; pass layout=... with more, or use "
+                "a policy with dynamic partitioning"
+            )
 
     def _check_layout(self, job: Job, sizes: tuple[int, ...]) -> None:
         """ValueError when a static layout has no instance ``job`` could ever run on."""

@@ -1,5 +1,6 @@
 """Fragmentation cost of a GPU's free slices and where the fragmentation-aware policy
-places a job (reuse, dynamic partitioning)."""
+places a job (reuse, dynamic partitioning), or a job of several slices on a static
+layout (`choose_gang`: N idle instances of one node, as Slurm's ``--gres=gpu:N``)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,23 @@ from ..geometry import (
     Slot,
     compute_mask,
     get_model,
+    mask_tables,
     planner_slots,
     slot_mask,
 )
-from .snapshot import Gpu, Instance
+from .snapshot import Gpu, Instance, Job
 
 __all__ = [
     "DEFAULT_THRESHOLD",
     "gpu_running",
     "Choice",
+    "choose_gang",
     "choose_placement",
     "fragmentation_cost",
     "is_lazy",
     "mask_cost",
     "profile_terms",
+    "task_sizes",
 ]
 
 DEFAULT_THRESHOLD = 0.4  # Sec. V-A3
@@ -212,4 +216,45 @@ def choose_placement(
                             model.name, g.busy_mask | _mem_mask(s), g.compute_mask | _comp_mask(s)
                         )
                         return Choice(g.index, s, cost, True, ())
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Jobs of several slices on a static layout
+
+
+def task_sizes(job: Job, model: GpuModel) -> tuple[int, ...]:
+    """The instance sizes one task of ``job`` runs on (``Job.per_task``: a finite time,
+    the memory of one task), smallest first."""
+    memory = mask_tables(model).memory
+    per = job.per_task(model)
+    return tuple(
+        s
+        for s in model.planner_sizes
+        if per.get(s, math.inf) < math.inf and job.memory <= memory[s]
+    )
+
+
+def choose_gang(
+    gpus: Sequence[Gpu], sizes: Sequence[int], n: int
+) -> tuple[tuple[int, Slot], ...] | None:
+    """``n`` idle instances of ``sizes`` on one node, as (GPU, slot), or None (the job
+    waits): the first node (in the order of its first GPU) that has ``n`` of
+    ``sizes[0]``, else of the first two sizes, and so on; there the earlier sizes
+    first, then GPUs by index, instances by placement."""
+    nodes: dict[str, list[Gpu]] = {}
+    for g in gpus:
+        nodes.setdefault(g.node, []).append(g)
+    for k in range(1, len(sizes) + 1):
+        rank = {s: i for i, s in enumerate(sizes[:k])}
+        for group in nodes.values():
+            idle = [
+                (rank[i.slot.size], g.index, i.slot.placement.start, i.slot)
+                for g in group
+                for i in g.instances
+                if i.job is None and i.slot.size in rank
+            ]
+            if len(idle) >= n:
+                idle.sort(key=lambda x: x[:3])
+                return tuple((gpu, slot) for _, gpu, _, slot in idle[:n])
     return None

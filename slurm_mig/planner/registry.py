@@ -98,8 +98,10 @@ class PolicyInfo:
     """A registered name: its kind, a line for --help, the module whose ``POLICIES``
     maps the name to its factory (called as ``factory(**options)``), and what the
     policy declares: the ``objective`` values it takes (none: it plans by its own rule,
-    and an objective given to it is refused), and whether the batch driver may
-    list-schedule it (choose sizes once on idle GPUs, then place in order)."""
+    and an objective given to it is refused), whether the batch driver may
+    list-schedule it (choose sizes once on idle GPUs, then place in order), and whether
+    it runs a job of several slices on N instances of a fixed layout (``Place.more``,
+    as Slurm does) instead of on one region, which the daemon's hooks cannot carry out."""
 
     name: str
     kind: Literal["batch", "online"]
@@ -107,6 +109,7 @@ class PolicyInfo:
     target: str
     objectives: tuple[str, ...] = ()
     list_scheduled: bool = False
+    gangs_on_instances: bool = False
 
     def objective_options(self, objective: str | None) -> dict[str, str]:
         """``{"objective": objective}`` for a policy that takes it; ``{}`` for none
@@ -215,20 +218,29 @@ _ENTRIES = (
         "else the smallest larger one) or match=fit (untyped: any idle instance it runs "
         "on, smallest first)",
         _P + "online",
+        gangs_on_instances=True,
     ),
     PolicyInfo(
         "no-mig",
         "online",
         "whole GPUs: every job on a full GPU, no MIG",
         _P + "online",
+        gangs_on_instances=True,
     ),
     PolicyInfo(
         "first-fit",
         "online",
         "static layout, first fit (the fragmentation paper's ablation baseline)",
         _P + "online",
+        gangs_on_instances=True,
     ),
-    PolicyInfo("ff+lb", "online", "static layout + conditional load balancing", _P + "online"),
+    PolicyInfo(
+        "ff+lb",
+        "online",
+        "static layout + conditional load balancing",
+        _P + "online",
+        gangs_on_instances=True,
+    ),
     PolicyInfo(
         "ff+lb+dp",
         "online",

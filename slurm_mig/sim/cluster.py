@@ -9,13 +9,17 @@ Bit ``i`` of a mask is memory slice ``i`` (a 3g instance at 0 holds 0b1111).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..geometry import MaskTables, compute_mask, mask_tables
 from ..planner.gpustate import GpuState, LiveInstance
 from ..planner.snapshot import Gpu as GpuView
 from ..planner.snapshot import Instance as InstanceView
 from .api import SimJob
+
+if TYPE_CHECKING:
+    from .spread import Spread
 
 EPS = 1e-9
 
@@ -65,10 +69,12 @@ def build_view(
     per_node: int,
     expect: Callable[[LiveInstance, float], float] | None = None,
     now: float = 0.0,
+    spread: Mapping[int, Spread] | None = None,
 ) -> GpuView:
     """The GPU as the snapshot shows it (``planner.snapshot.Gpu``): ``jobs`` as the
     policy sees them; ``expect(instance, now)``: when the policy expects a busy
-    instance's job to end (None: when it will)."""
+    instance's job to end (None: when it will); ``spread``: the jobs on several
+    instances (each of theirs shows the job's end)."""
     table = g.insts
     views = []
     comp = 0
@@ -76,7 +82,7 @@ def build_view(
         inst = table[o]
         v = inst.view
         if v is None:
-            v = inst.view = _instance_view(inst, jobs, expect, now)
+            v = inst.view = _instance_view(inst, jobs, expect, now, spread)
         if inst.job >= 0:
             comp |= compute_mask(inst.slot)
         views.append(v)
@@ -98,18 +104,22 @@ def _instance_view(
     jobs: Sequence[SimJob],
     expect: Callable[[LiveInstance, float], float] | None,
     now: float,
+    spread: Mapping[int, Spread] | None = None,
 ) -> InstanceView:
     if inst.job < 0:
         return InstanceView(inst.slot, None, inst.ready_at)
     job = jobs[inst.job]
-    run = inst.run
+    sp = spread.get(inst.job) if spread else None
+    main = inst if sp is None else sp.main  # a job's end is its main instance's
+    run = main.run
     if expect is not None:
-        until = expect(inst, now)
+        until = expect(main, now)
     elif run is not None:
         until = run.finish
     else:
-        start = inst.ready_at if inst.ready_at > inst.start_at else inst.start_at
-        until = start + inst.rem * job.times.get(inst.slot.size, math.inf)
+        start = main.ready_at if main.ready_at > main.start_at else main.start_at
+        seconds = job.times.get(main.slot.size, math.inf) if sp is None else sp.seconds
+        until = start + main.rem * seconds
     return InstanceView(inst.slot, job.id, inst.ready_at, until, job.pcie_demand > 0.0)
 
 

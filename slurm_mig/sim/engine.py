@@ -8,7 +8,8 @@ is brought up to date and its end re-predicted (stale end events are skipped). T
 state of each GPU is the planner's model (``planner.gpustate``), which the PCIe-aware
 FAR replay executes on too.
 Create and destroy operations take Table 1's times and run one after another per
-GPU. Energy integrates the power curve over each GPU's busy compute slices.
+GPU. Energy integrates the power curve over each GPU's busy compute slices. A job
+placed on several instances (a static layout's gang) is ``sim.spread``'s.
 Deterministic: ties are broken by arrival order and event sequence number.
 """
 
@@ -35,6 +36,7 @@ from .invariants import DONE, HELD, PENDING, check_end, check_instant
 from .metrics import SimResult
 from .policyview import GpuList, RunningMap, running_view
 from .site import SiteConditions, SiteView
+from .spread import Spread, SpreadJobs
 
 # Migration overhead: MISO's simulator draws it with mean 5 s.
 MIGRATION_S = 5.0
@@ -83,7 +85,7 @@ def simulate(
     return engine.run(progress)
 
 
-class Engine:
+class Engine(SpreadJobs):
     """One simulation: the cluster's state, the event heap, and the snapshots it hands
     to the policy (``snapshot()``)."""
 
@@ -136,7 +138,8 @@ class Engine:
         self.first_start = [math.nan] * n
         self.finish_t = [math.nan] * n
         self.exec_s = [0.0] * n
-        self.held: dict[int, LiveInstance] = {}  # job index -> its instance
+        self.held: dict[int, LiveInstance] = {}  # job index -> its (main) instance
+        self.spread: dict[int, Spread] = {}  # job index -> its instances, if several
         self._pending: dict[str, SimJob] = {}
         self.pending = MappingProxyType(self._pending)
         self.heap: list = []
@@ -171,7 +174,7 @@ class Engine:
             expect = None
             if self.site is not None and self.site.learned:
                 expect = self.site.expected_end
-            v = g.view = build_view(g, self.seen, self.gpus_per_node, expect, self.now)
+            v = g.view = build_view(g, self.seen, self.gpus_per_node, expect, self.now, self.spread)
         return v
 
     def snapshot(self) -> ClusterSnapshot:
@@ -274,6 +277,8 @@ class Engine:
             for inst in site.overdue(self.now, held):
                 inst.view = None
                 self._touch(self.gpu_state[inst.gpu])
+                if self.spread:
+                    self._touch_shares(inst.job)
         got = self.policy.decide(self.snapshot())
         for c in got.ops:
             tp = type(c)
@@ -333,6 +338,9 @@ class Engine:
         for r in runs:
             r.inst.view = None
             self._push(r.finish, _FINISH, r, r.ver)
+        if self.spread:
+            for r in runs:
+                self._touch_shares(r.idx)
         self._touch(g)
 
     def _begin(self, inst: LiveInstance) -> None:
@@ -341,14 +349,16 @@ class Engine:
         idx = inst.job
         job = self.jobs[idx]
         g = self.gpu_state[inst.gpu]
-        run = JobRun(
-            idx, inst, job.times[inst.slot.size], inst.rem, now, job.alpha, job.pcie_demand, job
-        )
+        sp = self.spread.get(idx) if self.spread else None
+        seconds = job.times[inst.slot.size] if sp is None else sp.seconds
+        run = JobRun(idx, inst, seconds, inst.rem, now, job.alpha, job.pcie_demand, job)
         inst.view = None
         if math.isnan(self.first_start[idx]):
             self.first_start[idx] = now
         self._busy_change(g, inst.slot.size)
         self._ends(g, g.start(run, now, self.pcie_max))
+        if sp is not None:
+            self._begin_shares(sp, run)
         if self.site is not None:
             self.site.began(inst, now)
 
@@ -372,13 +382,17 @@ class Engine:
         if self.site is not None:
             self.site.ran_until_end(idx, run.started, self.now)
         self._release(run)
+        size = run.inst.slot.size
+        sp = self.spread.pop(idx, None) if self.spread else None
+        if sp is not None:
+            self._release_shares(idx, sp)
+            size = self._slowest(idx, sp)
         self.state[idx] = DONE
         self.finish_t[idx] = self.now
         self.done += 1
         self._finished.append((run.job.id, run.inst.gpu))
         if self.site is not None:
-            seconds = self.now - run.started
-            self.site.finished(idx, run.inst.slot.size, seconds, self._pending)
+            self.site.finished(idx, size, self.now - run.started, self._pending)
 
     def _bind(self, g: Gpu, inst: LiveInstance, idx: int, rem: float, not_before: float) -> None:
         job = self.jobs[idx]
@@ -458,6 +472,8 @@ class Engine:
         if self.state[idx] != PENDING:
             what = {0: "not arrived yet", 2: "already started", 3: "finished"}[self.state[idx]]
             self._bad(c, f"job {c.job!r} is not pending ({what})")
+        if c.more:
+            return self._start_spread(c, idx)
         g, inst, order = self._target(c, idx)
         if inst is None:
             inst = self._create(g, order, c)
@@ -497,6 +513,8 @@ class Engine:
             self._bad(c, f"job {c.job!r} runs on gpu {src.gpu}, not {c.src}")
         if not self.jobs[idx].restartable:
             self._bad(c, f"job {c.job!r} is not restartable")
+        if idx in self.spread:
+            self._bad(c, f"job {c.job!r} holds several instances; it cannot move")
         if src.gpu == c.dst and src.slot == c.slot:
             self._bad(c, "the job already runs there")
         run = src.run

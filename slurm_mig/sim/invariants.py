@@ -31,6 +31,7 @@ class SimState(Protocol):
     gpu_state: Sequence[Gpu]
     pending: Mapping[int, Any]
     held: Mapping[int, LiveInstance]
+    spread: Mapping[int, Any]  # job index -> its instances when several (`sim.spread`)
     state: bytearray
     done: int
     arrived_count: int
@@ -52,8 +53,25 @@ def check_instant(sim: SimState, dirty: Iterable[int]) -> None:
     for idx, inst in sim.held.items():
         if inst.job != idx or sim.state[idx] != HELD:
             raise InvariantError(f"t={sim.now}: job {sim.jobs[idx].id!r} lost its instance")
+    for idx, sp in sim.spread.items():
+        _check_spread(sim, idx, sp.insts)
     if sim.total_busy != sum(g.busy_slices for g in sim.gpu_state):
         raise InvariantError(f"t={sim.now}: cluster busy slices out of step")
+
+
+def _check_spread(sim: SimState, idx: int, insts: Sequence[LiveInstance]) -> None:
+    """InvariantError unless job ``idx`` holds every one of its instances, all on one
+    node, each running a share of its run while it runs."""
+    job = sim.jobs[idx]
+    if sim.held.get(idx) is not insts[0] or any(i.job != idx for i in insts):
+        raise InvariantError(f"t={sim.now}: job {job.id!r} lost one of its instances")
+    if len({sim.gpu_state[i.gpu].node for i in insts}) != 1:
+        raise InvariantError(f"t={sim.now}: job {job.id!r} holds instances on two nodes")
+    main = insts[0].run
+    for inst in insts[1:]:
+        share = inst.run
+        if (main is None) != (share is None) or (share is not None and share.main is not main):
+            raise InvariantError(f"t={sim.now}: job {job.id!r} runs on some instances only")
 
 
 def check_end(sim: SimState) -> None:
@@ -69,5 +87,7 @@ def check_end(sim: SimState) -> None:
         if not (j.arrival - EPS <= s <= f + EPS):
             raise InvariantError(f"job {j.id!r}: arrival {j.arrival}, start {s}, end {f}")
         fastest = min(j.time(s) for s in runnable_sizes(j, sim.model))
+        if j.tasks > 1:  # on several instances, its slowest task's on its own sizes
+            fastest = min(fastest, min(j.per_task(sim.model).values()))
         if sim.exec_s[i] < fastest * (1 - 1e-9) - 1e-9:
             raise InvariantError(f"job {j.id!r} ran shorter than its fastest time")

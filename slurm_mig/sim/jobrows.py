@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..geometry import MAX_TASKS, GpuModel, gang_times, region_sizes
+from ..geometry import MAX_TASKS, GpuModel, gang_times, most_tasks, region_sizes
 from ..planner.snapshot import MAX_PRIORITY
 from ..workload import WorkloadError
 from .api import SimJob
@@ -185,13 +185,28 @@ def _tasks(item: Mapping, where: str, model: GpuModel, size: int | None) -> int:
     if not 1 <= n <= MAX_TASKS:
         raise WorkloadError(f"{where}: tasks {raw!r} must be a whole number from 1 to {MAX_TASKS}")
     if n > 1 and not region_sizes(model, n):
-        most = max(k for k in range(1, MAX_TASKS + 1) if region_sizes(model, k))
-        raise WorkloadError(f"{where}: tasks {n}: a {model.name} holds at most {most} instances")
+        raise WorkloadError(
+            f"{where}: tasks {n}: a {model.name} holds at most {most_tasks(model)} instances"
+        )
     if n > 1 and size is not None:
         raise WorkloadError(
             f"{where}: tasks {n} with a requested size: give per-size times instead"
         )
     return n
+
+
+def _region_times(
+    model: GpuModel, task_times: Mapping[int, float], tasks: int, memory: int
+) -> dict[int, float]:
+    """A gang's seconds per region size: one task's (`gang_times`) on the regions whose
+    instances (their size's own profile, as the Prolog creates them) hold ``memory``."""
+    gang, per = gang_times(model, task_times, tasks), region_sizes(model, tasks)
+    return {
+        s: gang[s]
+        if s in gang and model.profile_for_size(per[s]).memory_bytes >= memory
+        else math.inf
+        for s in model.planner_sizes
+    }
 
 
 def job_from_row(item: Mapping, where: str, model: GpuModel) -> SimJob:
@@ -204,12 +219,16 @@ def job_from_row(item: Mapping, where: str, model: GpuModel) -> SimJob:
     size = _requested_size(item, where, model)
     times = _finite_times(_given_times(item, where, model, size), where, model, size)
     tasks = _tasks(item, where, model, size)
-    if tasks > 1:  # planned as one job on a region: its seconds per region size
-        gang = gang_times(model, times, tasks)
-        times = {s: gang.get(s, math.inf) for s in model.planner_sizes}
-        if not any(math.isfinite(t) for t in times.values()):
-            raise WorkloadError(f"{where}: no region of {model.name} holds {tasks} of its sizes")
     mem, demand, alpha = _resources(item, where)
+    task_times: dict[int, float] = {}
+    if tasks > 1:  # planned as one job on a region: its seconds per region size
+        task_times = dict(times)  # one task's per instance size (static layouts)
+        times = _region_times(model, times, tasks, int(mem * MIB))
+        if not any(math.isfinite(t) for t in times.values()):
+            raise WorkloadError(
+                f"{where}: no region of {model.name} holds {tasks} of its sizes with "
+                f"{mem:g} MiB each"
+            )
     deadline = _deadline(item, where, arrival)
     priority = _priority(item, where)
     restartable = _restartable(item, where)
@@ -226,4 +245,5 @@ def job_from_row(item: Mapping, where: str, model: GpuModel) -> SimJob:
         deadline=deadline,
         priority=priority,
         tasks=tasks,
+        task_times=task_times,
     )

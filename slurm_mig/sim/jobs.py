@@ -62,7 +62,9 @@ Job files (FILE = CSV or JSON), one job per row/object:
   deadline    seconds from the start by which it should end (default: none)
   priority    Slurm's job priority, higher goes first (default 0)
   tasks       instances side by side, one per task, each with the times above
-              (``mig:tasks=N``; default 1): planned as one job on a region
+              (``mig:tasks=N``; default 1): the dynamic policies plan it as one job
+              on a region; static layouts and whole GPUs run it on N instances of
+              one node, as Slurm's ``--gres=gpu:N`` (it ends with its slowest task)
 JSON: a list of such objects (or {"jobs": [...]}), per-size times as
 ``"times": {"1": 310.0, ...}``.
 """

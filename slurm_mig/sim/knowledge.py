@@ -9,12 +9,13 @@ Modes (`KNOWLEDGE_MODES`):
   store with the runtime store's reading methods), else the job's time limit, else
   ``default_runtime``, on other sizes by the Amdahl prior; sizes whose estimate
   passes the time limit are out, as the daemon rules them out. A job of several
-  slices is learned per instance size and planned per region, as the daemon does. The sizes a job can run
+  slices is learned per instance size and planned per region, as the daemon does
+  (its ``task_times``, per instance size, are the same estimate). The sizes a job can run
   on at all (its memory need) are known: ``mig-run`` measures it and a ``mem=`` hint
   gives it.
 - What Slurm itself plans with (`limit_times`): the time limit on every size, as
   Slurm's backfill does; the policies that model Slurm (static layouts, whole GPUs)
-  see this under ``learned``.
+  see this under ``learned``; a gang's ``task_times`` likewise (`limit_task_times`).
 
 The engine runs the true times whatever the mode.
 """
@@ -35,7 +36,9 @@ __all__ = [
     "KNOWLEDGE_MODES",
     "SERIAL_FRACTION",
     "LearnedRuntimes",
+    "learned_time_maps",
     "learned_times",
+    "limit_task_times",
     "limit_times",
 ]
 
@@ -78,6 +81,44 @@ def _runnable(job: Job) -> set[int]:
     return {s for s, t in job.times.items() if math.isfinite(t)}
 
 
+def _estimate(
+    job: Job,
+    model: GpuModel,
+    store: LearnedRuntimes,
+    owner: str,
+    default_runtime: float,
+    serial_fraction: float,
+) -> dict[int, float]:
+    """The daemon's estimate of one task's seconds per instance size."""
+    limit = job.time_limit if math.isfinite(job.time_limit) else None
+    return estimate_for_job(
+        store,  # type: ignore[arg-type]
+        job.kind or job.id,
+        model,
+        owner=owner,
+        hint_seconds=None,
+        time_limit=limit,
+        min_memory=job.memory or None,
+        default_runtime=default_runtime,
+        serial_fraction=serial_fraction,
+        gang=job.tasks > 1,
+    )
+
+
+def _runnable_only(
+    est: Mapping[int, float], can: set[int], job: Job, default_runtime: float
+) -> Mapping[int, float]:
+    """``est`` on the sizes in ``can`` (inf elsewhere); at the job's limit (else
+    ``default_runtime``) on them when the estimate ruled out every one."""
+    out = {s: (t if s in can else math.inf) for s, t in est.items()}
+    if not any(math.isfinite(t) for t in out.values()):
+        # the estimate ruled out every size the job can run on: plan it at its limit
+        limit = job.time_limit if math.isfinite(job.time_limit) else None
+        fallback = limit if limit is not None else default_runtime
+        out = {s: (fallback if s in can else math.inf) for s in est}
+    return MappingProxyType(out)
+
+
 def learned_times(
     job: Job,
     model: GpuModel,
@@ -88,28 +129,40 @@ def learned_times(
     serial_fraction: float = SERIAL_FRACTION,
 ) -> Mapping[int, float]:
     """Seconds per size the daemon would plan ``job`` with (module doc)."""
-    limit = job.time_limit if math.isfinite(job.time_limit) else None
-    est = estimate_for_job(
-        store,  # type: ignore[arg-type]
-        job.kind or job.id,
-        model,
-        owner=owner,
-        hint_seconds=None,
-        time_limit=limit,
-        min_memory=job.memory or None,
-        default_runtime=default_runtime,
-        serial_fraction=serial_fraction,
-    )
+    est = _estimate(job, model, store, owner, default_runtime, serial_fraction)
+    return _planned(job, model, est, default_runtime)
+
+
+def _planned(
+    job: Job, model: GpuModel, est: Mapping[int, float], default_runtime: float
+) -> Mapping[int, float]:
+    """The planned seconds per size from one task's estimate ``est`` (a gang's per
+    region size)."""
     if job.tasks > 1:  # learned per instance size, planned per region (`geometry.gangs`)
         gang = gang_times(model, est, job.tasks)
         est = {s: gang.get(s, math.inf) for s in est}
-    can = _runnable(job)
-    out = {s: (t if s in can else math.inf) for s, t in est.items()}
-    if not any(math.isfinite(t) for t in out.values()):
-        # the estimate ruled out every size the job can run on: plan it at its limit
-        fallback = limit if limit is not None else default_runtime
-        out = {s: (fallback if s in can else math.inf) for s in est}
-    return MappingProxyType(out)
+    return _runnable_only(est, _runnable(job), job, default_runtime)
+
+
+def learned_time_maps(
+    job: Job,
+    model: GpuModel,
+    store: LearnedRuntimes,
+    *,
+    owner: str,
+    default_runtime: float = DEFAULT_RUNTIME,
+    serial_fraction: float = SERIAL_FRACTION,
+) -> tuple[Mapping[int, float], Mapping[int, float]]:
+    """(times, task_times) the daemon would plan ``job`` with, from one estimate: a
+    gang's one task's seconds per instance size beside its region times (a single
+    job's ``task_times`` stay empty)."""
+    est = _estimate(job, model, store, owner, default_runtime, serial_fraction)
+    times = _planned(job, model, est, default_runtime)
+    if job.tasks <= 1:
+        return times, job.task_times
+    per = job.per_task(model)
+    can = {s for s, t in per.items() if math.isfinite(t)}
+    return times, _runnable_only(est, can, job, default_runtime)
 
 
 def limit_times(job: Job) -> Mapping[int, float]:
@@ -118,3 +171,13 @@ def limit_times(job: Job) -> Mapping[int, float]:
     if not math.isfinite(job.time_limit):
         return job.times
     return MappingProxyType({s: job.time_limit for s in _runnable(job)})
+
+
+def limit_task_times(job: Job, model: GpuModel) -> Mapping[int, float]:
+    """A gang's time limit on every instance size one task runs on (what Slurm knows
+    of a job of N instances); its true ``task_times`` where it has no limit; a single
+    job's stay empty."""
+    if job.tasks <= 1 or not math.isfinite(job.time_limit):
+        return job.task_times
+    per = job.per_task(model)
+    return MappingProxyType({s: job.time_limit for s, t in per.items() if math.isfinite(t)})

@@ -12,6 +12,7 @@ from ..planner.snapshot import Gpu as GpuView
 from .api import RunningView, SimJob
 from .cluster import Gpu
 from .site import SiteView
+from .spread import Spread
 
 __all__ = ["GpuList", "RunningMap", "SimJobs", "running_view"]
 
@@ -24,6 +25,7 @@ class SimJobs(Protocol):
     jobs: Sequence[SimJob]
     index: Mapping[str, int]
     held: Mapping[int, LiveInstance]
+    spread: Mapping[int, Spread]  # the jobs on several instances
     gpu_state: Sequence[Gpu]
     pcie_max: float
     site: SiteView | None
@@ -32,7 +34,8 @@ class SimJobs(Protocol):
 
 
 def running_view(sim: SimJobs, job: str) -> RunningView | None:
-    """Job ``job`` on its instance now (running, or waiting for it), or None."""
+    """Job ``job`` on its instance now (running, or waiting for it), or None; a job
+    on several instances, on its main one, for its slowest task's seconds."""
     idx = sim.index.get(job)
     inst = sim.held.get(idx) if idx is not None else None
     if inst is None:
@@ -43,7 +46,7 @@ def running_view(sim: SimJobs, job: str) -> RunningView | None:
     if site is not None and site.learned:
         seen = site.seen[idx]
         end = site.expected_end(inst, sim.now)
-        planned = seen.time(inst.slot.size)
+        planned = site.planned(inst)
         started = run.started if run is not None else None
         rem = inst.rem if run is None else max(0.0, min(1.0, (end - sim.now) / planned))
         return RunningView(seen, inst.gpu, inst.slot, started, rem, 1.0, end)
@@ -53,7 +56,9 @@ def running_view(sim: SimJobs, job: str) -> RunningView | None:
     start = max(inst.ready_at, inst.start_at)
     n = sim.gpu_state[inst.gpu].pcie_n + (1 if j.pcie_demand > 0 else 0)
     sd = slowdown(j.alpha, j.pcie_demand, n, sim.pcie_max)
-    end = start + inst.rem * j.time(inst.slot.size) * sd
+    sp = sim.spread.get(idx)
+    seconds = j.time(inst.slot.size) if sp is None else sp.seconds
+    end = start + inst.rem * seconds * sd
     return RunningView(j, inst.gpu, inst.slot, None, inst.rem, sd, end)
 
 

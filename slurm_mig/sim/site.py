@@ -7,7 +7,9 @@ the policy knew). `SiteView` is the engine's helper: it gives each arriving job 
 face the policy sees (`arrive`), re-estimates waiting jobs when a run of their user
 and kind ends (`finished`), recomputes priorities every PriorityCalcPeriod
 (`refresh`), and predicts running jobs' ends as the daemon does: start plus the
-planned seconds, or its time limit once a job runs past them (`expected_end`).
+planned seconds, or its time limit once a job runs past them (`expected_end`). A job
+on several instances (a static layout's gang, `placed` with its sizes) is planned at
+its slowest task and learned under that task's instance size.
 Under ``oracle`` knowledge and ``none`` priority the engine uses no `SiteView`.
 """
 
@@ -27,7 +29,8 @@ from .knowledge import (
     KNOWLEDGE_MODES,
     SERIAL_FRACTION,
     LearnedRuntimes,
-    learned_times,
+    learned_time_maps,
+    limit_task_times,
     limit_times,
 )
 from .priority import SitePriority, Usage, fair_tree, job_priority
@@ -98,16 +101,19 @@ class SiteView:
         self.next_tick = t0 + self.prio.calc_period
         self.waiting: dict[tuple[str, str], set[int]] = {}
         self.ends: list[tuple[float, int]] = []  # (expected end, job index) of runs
+        self.spread: dict[int, tuple[int, ...]] = {}  # job index -> its instances' sizes
         self._index = index
 
     # -- what the policy sees of a job ----------------------------------------
 
-    def _times(self, job: Job):
+    def _times(self, job: Job) -> dict:
+        """The fields of ``job``'s times as the policy sees them: ``times`` and a
+        gang's ``task_times`` (per instance size), from one estimate."""
         if not self.learned:
-            return job.times
+            return {"times": job.times, "task_times": job.task_times}
         if self.slurm:
-            return limit_times(job)
-        return learned_times(
+            return {"times": limit_times(job), "task_times": limit_task_times(job, self.model)}
+        times, tasks = learned_time_maps(
             job,
             self.model,
             self.store,
@@ -115,6 +121,7 @@ class SiteView:
             default_runtime=self.cond.default_runtime,
             serial_fraction=self.cond.serial_fraction,
         )
+        return {"times": times, "task_times": tasks}
 
     def _priority(self, job: Job, now: float) -> float:
         if self.prio.mode == "none":
@@ -125,15 +132,16 @@ class SiteView:
         """Job ``idx`` as the policy sees it on arrival."""
         job = self.jobs[idx]
         self.waiting.setdefault((job.user, job.kind or job.id), set()).add(idx)
-        seen = self.seen[idx] = replace(
-            job, times=self._times(job), priority=self._priority(job, now)
-        )
+        seen = self.seen[idx] = replace(job, **self._times(job), priority=self._priority(job, now))
         return seen
 
-    def placed(self, idx: int) -> None:
-        """Job ``idx`` left the queue (its face is frozen: the plan it started on)."""
+    def placed(self, idx: int, sizes: tuple[int, ...] = ()) -> None:
+        """Job ``idx`` left the queue (its face is frozen: the plan it started on);
+        ``sizes``: the sizes of its instances when it holds several (one per task)."""
         job = self.jobs[idx]
         self.waiting.get((job.user, job.kind or job.id), set()).discard(idx)
+        if sizes:
+            self.spread[idx] = sizes
 
     def began(self, inst: LiveInstance, now: float) -> None:
         """The job on ``inst`` began running: watch for its expected end."""
@@ -144,18 +152,21 @@ class SiteView:
 
     def finished(self, idx: int, size: int, seconds: float, pending: dict[str, Job]) -> None:
         """Job ``idx`` ran ``seconds`` on ``size``: learned by its user and kind, and
-        the waiting jobs of that user and kind re-estimated in ``pending``."""
+        the waiting jobs of that user and kind re-estimated in ``pending``. A gang on
+        a region is learned under its task size; one on several instances under
+        ``size``, its slowest instance's, as it ran."""
         job = self.jobs[idx]
+        spread = self.spread.pop(idx, None)
         if not self.learned or self.slurm:
             return
         key = job.kind or job.id
-        if job.tasks > 1:  # a run of one task on its instance (`geometry.gangs`)
+        if job.tasks > 1 and spread is None:  # one task on its instance (`geometry.gangs`)
             size = task_size(self.model, size, job.tasks) or size
         self.store.record(job.user, key, self.model.name, size, seconds)
         for other in self.waiting.get((job.user, key), ()):
             seen = self.seen[other]
             if seen.id in pending:
-                seen = self.seen[other] = replace(seen, times=self._times(self.jobs[other]))
+                seen = self.seen[other] = replace(seen, **self._times(self.jobs[other]))
                 pending[seen.id] = seen
 
     def refresh(self, now: float, pending: dict[str, Job], held: Mapping[int, LiveInstance]):
@@ -194,12 +205,22 @@ class SiteView:
         run is past that, its time limit, as the daemon expects
         (`limitevidence.expected_end`)."""
         seen = self.seen[inst.job]
-        planned = seen.times.get(inst.slot.size, math.inf)
+        planned = self.planned(inst)
         run = inst.run
         if run is not None:
             return expected_end(run.started, planned * inst.rem, seen.time_limit, now)
         begin = inst.ready_at if inst.ready_at > inst.start_at else inst.start_at
         return begin + planned * inst.rem
+
+    def planned(self, inst: LiveInstance) -> float:
+        """The seconds the policy plans the job on ``inst`` to run there alone (one on
+        several instances: its slowest task's)."""
+        seen = self.seen[inst.job]
+        sizes = self.spread.get(inst.job)
+        if sizes is None:
+            return seen.times.get(inst.slot.size, math.inf)
+        per = seen.per_task(self.model)
+        return max(per.get(s, math.inf) for s in sizes)
 
     def overdue(self, now: float, held: dict) -> list[LiveInstance]:
         """Instances of running jobs whose expected end passed since the last call

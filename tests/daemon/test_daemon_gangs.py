@@ -268,3 +268,56 @@ def test_a_standing_plan_for_another_count_of_tasks_is_made_again():
     assert (got.tasks, got.profile, got.placement) == (5, "1g.5gb", Placement(0, 8))
     kept = observed_cycle([first, gang], plans=plans)[1].planned["2"]
     assert kept == plans["2"]  # unchanged: its plan stands, record and all
+
+
+def test_a_gangs_task_memory_is_its_sizes_own_profile_never_the_double_memory_1g():
+    # 7 GiB a task: a single job runs on a 1g.10gb, a gang's tasks never do (the Prolog
+    # creates each size's own profile), so the hint is its runtime on 2g instances
+    single = _estimate("mig:time=100,mem=7G").times["A100-40GB"]
+    assert single[1] == 100.0
+    gang = _estimate("mig:time=100,mem=7G,tasks=3").times["A100-40GB"]
+    assert set(gang) == {7} and gang[7] == pytest.approx(100.0)  # three 2g.10gb in a 7g
+
+
+def test_a_gang_whose_time_limit_rules_out_its_learned_sizes_is_still_planned(tmp_path):
+    from slurm_mig.owner import owner_of
+    from slurm_mig.runtimes import RuntimeStore
+
+    store = RuntimeStore(tmp_path / "profiles.sqlite")
+    owner = owner_of(job("0").uid)
+    for n, (size, seconds) in enumerate([(1, 200.0)] * 3 + [(2, 500.0)] * 3):
+        store.record("fit", "A100-40GB", size, seconds, f"r{n}", 0, 1.0, owner=owner)
+    j = job("1", comment="mig:key=fit,mem=7G,tasks=3", time_limit=300.0)
+    est = Estimator(StubConfig(), store)(j, ["A100-40GB"]).times["A100-40GB"]
+    # 1g runs (a single job's, on 1g.10gb) do not fit a gang's task; the 2g ones pass
+    # the limit, which then rules out nothing: the gang is planned on 2g instances
+    assert set(est) == {7} and math.isfinite(est[7])
+
+
+@pytest.mark.parametrize("algorithm", ["static", "no-mig", "first-fit", "ff+lb"])
+def test_an_algorithm_of_fixed_instances_holds_a_gang_with_the_fix(algorithm):
+    # such a policy runs a gang on N instances (Place.more), which the hooks cannot
+    # create: the job is noted, never released; a single job beside it is planned
+    jobs = [job("1", comment="mig:time=100,mem=4G,tasks=2"), job("2", comment="mig:time=100")]
+    est = Estimator(StubConfig(), None)
+    snap = CycleInput(
+        now=NOW,
+        jobs=tuple(jobs),
+        nodes={"gpu01": ("A100-40GB",)},
+        estimates={j.job_id: est(j, ["A100-40GB"]) for j in jobs},
+        batch_window=0.0,
+        release_ahead=0.0,
+        algorithm=algorithm,
+    )
+    result = plan_cycle(snap)
+    notes = [a for a in result.actions if isinstance(a, Note)]
+    assert [n.job_id for n in notes] == ["1"]
+    assert f"algorithm {algorithm}" in notes[0].text and "adaptive" in notes[0].text
+    assert "1" not in result.released and "2" in result.released
+
+
+def test_a_repartitioning_algorithm_plans_a_gang_on_a_region():
+    jobs = [job("1", comment="mig:time=100,mem=4G,tasks=2")]
+    result = plan_jobs(jobs)
+    assert result.released == ("1",)
+    assert not [a for a in result.actions if isinstance(a, Note)]

@@ -11,6 +11,7 @@ import pytest
 from slurm_mig.geometry import get_model
 from slurm_mig.job import Job
 from slurm_mig.sim.engine import simulate
+from slurm_mig.sim.jobrows import job_from_row
 from slurm_mig.sim.jobs import load_jobs
 from slurm_mig.sim.knowledge import LearnedRuntimes, learned_times
 from slurm_mig.workload import WorkloadError
@@ -67,12 +68,13 @@ def test_a_gang_with_a_requested_size_is_refused(tmp_path):
 def test_a_gang_runs_its_task_time_on_a_region_and_every_invariant_holds(tmp_path):
     path = _file(tmp_path, ["a,0,400,210,150,120,70,4,k", "b,0,400,210,150,120,70,3,k"])
     jobs = load_jobs(path, A100)
-    for policy in ("adaptive", "far", "first-fit", "frag-aware"):
+    # the dynamic policies (a static layout runs a gang on N instances of its own:
+    # test_sim_static_gangs.py)
+    for policy in ("adaptive", "far", "frag-aware"):
         r = simulate(jobs, policy, 1, 1, A100, check=True)
         # 4 x 1g on the 4g region and 3 x 1g on the 3g region fit side by side
         assert r.exec_s == pytest.approx([400.0, 400.0]), policy
-        if policy != "first-fit":  # it waits for the region it fits first
-            assert max(r.start) < 10.0, policy
+        assert max(r.start) < 10.0, policy
 
 
 def test_learned_knowledge_learns_a_gang_per_instance_size():
@@ -99,3 +101,16 @@ def test_a_finished_gang_is_recorded_under_its_task_size(tmp_path, monkeypatch):
     assert r.exec_s == pytest.approx([400.0, 400.0])
     assert seen and all(size == 1 for _, _, size, _ in seen)  # 1g, not the 4g region
     assert seen[0][:2] == ("u", "k") and seen[0][3] == pytest.approx(400.0)
+
+
+def test_a_gangs_regions_are_only_those_whose_instances_hold_a_tasks_memory():
+    # 7.5 GiB a task: a 1g.5gb holds none (a single job would get a 1g.10gb; a gang's
+    # instances are each size's own profile), so 3 tasks run on 2g.10gb in a 7g only
+    a100 = get_model("A100-40GB")
+    row = {"id": "g", "arrival": 0, "tasks": 3, "memory_mib": 7680,
+           "times": {1: 400.0, 2: 250.0, 3: 180.0, 4: 170.0, 7: 140.0}}  # fmt: skip
+    job = job_from_row(row, "row 1", a100)
+    assert {s for s, t in job.times.items() if math.isfinite(t)} == {7}
+    assert job.times[7] == 250.0 and job.task_times[1] == 400.0
+    with pytest.raises(WorkloadError, match="3 of its sizes with 30000 MiB each"):
+        job_from_row({**row, "memory_mib": 30000}, "row 1", a100)

@@ -40,6 +40,8 @@ def assignments(
             )
         orders: dict[int, int] = defaultdict(int)
         for op in got.ops:
+            if type(op) is Place and op.more:
+                continue  # N instances of a fixed layout: refused in `classify`
             if type(op) is Place:
                 seconds = op.end - op.start
                 if not math.isfinite(seconds):

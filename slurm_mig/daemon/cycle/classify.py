@@ -24,7 +24,13 @@ from ...slurm.jobrecord import (
 from .actions import Hold, Learn, Note
 from .arrays import array_of, cap_arrays, learned_throttle, running_tasks
 from .inputs import CycleInput, Estimate
-from .problems import comment_too_long, feasible, shape_problem, why_unplannable
+from .problems import (
+    comment_too_long,
+    feasible,
+    gangs_unsupported,
+    shape_problem,
+    why_unplannable,
+)
 from .slots import instance_size, model_slot, plan_slot
 from .stale import STALE_HOLD, stale_event, stale_id, stale_records
 from .waiting import (
@@ -261,7 +267,12 @@ def _classify_pending(
         if settled is None:
             return
         current, ours = settled
-    problem = shape or why_unplannable(est) or comment_too_long(job.comment)
+    problem = (
+        shape
+        or why_unplannable(est)
+        or gangs_unsupported(est, scope.snap.algorithm)
+        or comment_too_long(job.comment)
+    )
     if problem is not None:
         _note_problem(out, job, problem)
         return

@@ -9,9 +9,16 @@ from functools import lru_cache
 
 from ... import jobcomment as comments
 from ...geometry import GpuModel, get_model, most_tasks, region_sizes
+from ...planner.registry import UnknownPolicy, policy_info
 from .inputs import Estimate
 
-__all__ = ["comment_too_long", "feasible", "shape_problem", "why_unplannable"]
+__all__ = [
+    "comment_too_long",
+    "feasible",
+    "gangs_unsupported",
+    "shape_problem",
+    "why_unplannable",
+]
 
 
 def _gib(n: int) -> str:
@@ -83,6 +90,26 @@ def why_unplannable(est: Estimate | None) -> str | None:
             f"the job's --comment or submit it to a partition with larger GPUs"
         )
     return "no MIG instance size can run it (every runtime estimate is inf)"
+
+
+def gangs_unsupported(est: Estimate | None, algorithm: str) -> str | None:
+    """Why a job of several slices cannot be planned by ``algorithm``: one that runs
+    such a job on N instances of a fixed layout (as Slurm does), which the hooks cannot
+    carry out (they create a gang's instances in one region); or None."""
+    if est is None or est.tasks <= 1:
+        return None
+    try:
+        on_instances = policy_info(algorithm).gangs_on_instances
+    except UnknownPolicy:
+        return None
+    if not on_instances:
+        return None
+    return (
+        f"tasks={est.tasks}: [planner] algorithm {algorithm} runs a job of several "
+        "slices on instances of a fixed layout, which the hooks cannot create; drop "
+        "tasks= from the job's --comment (one job per slice), or set a repartitioning "
+        "algorithm such as adaptive"
+    )
 
 
 def _gang_problem(est: Estimate, models: list[GpuModel]) -> str:
