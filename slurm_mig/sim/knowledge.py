@@ -129,8 +129,8 @@ def learned_times(
     serial_fraction: float = SERIAL_FRACTION,
 ) -> Mapping[int, float]:
     """Seconds per size the daemon would plan ``job`` with (module doc)."""
-    est = _estimate(job, model, store, owner, default_runtime, serial_fraction)
-    return _planned(job, model, est, default_runtime)
+    kw = {"default_runtime": default_runtime, "serial_fraction": serial_fraction}
+    return learned_time_maps(job, model, store, owner=owner, **kw)[0]
 
 
 def _planned(

@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from cyclesite import NOW, StubConfig, observed_cycle
+from cyclesite import NOW, StubConfig, cycle_snapshot, observed_cycle
 from support import plan_jobs
 from support import squeue_job as job
 
@@ -299,16 +299,7 @@ def test_an_algorithm_of_fixed_instances_holds_a_gang_with_the_fix(algorithm):
     # such a policy runs a gang on N instances (Place.more), which the hooks cannot
     # create: the job is noted, never released; a single job beside it is planned
     jobs = [job("1", comment="mig:time=100,mem=4G,tasks=2"), job("2", comment="mig:time=100")]
-    est = Estimator(StubConfig(), None)
-    snap = CycleInput(
-        now=NOW,
-        jobs=tuple(jobs),
-        nodes={"gpu01": ("A100-40GB",)},
-        estimates={j.job_id: est(j, ["A100-40GB"]) for j in jobs},
-        batch_window=0.0,
-        release_ahead=0.0,
-        algorithm=algorithm,
-    )
+    snap = replace(cycle_snapshot(jobs), algorithm=algorithm, plans=None)
     result = plan_cycle(snap)
     notes = [a for a in result.actions if isinstance(a, Note)]
     assert [n.job_id for n in notes] == ["1"]
