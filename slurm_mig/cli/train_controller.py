@@ -43,6 +43,9 @@ def add_parser(sub) -> None:
                     help="seed of the network and the training days (default: 0)")  # fmt: skip
     tc.add_argument("--save-every", metavar="N", type=positive_int, default=10,
                     help="write a checkpoint every N iterations (default: 10)")  # fmt: skip
+    tc.add_argument("--reward", choices=("absolute", "vs-cedf"), default="absolute",
+                    help="a step's reward: minus its cost (absolute, the paper's) or its "
+                    "cost less static CEDF's over the same interval (vs-cedf)")  # fmt: skip
     tc.add_argument("--resume", action="store_true",
                     help="go on from OUT-state.pt, the last checkpoint of a run with the "
                     "same options, up to --iterations in all")  # fmt: skip
@@ -75,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         rate_multiplier=args.rate_multiplier,
         seed=args.seed,
         save_every=args.save_every,
+        reward=args.reward,
     )
     bar = tqdm(total=settings.iterations, desc=f"{PROG} train-controller", unit="it",
                file=sys.stderr, dynamic_ncols=True)  # fmt: skip

@@ -8,7 +8,11 @@ decision and the next: ``-(tardiness + a * energy) / (1 + a)``, with tardiness t
 seconds jobs spent past their deadlines in the interval (deadlines ``penalty_s``
 early, as the paper folds in the repartitioning penalty) over the day's job count,
 so that a day's rewards add up to ``-ET``. Each day's rewards are divided by the ET of
-static CEDF on the same jobs: a return of -1 is CEDF's, above is better.
+static CEDF on the same jobs: a return of -1 is CEDF's, above is better. With
+``reward="vs-cedf"`` (where the paper is silent: a variance cut) a step's reward is
+its cost less static CEDF's over the same interval of the same day, so that a day's
+return is CEDF's ET less the controller's: the day's own load, which neither controls,
+drops out of every step.
 
 PPO (Schulman et al.) over the mean field: one actor for every GPU (the
 representative agent), the clipped ratio per GPU's draw with the step's advantage
@@ -17,6 +21,7 @@ representative agent), the clipped ratio per GPU's draw with the step's advantag
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import time
@@ -63,6 +68,7 @@ class TrainSettings:
     penalty_s: float = 4.0
     a: float = DEFAULT_ET_A
     reward_scale: float = 100.0
+    reward: str = "absolute"  # "vs-cedf": each step's cost less static CEDF's (module doc)
     save_every: int = 10
 
 
@@ -83,10 +89,11 @@ class Rollout:
     jobs: int = 0
 
 
-class _Recorder:
-    """Runs SmartMigPolicy in the engine and charges each draw the cost until the next."""
+class _CostTrace:
+    """Runs ``policy`` in the engine and notes the cost so far (energy and lateness,
+    Eq. 4's terms) at each of its decisions: ``trace`` (time, cost)."""
 
-    def __init__(self, policy: SmartMigPolicy, jobs, shift: float, a: float) -> None:
+    def __init__(self, policy, jobs, shift: float, a: float) -> None:
         self.policy = policy
         self.name = policy.name
         self.kind = "online"
@@ -95,8 +102,7 @@ class _Recorder:
         self.n = len(jobs)
         self.due = {j.id: j.deadline - shift for j in jobs}
         self.done_late = 0.0
-        self.marks: list[float] = []  # cost at each draw
-        policy.record = []
+        self.trace: list[tuple[float, float]] = []
 
     def cost(self, snap) -> float:
         eng = self.engine
@@ -117,11 +123,32 @@ class _Recorder:
         return (self.a * energy + late / self.n) / (1.0 + self.a)
 
     def decide(self, snap):
+        self.trace.append((snap.now, self.cost(snap)))
+        return self.policy.decide(snap)
+
+    def at(self, t: float) -> float:
+        """The cost noted at the last decision at or before ``t`` (0 before the first)."""
+        k = bisect.bisect_right(self.trace, (t, math.inf))
+        return self.trace[k - 1][1] if k else 0.0
+
+
+class _Recorder(_CostTrace):
+    """SmartMigPolicy in the engine, each of its draws charged the cost until the next:
+    ``marks`` (cost) and ``mark_times`` at each draw."""
+
+    def __init__(self, policy: SmartMigPolicy, jobs, shift: float, a: float) -> None:
+        super().__init__(policy, jobs, shift, a)
+        self.marks: list[float] = []
+        self.mark_times: list[float] = []
+        policy.record = []
+
+    def decide(self, snap):
         before = len(self.policy.record)
         c = self.cost(snap)
         got = self.policy.decide(snap)
         if len(self.policy.record) > before:
             self.marks.append(c)
+            self.mark_times.append(snap.now)
         return got
 
 
@@ -137,7 +164,9 @@ def episode_et(result, jobs, shift: float, a: float) -> float:
 
 
 def run_episode(controller: Controller, settings: TrainSettings, seed: int) -> Rollout:
-    """One day under the controller (sampling as in production) and under static CEDF."""
+    """One day under the controller (sampling as in production) and under static CEDF.
+    Each draw's reward is minus the cost until the next draw (``reward="vs-cedf"``: less
+    static CEDF's cost over the same interval of the same day), scaled by CEDF's ET."""
     model = get_model("A100-40GB")
     jobs = deadline_jobs(model, rate_multiplier=settings.rate_multiplier, days=1.0, seed=seed)
     policy = SmartMigPolicy(
@@ -148,7 +177,13 @@ def run_episode(controller: Controller, settings: TrainSettings, seed: int) -> R
     rec.engine = eng
     result = eng.run()
     et = episode_et(result, jobs, settings.penalty_s, settings.a)
-    base = Engine(jobs, DeadlinePolicy("cedf"), 1, settings.gpus, model, seed).run()
+    cedf = DeadlinePolicy("cedf")
+    ref = _CostTrace(cedf, jobs, settings.penalty_s, settings.a)
+    base_eng = Engine(
+        jobs, ref if settings.reward == "vs-cedf" else cedf, 1, settings.gpus, model, seed
+    )
+    ref.engine = base_eng
+    base = base_eng.run()
     et_ref = episode_et(base, jobs, settings.penalty_s, settings.a)
     norm = settings.reward_scale / max(et_ref, 1e-9)
     out = Rollout(
@@ -159,6 +194,9 @@ def run_episode(controller: Controller, settings: TrainSettings, seed: int) -> R
         jobs=len(jobs),
     )
     marks = [*rec.marks, et]
+    if settings.reward == "vs-cedf":
+        ends = [*(ref.at(t) for t in rec.mark_times), et_ref]
+        marks = [m - b for m, b in zip(marks, ends)]
     for i, d in enumerate(policy.record):
         out.states.append(d.state)
         out.before.append(d.before)

@@ -351,3 +351,25 @@ def test_train_controller_resume_refuses_a_missing_or_foreign_state(tmp_path, ca
     assert main(other) != 0
     err = capsys.readouterr().err
     assert "another run" in err and "Traceback" not in err
+
+
+def test_the_vs_cedf_reward_is_each_steps_cost_less_cedfs_and_adds_up_to_the_gap():
+    from dataclasses import replace
+
+    from slurm_mig.sim.controller_train import TrainSettings, run_episode
+
+    ctrl = Controller.load()  # the shipped controller
+    s = TrainSettings(gpus=2, rate_multiplier=4.0)
+    plain, diff = (
+        run_episode(ctrl, s, 10_003),
+        run_episode(ctrl, replace(s, reward="vs-cedf"), 10_003),
+    )
+    assert (plain.et, plain.et_cedf) == (diff.et, diff.et_cedf)  # the same day, the same runs
+    assert len(diff.rewards) == len(plain.rewards) > 10
+    # a day's steps add up to its ET (CEDF's = 100), less the cost before the first draw
+    assert sum(plain.rewards) == pytest.approx(-100 * plain.et / plain.et_cedf, abs=0.5)
+    assert sum(diff.rewards) == pytest.approx(
+        100 * (diff.et_cedf - diff.et) / diff.et_cedf, abs=0.5
+    )
+    # the day's load is taken out of each step: the steps spread less
+    assert np.std(diff.rewards) < np.std(plain.rewards)
