@@ -2,7 +2,7 @@
 and Fig. 12, each printed beside the paper's figure.
 
 Run: PYTHONPATH=. .venv/bin/python benchmarks/smart_mig_reproduce.py [--only table1,fig67,
-     fig11,fig12] [--seeds N] [--fig11-runs N] [--fig11-budget S]
+     fig11,fig12] [--seeds N] [--fig11-runs N] [--fig11-budget S] [--controller CTRL.npz]
 
 Parameters the paper leaves out, chosen once and kept fixed (never tuned on the seeds
 that print the figures; see also sim/deadline_workload.py):
@@ -36,6 +36,7 @@ from slurm_mig.sim.deadline_workload import deadline_jobs
 from slurm_mig.sim.engine import simulate
 
 A100 = get_model("A100-40GB")
+CONTROLLER: str | None = None  # --controller: a trained checkpoint (None: the shipped one)
 FIG_SEED = 2000
 MIP_SEED = 3000
 
@@ -68,7 +69,7 @@ def table1(seeds: int) -> None:
         mig, whole = [], []
         for i in range(seeds):
             jobs = deadline_jobs(A100, rate_multiplier=rate, days=1.0, seed=FIG_SEED + i)
-            mig.append(_run(jobs, SmartMigPolicy(), 8))
+            mig.append(_run(jobs, SmartMigPolicy(checkpoint=CONTROLLER), 8))
             whole.append(_run(jobs, DeadlinePolicy("cedf", configs="1"), 8))
         tm, tw = _mean([t for t, _ in mig]), _mean([t for t, _ in whole])
         em, ew = _mean([e for _, e in mig]), _mean([e for _, e in whole])
@@ -150,7 +151,7 @@ def fig12(seeds: int) -> None:
     for i in range(seeds):
         jobs = deadline_jobs(A100, rate_multiplier=20, days=1.0, seed=FIG_SEED + i)
         lbs.append(energy_bound(jobs, 8, A100).energy_j)
-        res["smart-mig"].append(_run(jobs, SmartMigPolicy(), 8))
+        res["smart-mig"].append(_run(jobs, SmartMigPolicy(checkpoint=CONTROLLER), 8))
         res["cedf"].append(_run(jobs, DeadlinePolicy("cedf"), 8))
         res["edf"].append(_run(jobs, DeadlinePolicy("edf"), 8))
     et, a = _et(res)
@@ -178,7 +179,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5, help="days / queues per figure (default 5)")
     ap.add_argument("--fig11-runs", type=int, default=10, help="runs per kind (paper: 50)")
     ap.add_argument("--fig11-budget", type=float, default=20.0, help="MIP seconds per run")
+    ap.add_argument("--controller", help="smart-mig's controller (default: the shipped one)")
     args = ap.parse_args()
+    global CONTROLLER
+    CONTROLLER = args.controller
     parts = set(args.only.split(","))
     t0 = time.perf_counter()
     if "table1" in parts:

@@ -43,9 +43,10 @@ def add_parser(sub) -> None:
                     help="seed of the network and the training days (default: 0)")  # fmt: skip
     tc.add_argument("--save-every", metavar="N", type=positive_int, default=10,
                     help="write a checkpoint every N iterations (default: 10)")  # fmt: skip
-    tc.add_argument("--reward", choices=("absolute", "vs-cedf"), default="absolute",
-                    help="a step's reward: minus its cost (absolute, the paper's) or its "
-                    "cost less static CEDF's over the same interval (vs-cedf)")  # fmt: skip
+    tc.add_argument("--reward", choices=("vs-cedf", "absolute"), default="vs-cedf",
+                    help="a step's reward: minus its cost (Eq. 6) less static CEDF's over "
+                    "the same interval of the same day (vs-cedf, default: the same "
+                    "optimum, far less noise), or minus its cost alone (absolute)")  # fmt: skip
     tc.add_argument("--resume", action="store_true",
                     help="go on from OUT-state.pt, the last checkpoint of a run with the "
                     "same options, up to --iterations in all")  # fmt: skip

@@ -8,11 +8,14 @@ decision and the next: ``-(tardiness + a * energy) / (1 + a)``, with tardiness t
 seconds jobs spent past their deadlines in the interval (deadlines ``penalty_s``
 early, as the paper folds in the repartitioning penalty) over the day's job count,
 so that a day's rewards add up to ``-ET``. Each day's rewards are divided by the ET of
-static CEDF on the same jobs: a return of -1 is CEDF's, above is better. With
-``reward="vs-cedf"`` (where the paper is silent: a variance cut) a step's reward is
-its cost less static CEDF's over the same interval of the same day, so that a day's
-return is CEDF's ET less the controller's: the day's own load, which neither controls,
-drops out of every step.
+static CEDF on the same jobs: a return of -1 is CEDF's, above is better
+(``reward="absolute"``). By default (``"vs-cedf"``; where the paper is silent) a step's
+reward is that cost less static CEDF's over the same interval of the same day, so that
+a day's return is CEDF's ET less the controller's. CEDF's cost does not depend on the
+controller's draws, so the best controller is the same under both; the day's own load,
+which neither controls, drops out of every step (on a 20x day the steps' spread falls
+from 0.25 to 0.08), and PPO learns where the absolute reward did not (1,000 days: ET
+1.1-1.2 x CEDF's on the training days against 0.7-0.8).
 
 PPO (Schulman et al.) over the mean field: one actor for every GPU (the
 representative agent), the clipped ratio per GPU's draw with the step's advantage
@@ -68,7 +71,7 @@ class TrainSettings:
     penalty_s: float = 4.0
     a: float = DEFAULT_ET_A
     reward_scale: float = 100.0
-    reward: str = "absolute"  # "vs-cedf": each step's cost less static CEDF's (module doc)
+    reward: str = "vs-cedf"  # "absolute": minus each step's cost alone (module doc)
     save_every: int = 10
 
 

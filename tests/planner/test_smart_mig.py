@@ -360,10 +360,9 @@ def test_the_vs_cedf_reward_is_each_steps_cost_less_cedfs_and_adds_up_to_the_gap
 
     ctrl = Controller.load()  # the shipped controller
     s = TrainSettings(gpus=2, rate_multiplier=4.0)
-    plain, diff = (
-        run_episode(ctrl, s, 10_003),
-        run_episode(ctrl, replace(s, reward="vs-cedf"), 10_003),
-    )
+    assert s.reward == "vs-cedf"  # the default
+    plain = run_episode(ctrl, replace(s, reward="absolute"), 10_003)
+    diff = run_episode(ctrl, s, 10_003)
     assert (plain.et, plain.et_cedf) == (diff.et, diff.et_cedf)  # the same day, the same runs
     assert len(diff.rewards) == len(plain.rewards) > 10
     # a day's steps add up to its ET (CEDF's = 100), less the cost before the first draw
