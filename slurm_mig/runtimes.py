@@ -447,14 +447,14 @@ def estimate_times(
 ) -> dict[int, float]:
     """Seconds per planner size of ``model``: medians where measured, Amdahl
     t(s) = a + b/s elsewhere (see the module docstring); ``inf`` where memory is short
-    (``gang``: one task of a job of several slices, whose instances have the size's own
-    profile, never the double-memory 1g).
+    (``gang``: one task of a job of several slices, on its sizes' own profiles).
 
     ValueError when there is no observation and no fallback."""
     if not 0.0 <= serial_fraction <= 1.0:
         raise ValueError(f"serial_fraction must be between 0 and 1, got {serial_fraction!r}")
     sizes = model.planner_sizes
-    fits = {s: min_memory is None or _memory(model, s, gang) >= min_memory for s in sizes}
+    memory = (lambda s: model.profile_for_size(s).memory_bytes) if gang else model.most_memory
+    fits = {s: min_memory is None or memory(s) >= min_memory for s in sizes}
     medians = {s: statistics.median(v) for s, v in obs.items() if v and fits.get(s, False)}
     if len(medians) >= 2:
         a, b = _fit_amdahl(medians)
@@ -479,12 +479,6 @@ def estimate_times(
         else:
             out[s] = a + b / s
     return out
-
-
-def _memory(model: GpuModel, size: int, gang: bool) -> int:
-    """The memory an instance of ``size`` gives one task: its most (`most_memory`), or
-    for a task of a gang its profile's (`geometry.gangs` places that profile)."""
-    return model.profile_for_size(size).memory_bytes if gang else model.most_memory(size)
 
 
 def _prior(t0: float, s0: int, f: float) -> tuple[float, float]:
@@ -537,8 +531,7 @@ def estimate_for_job(
 
     The memory need is `memory_for_job`'s. Sizes whose estimate exceeds a finite time
     limit become ``inf`` (Slurm would kill the job there), unless that would leave no
-    size at all. ``gang``: the estimate is of one task of a job of several slices (its
-    memory need is one task's, on the sizes' own profiles)."""
+    size at all. ``gang``: of one task of a job of several slices (`estimate_times`)."""
     min_memory = memory_for_job(store, key, owner, min_memory)
     hint = _positive(hint_seconds)
     limit = _positive(time_limit)
@@ -553,24 +546,10 @@ def estimate_for_job(
             own = bool(obs)
             if not obs and hint is None:
                 obs = store.observations(key, model.name, PRIOR)
-    times = estimate_times(
-        obs,
-        model,
-        serial_fraction=serial_fraction,
-        fallback=fallback,
-        min_memory=min_memory,
-        gang=gang,
-    )
+    shape = {"serial_fraction": serial_fraction, "min_memory": min_memory, "gang": gang}
+    times = estimate_times(obs, model, fallback=fallback, **shape)
     if own and hint is not None:
-        hinted = estimate_times(
-            {},
-            model,
-            serial_fraction=serial_fraction,
-            fallback=hint,
-            min_memory=min_memory,
-            gang=gang,
-        )
-        times = bounded_by_hint(times, hinted)
+        times = bounded_by_hint(times, estimate_times({}, model, fallback=hint, **shape))
     elif hint is None and limit is not None:
         times = with_limit(times, obs, limit)
     if limit is not None:
