@@ -302,6 +302,27 @@ def trace_limit_ratios() -> list[tuple[float, float]]:
     return out
 
 
+def supercloud_previous_job_factors() -> list[float]:
+    """Per completed GPU job of the MIT Supercloud 2021 subset whose user ran one before
+    (in submission order): the factor between its runtime and that previous job's."""
+    mit = shared_file("traces/mit-supercloud-slurm-2021-subset/slurm-log-queueing-clean.csv.gz")
+    with gzip.open(mit, "rt") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["state"] == "3"]
+    rows.sort(key=lambda r: float(r["time_submit"]))
+    last: dict[str, float] = {}
+    out = []
+    for row in rows:
+        tres = dict(kv.split("=") for kv in row["tres_req"].split(",") if "=" in kv)
+        run = float(row["time_end"]) - float(row["time_start"])
+        if int(float(tres.get("1002", "0"))) <= 0 or run <= 0:
+            continue
+        before = last.get(row["id_user"])
+        if before is not None:
+            out.append(max(run / before, before / run))
+        last[row["id_user"]] = run
+    return out
+
+
 def fill_disk(path) -> None:
     """Write ``path`` until its file system is full."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)

@@ -138,6 +138,8 @@ class Engine(SpreadJobs):
         self.first_start = [math.nan] * n
         self.finish_t = [math.nan] * n
         self.exec_s = [0.0] * n
+        self.planned_s = [math.nan] * n  # at its first start: the seconds planned
+        self.alone_s = [math.nan] * n  # and its true seconds alone there
         self.held: dict[int, LiveInstance] = {}  # job index -> its (main) instance
         self.spread: dict[int, Spread] = {}  # job index -> its instances, if several
         self._pending: dict[str, SimJob] = {}
@@ -355,6 +357,8 @@ class Engine(SpreadJobs):
         inst.view = None
         if math.isnan(self.first_start[idx]):
             self.first_start[idx] = now
+            self.alone_s[idx] = seconds
+            self.planned_s[idx] = seconds if self.site is None else self.site.planned(inst)
         self._busy_change(g, inst.slot.size)
         self._ends(g, g.start(run, now, self.pcie_max))
         if sp is not None:
@@ -566,6 +570,8 @@ class Engine(SpreadJobs):
             start=list(self.first_start),
             finish=list(self.finish_t),
             exec_s=list(self.exec_s),
+            planned_s=list(self.planned_s),
+            alone_s=list(self.alone_s),
             energy_j=energy,
             idle_energy_j=self.curve[0] * len(self.gpu_state) * span,
             t0=self.t0,

@@ -17,7 +17,13 @@ Modes (`KNOWLEDGE_MODES`):
   Slurm's backfill does; the policies that model Slurm (static layouts, whole GPUs)
   see this under ``learned``; a gang's ``task_times`` likewise (`limit_task_times`).
 
-The engine runs the true times whatever the mode.
+The engine runs the true times whatever the mode, and reports how far what a policy
+planned with was from them (`SimResult.estimate_error`). For scale, a real site's
+per-user history (``SITE_ESTIMATE_OFF_P50``, ``SITE_WITHIN_2X``): on the MIT Supercloud
+2021 subset (``shared/data/traces``; 1,292 completed GPU jobs whose user had run one
+before) the runtime of the user's previous GPU job is off from the next one's by a
+median factor of 1.40, within a factor 2 for 66 % of them. The simulated users here are
+drawn per job, so their histories say less (MISO's trace on 40 A100s: 2.45, 42 %).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ __all__ = [
     "DEFAULT_RUNTIME",
     "KNOWLEDGE_MODES",
     "SERIAL_FRACTION",
+    "SITE_ESTIMATE_OFF_P50",
+    "SITE_WITHIN_2X",
     "LearnedRuntimes",
     "learned_time_maps",
     "learned_times",
@@ -45,6 +53,9 @@ __all__ = [
 KNOWLEDGE_MODES = ("oracle", "learned")
 DEFAULT_RUNTIME = float(SCHEMA["planner"]["default_runtime"].default)  # type: ignore[arg-type]
 SERIAL_FRACTION = float(SCHEMA["planner"]["serial_fraction"].default)  # type: ignore[arg-type]
+# a real site's per-user history as a runtime estimate (module doc)
+SITE_ESTIMATE_OFF_P50 = 1.40
+SITE_WITHIN_2X = 0.66
 
 
 class LearnedRuntimes:

@@ -36,6 +36,10 @@ class SimResult:
     util_t: array = field(default_factory=lambda: array("d"))
     util_busy: array = field(default_factory=lambda: array("d"))  # busy slices from util_t[i]
     deadline: list[float | None] = field(default_factory=list)  # absolute; None: none given
+    # per job at its first start: the seconds the policy planned it to run there, and
+    # what it runs there alone (what the policy knew, apart from what happened)
+    planned_s: list[float] = field(default_factory=list)
+    alone_s: list[float] = field(default_factory=list)
 
     @property
     def jobs(self) -> int:
@@ -79,6 +83,19 @@ class SimResult:
             area += b[i] * (end - t[i])
         return area / (self.slices_total * span)
 
+    def estimate_error(self) -> tuple[float | None, float | None]:
+        """How far the seconds the policy planned jobs with were from their true seconds
+        alone on the size each started on: the median factor (1.0: exact) and the share
+        of jobs within a factor of 2; None where no job started."""
+        off = sorted(
+            max(p / a, a / p)
+            for p, a in zip(self.planned_s, self.alone_s)
+            if 0 < p < math.inf and 0 < a < math.inf
+        )
+        if not off:
+            return None, None
+        return _quantile(off, 0.5), sum(x <= 2.0 for x in off) / len(off)
+
     @property
     def event_rate(self) -> float:
         return self.events / self.wall_s if self.wall_s > 0 else math.inf
@@ -90,6 +107,7 @@ class SimResult:
         ordered = sorted(jct)
         jct_sum = math.fsum(jct)
         waits = sorted(self.wait)
+        off, within = self.estimate_error()
         return {
             "jct_sum": jct_sum,
             "jct_mean": jct_sum / n if n else 0.0,
@@ -104,6 +122,8 @@ class SimResult:
             "wait_max": waits[-1] if waits else 0.0,
             "exec_mean": math.fsum(self.exec_s) / n if n else 0.0,
             "utilization": self.utilization,
+            "estimate_off_p50": off,
+            "estimate_within_2x": within,
             "jobs": n,
             "creates": self.creates,
             "destroys": self.destroys,

@@ -225,3 +225,28 @@ def test_an_arrival_fills_a_hole_before_a_standing_plan_begins_and_never_delays_
     short = decide(job("short", {1: 40.0}, arrival=0.0))
     assert set(short) == {"short"} and short["short"].slot.placement.start >= 4
     assert decide(job("long", {1: 400.0}, arrival=0.0)) == {}  # it would delay "p"
+
+
+def test_a_standing_plan_is_dropped_when_a_gpu_idles_beside_it():
+    from slurm_mig.planner.snapshot import Planned
+
+    # "p" was planned on GPU 0 after "late", which runs past its plan; GPU 1 has
+    # finished its share of the batch and idles: keeping to the plan would keep it idle
+    whole = Slot(Placement(0, 8), 7)
+    planned = {"p": Planned("p", 0, whole, batch=1, order=0, seconds=500.0)}
+
+    def decide(gpu1: Gpu):
+        snap = ClusterSnapshot(
+            now=1000.0,
+            model=A100,
+            gpus=(Gpu(0, (busy("late", 0, 8, 1900.0),)), gpu1),
+            pending=MappingProxyType({"p": job("p", {7: 500.0}, priority=5)}),
+            planned=MappingProxyType(planned),
+        )
+        return Adaptive().decide(snap)
+
+    got = decide(Gpu(1))
+    assert places(got)["p"].gpu == 1 and not got.planned  # the list rule: at once
+    # GPU 1 still busy with the batch: the plan stands
+    held = decide(Gpu(1, (busy("other", 0, 4, 1500.0),)))
+    assert not places(held) and set(held.planned) == {"p"}

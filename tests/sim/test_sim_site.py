@@ -9,12 +9,18 @@ import math
 import statistics
 
 import pytest
-from support import trace_limit_ratios
+from support import supercloud_previous_job_factors, trace_limit_ratios
 
 from slurm_mig.geometry import get_model
 from slurm_mig.limitevidence import LIMIT_RATIO
 from slurm_mig.sim import SimJob, simulate
-from slurm_mig.sim.knowledge import LearnedRuntimes, learned_times, limit_times
+from slurm_mig.sim.knowledge import (
+    SITE_ESTIMATE_OFF_P50,
+    SITE_WITHIN_2X,
+    LearnedRuntimes,
+    learned_times,
+    limit_times,
+)
 from slurm_mig.sim.limits import (
     GRID,
     RATIO_LEVELS,
@@ -163,9 +169,23 @@ def test_the_policy_sees_estimates_while_the_engine_runs_true_times():
     # after j0 ran 50 s on 7g: between what it ran and what the limit alone suggested
     assert 50.0 < policy.times["j2"][7] < policy.times["j0"][7]
     assert [f - s for f, s in zip(r.finish, r.start)] == pytest.approx([50.0] * 3)
+    # the run reports what each job was planned with on its 7g against what it ran
+    assert r.alone_s == pytest.approx([50.0] * 3)
+    assert r.planned_s == pytest.approx([policy.times[f"j{i}"][7] for i in range(3)])
+    off = sorted(max(p / 50.0, 50.0 / p) for p in r.planned_s)
+    assert r.estimate_error() == (pytest.approx(off[1]), sum(x <= 2 for x in off) / 3)
+    assert off[0] > 1.0 and r.summary()["estimate_off_p50"] == pytest.approx(off[1])
     oracle = Record()
-    simulate(jobs, oracle, knowledge="oracle")
+    exact = simulate(jobs, oracle, knowledge="oracle")
     assert oracle.times["j0"][1] == 350.0
+    assert exact.estimate_error() == (1.0, 1.0)
+
+
+def test_a_real_sites_per_user_history_is_what_the_trace_gives():
+    off = sorted(supercloud_previous_job_factors())
+    assert len(off) == 1292
+    assert off[math.ceil(len(off) / 2) - 1] == pytest.approx(SITE_ESTIMATE_OFF_P50, abs=0.005)
+    assert sum(x <= 2 for x in off) / len(off) == pytest.approx(SITE_WITHIN_2X, abs=0.005)
 
 
 class Watch(Record):
