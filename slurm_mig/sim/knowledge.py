@@ -23,7 +23,8 @@ per-user history (``SITE_ESTIMATE_OFF_P50``, ``SITE_WITHIN_2X``): on the MIT Sup
 2021 subset (``shared/data/traces``; 1,292 completed GPU jobs whose user had run one
 before) the runtime of the user's previous GPU job is off from the next one's by a
 median factor of 1.40, within a factor 2 for 66 % of them. The simulated users here are
-drawn per job, so their histories say less (MISO's trace on 40 A100s: 2.45, 42 %).
+drawn per job, so their histories say less (MISO's trace on 40 A100s, age priority:
+2.46, 42 %).
 """
 
 from __future__ import annotations
