@@ -152,10 +152,13 @@ class Liveness:
 
     # --- while it runs ---------------------------------------------------------------
     def start(self, daemon: Any) -> None:
-        """The daemon starts: guard its stop, tell systemd, start the keeper thread."""
+        """The daemon starts: guard its stop, write its endpoint's port in the record at
+        once (a standby redirects there), tell systemd, start the keeper thread."""
         self.wake = daemon.wake
         if isinstance(daemon.stop, StopEvent):
             daemon.stop.guard = self.holds
+        if self.lease is not None and self.lease.web_port:
+            self.tick()  # the record taken at start-up was written before the port was known
         self._metrics = getattr(daemon, "metrics", None)
         self._show()
         notify(f"READY=1\nSTATUS={self._status()}", self.env)

@@ -188,6 +188,22 @@ def test_a_standby_names_the_active_host_for_its_redirect_until_the_lease_expire
     assert standby.may_plan(StopEvent()) and standby.primary() is None
 
 
+def test_a_starting_daemon_writes_its_endpoints_port_before_its_first_renewal(tmp_path):
+    """The lease is taken before the endpoint is bound; the standby must not redirect to
+    its own port meanwhile (seen under load: the first renewal came after its first
+    scrape)."""
+    from types import SimpleNamespace
+
+    from slurm_mig.daemon.endpoints import standby_redirect
+
+    clock = Clock()
+    active, standby = _active_and_standby(tmp_path, "ctl1", clock)
+    active.lease.web_port = 9800  # as `endpoints.serve` sets it, after the lease was taken
+    active.start(SimpleNamespace(wake=None, stop=StopEvent(), metrics=None))
+    standby.lease.read()
+    assert standby_redirect(SimpleNamespace(liveness=standby), 9764)() == "http://ctl1:9800"
+
+
 def test_a_lease_record_naming_no_plain_host_is_never_a_redirect(tmp_path):
     from types import SimpleNamespace
 

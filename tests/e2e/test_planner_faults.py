@@ -99,11 +99,13 @@ def test_a_standby_takes_over_from_a_planner_killed_mid_flight():
         standby, standby_log, standby_port = _start_standby(lc)
         try:
             # as a standby slurmctld does: its /metrics sends a scraper to the active one
+            # (the record it reads names the active's port from the active's start on; a
+            # standby that read it earlier follows at its next look at the lease)
             active_port = _metrics_port(lc.config_path.read_text())
-            wait_until(lambda: "303 See Other" in _standby_answer(standby_port), 30,
-                       "the standby's /metrics to redirect")  # fmt: skip
             location = f"Location: http://{socket.gethostname()}:{active_port}/metrics\r\n"
-            assert location in _standby_answer(standby_port)
+            wait_until(lambda: location in _standby_answer(standby_port), 30,
+                       "the standby's /metrics to redirect to the active's")  # fmt: skip
+            assert "303 See Other" in _standby_answer(standby_port)
             ids = [_submit(lc, 3 + i % 8, "8G" if i % 3 else "18G") for i in range(16)]
             wait_until(lambda: _released(lc) >= 5, 90, "5 jobs released")
             lc.daemon.send_signal(signal.SIGKILL)
