@@ -62,6 +62,7 @@ class Runner:
         self.slices = SliceHolder(self.mode.open_backend(model), model, job)
         self.stopping = False
         self.child: subprocess.Popen | None = None
+        self._early: dict[int, None] = {}  # signals while a child is being started
         self.slices.current = initial_slice(opts, self.env, self.slices, self.mode.place)
         self._workdir = Path(tempfile.mkdtemp(prefix="mig-run-"))
 
@@ -114,11 +115,10 @@ class Runner:
         if signum in STOPPING:
             self.stopping = True
         child = self.child
-        if child is not None and child.poll() is None:
-            try:
-                os.killpg(child.pid, signum)
-            except ProcessLookupError:
-                pass
+        if child is None:  # being started: it gets the signal once `self.child` is set
+            self._early[signum] = None
+        elif child.poll() is None:
+            _signal_group(child, signum)
 
     def _child_env(self, attempt: int, out: Path) -> dict[str, str]:
         env = dict(self.env)
@@ -141,6 +141,7 @@ class Runner:
 
     def _launch(self, attempt: int) -> Outcome:
         """Run the command once on the current slice; how it ended."""
+        self.child = None
         folder = self._workdir / f"run{attempt}"
         folder.mkdir()
         out = folder / "probe.csv"
@@ -164,6 +165,9 @@ class Runner:
                 nvml.close()
             self.say(f"error: cannot run {self.opts.command[0]!r}: {exc.strerror}")
             return Outcome(exit_code=127 if isinstance(exc, FileNotFoundError) else 126)
+        early, self._early = self._early, {}
+        for signum in early:
+            _signal_group(self.child, signum)
         tee = StderrTee(self.child.stderr)
         writer = TraceWriter(trace_path(self.opts.trace, attempt))
         watch = _Watch(self, out, tee, kills, nvml)
@@ -207,10 +211,7 @@ class Runner:
     def _stop(self, child: subprocess.Popen) -> None:
         """SIGTERM to the job's process group, ``--grace`` seconds, then SIGKILL."""
         for sig, wait in ((signal.SIGTERM, self.opts.grace), (signal.SIGKILL, None)):
-            try:
-                os.killpg(child.pid, sig)
-            except ProcessLookupError:
-                pass
+            _signal_group(child, sig)
             try:
                 child.wait(timeout=wait)
                 return
@@ -239,3 +240,11 @@ class Runner:
 
     def say(self, message: str) -> None:
         print(f"{PROG}: {message}", file=self.err, flush=True)
+
+
+def _signal_group(child: subprocess.Popen, signum: int) -> None:
+    """``signum`` to the job's process group (gone already: nothing to do)."""
+    try:
+        os.killpg(child.pid, signum)
+    except ProcessLookupError:
+        pass

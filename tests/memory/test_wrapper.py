@@ -193,6 +193,49 @@ def test_sigterm_and_sigusr1_to_mig_run_reach_the_child(tmp_path):
     assert proc.returncode == 0, err  # the child's own exit status
 
 
+def test_a_signal_that_comes_while_the_child_is_being_started_still_reaches_it(
+    tmp_path, monkeypatch
+):
+    """Under load the child can be running before mig-run has its handle (a CI run lost
+    a SIGUSR1 so): the signal waits for the handle, then goes to the child."""
+    import slurm_mig.memory.runner as runner_module
+
+    job = script(
+        tmp_path,
+        """
+        import signal, sys, time
+        from pathlib import Path
+        log = Path(sys.argv[1])
+        def note(sig, frame):
+            with log.open("a") as f:
+                f.write(signal.Signals(sig).name + "\\n")
+            sys.exit(0)
+        signal.signal(signal.SIGUSR1, note)
+        log.write_text("ready\\n")
+        end = time.monotonic() + 20  # no signal: the job ends by itself, without it
+        while time.monotonic() < end:
+            time.sleep(0.05)
+        """,
+    )
+    log = tmp_path / "signals.log"
+    real = subprocess.Popen
+
+    def started_then_signalled(*args, **kw):
+        child = real(*args, **kw)
+        deadline = time.monotonic() + 60
+        while not (log.exists() and "ready" in log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)  # handled here, before mig-run holds `child`
+        time.sleep(0.2)
+        return child
+
+    monkeypatch.setattr(runner_module.subprocess, "Popen", started_then_signalled)
+    opts = parse_options(["--capacity", "1G", "--", sys.executable, job, str(log)])
+    code = runner_module.Runner(opts, env={**os.environ}, forecaster=lambda *a: None).run()
+    assert log.read_text().split() == ["ready", "SIGUSR1"]
+    assert code == 0
+
+
 # ---------------------------------------------------------------------------
 # Real torch workloads
 
