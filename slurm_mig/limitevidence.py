@@ -23,11 +23,14 @@ import statistics
 from collections.abc import Mapping
 
 __all__ = [
+    "LATE_FRACTION",
+    "LATE_SECONDS",
     "LIMIT_RATIO",
     "LIMIT_SPREAD",
     "OVERDUE_SECONDS",
     "expected_end",
     "from_limit",
+    "late_threshold",
     "limit_weight",
     "with_limit",
 ]
@@ -36,6 +39,8 @@ LIMIT_RATIO = 8.0  # median time limit / runtime in the two traces (module doc)
 LIMIT_SPREAD = 1.96  # standard deviation of ln(limit / runtime) there
 OVERDUE_SECONDS = 1.0  # an overdue job without a limit is expected to end this soon
 FEW_RUNS = 3  # below this many runs their spread is not measured: the two weigh alike
+LATE_FRACTION = 0.10  # a run this far off its plan (and LATE_SECONDS) re-plans its GPU
+LATE_SECONDS = 2.0
 
 
 def from_limit(limit: float) -> float:
@@ -88,3 +93,9 @@ def expected_end(start: float, planned: float, limit: float | None, now: float) 
     if end <= now and limit is not None and math.isfinite(limit):
         end = start + limit
     return max(end, now + OVERDUE_SECONDS)
+
+
+def late_threshold(planned: float) -> float:
+    """How far a run may end off its ``planned`` seconds (or run past them) before it is
+    an event that re-plans the jobs planned on its GPU (daemon and simulator alike)."""
+    return max(LATE_FRACTION * planned, LATE_SECONDS)

@@ -28,11 +28,12 @@ A batch (nothing running, more waiting than the GPUs hold at once) is what FAR p
 best: it goes to FAR (``far`` with the same objective, through the driver, whose gate
 then starts its jobs as their slices free); jobs that arrive while its plan stands take
 the slices the plan leaves free, or its holes before a planned job begins. A plan is
-only as good as its runtimes: once a GPU idles with nothing planned on it while planned
-jobs still wait for other GPUs, the runtimes proved wrong, and the plan is dropped for
-the list rule (MISO-100 batch, learned runtimes: 1.58 -> 1.26 x the best static
-layout's mean JCT; unchanged with true runtimes). Option ``batches=false`` turns
-batches off.
+only as good as its runtimes: once a run ends off its plan or runs past it (the
+snapshot's events, which the daemon and the simulator send), or a GPU idles with
+nothing planned on it while planned jobs still wait for other GPUs, the runtimes proved
+wrong, and the plan is dropped for the list rule (MISO-100 batch, learned runtimes:
+1.58 -> 1.09 x the best static layout's mean JCT; unchanged with true runtimes).
+Option ``batches=false`` turns batches off.
 
 Jobs of one priority are taken shortest first (the runtime at the most efficient
 size), aged by their wait so that long jobs are not passed for ever; Slurm's priority
@@ -267,7 +268,7 @@ class Adaptive:
 
     def decide(self, snap: ClusterSnapshot) -> Decisions:
         self._recent.update(snap)
-        if snap.planned and _idle_beside_plans(snap):
+        if snap.planned and (_off_plan(snap) or _idle_beside_plans(snap)):
             snap = replace(snap, planned=MappingProxyType({}))  # the list rule takes over
         if not (snap.planned or (self.batches and self._is_batch(snap))):
             return Decisions(tuple(self._ops(snap, snap.gpus)))
@@ -392,6 +393,13 @@ class Adaptive:
         st.busy += s
         st.demand -= need
         st.order.clear()  # the GPUs' bounds only grow: re-rank lazily
+
+
+def _off_plan(snap: ClusterSnapshot) -> bool:
+    """Something happened since the standing plans were made (a run ended off its plan
+    or runs past it, a node changed): their runtimes or their GPUs are not as planned."""
+    oldest = min(p.issued for p in snap.planned.values())
+    return any(e.at > oldest for e in snap.events)
 
 
 def _idle_beside_plans(snap: ClusterSnapshot) -> bool:

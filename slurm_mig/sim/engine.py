@@ -10,6 +10,9 @@ FAR replay executes on too.
 Create and destroy operations take Table 1's times and run one after another per
 GPU. Energy integrates the power curve over each GPU's busy compute slices. A job
 placed on several instances (a static layout's gang) is ``sim.spread``'s.
+A run that ends off its plan, or runs past it, by `limitevidence.late_threshold` is an
+event in the policy's snapshot (``snapshot.events``), as the daemon reports it, so that
+the driver re-plans the jobs planned on its GPU as the daemon's does.
 Deterministic: ties are broken by arrival order and event sequence number.
 """
 
@@ -23,7 +26,9 @@ from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from ..geometry import GpuModel, Slot, get_model
+from ..limitevidence import late_threshold
 from ..pcie import PCIE_MAX_A100
+from ..planner.cluster_snapshot import Event
 from ..planner.decisions import Create, Destroy, Move, Place
 from ..planner.gpustate import JobRun, LiveInstance
 from ..planner.snapshot import ClusterSnapshot
@@ -157,6 +162,10 @@ class Engine(SpreadJobs):
         self._changed: set[int] = set(range(g_total))
         self._arrived: list[SimJob] = []
         self._finished: list[tuple[str, int]] = []
+        self._plan_events: list[Event] = []  # runs off their plan since the last snapshot
+        self._run_plan: dict[int, tuple[float, float]] = {}  # job index -> (start, plan)
+        self._late: list[tuple[float, int, float]] = []  # (late at, job index, its start)
+        self._running_late: dict[int, Event] = {}  # job index -> its "runs late"
         self._first = True  # the first snapshot says "everything is new"
         self.gpus = GpuList(self._view_of, g_total)
         self.running_jobs = RunningMap(self)
@@ -183,6 +192,7 @@ class Engine(SpreadJobs):
         """The cluster now, for the policy (valid until the engine moves on)."""
         first = self._first
         self._first = False
+        self._late_runs()
         snap = ClusterSnapshot(
             now=self.now,
             model=self.model,
@@ -196,11 +206,30 @@ class Engine(SpreadJobs):
             arrived=None if first else tuple(self._arrived),
             finished=tuple(self._finished),
             changed=None if first else frozenset(self._changed),
+            events=(*self._plan_events, *self._running_late.values()),
         )
+        self._plan_events.clear()
         self._arrived.clear()
         self._finished.clear()
         self._changed.clear()
         return snap
+
+    def _late_runs(self) -> None:
+        """The runs that passed their plan by the threshold, each an event in every
+        snapshot while it runs (the daemon's "runs late", sent every cycle); the ends
+        off plan are in the next snapshot only, as in the daemon's next cycle."""
+        late, now = self._late, self.now
+        while late and late[0][0] <= now:
+            at, idx, started = heapq.heappop(late)
+            inst = self.held.get(idx)
+            if inst is not None and self._run_plan.get(idx, (None,))[0] == started:
+                what = f"job {self.jobs[idx].id} runs late"
+                self._running_late[idx] = Event(at, what, inst.gpu)
+
+    def _plan_event(self, at: float, what: str, idx: int) -> None:
+        inst = self.held.get(idx)
+        gpu = inst.gpu if inst is not None else None
+        self._plan_events.append(Event(at, what, gpu))
 
     def running(self, job: str) -> RunningView | None:
         return running_view(self, job)
@@ -355,10 +384,15 @@ class Engine(SpreadJobs):
         seconds = job.times[inst.slot.size] if sp is None else sp.seconds
         run = JobRun(idx, inst, seconds, inst.rem, now, job.alpha, job.pcie_demand, job)
         inst.view = None
+        plan = seconds if self.site is None else self.site.planned(inst)
         if math.isnan(self.first_start[idx]):
             self.first_start[idx] = now
             self.alone_s[idx] = seconds
-            self.planned_s[idx] = seconds if self.site is None else self.site.planned(inst)
+            self.planned_s[idx] = plan
+        self._running_late.pop(idx, None)  # a restart (a migration) is a new run
+        if math.isfinite(plan):
+            self._run_plan[idx] = (now, plan)
+            heapq.heappush(self._late, (now + plan + late_threshold(plan), idx, now))
         self._busy_change(g, inst.slot.size)
         self._ends(g, g.start(run, now, self.pcie_max))
         if sp is not None:
@@ -385,6 +419,12 @@ class Engine(SpreadJobs):
             raise InvariantError(f"job {run.job.id!r} finished twice")
         if self.site is not None:
             self.site.ran_until_end(idx, run.started, self.now)
+        started, plan = self._run_plan.pop(idx, (None, math.nan))
+        self._running_late.pop(idx, None)
+        ran = self.now - run.started
+        if started == run.started and abs(ran - plan) > late_threshold(plan):
+            word = "early" if ran < plan else "late"
+            self._plan_event(self.now, f"job {run.job.id} ended {word}", idx)
         self._release(run)
         size = run.inst.slot.size
         sp = self.spread.pop(idx, None) if self.spread else None

@@ -250,3 +250,32 @@ def test_a_standing_plan_is_dropped_when_a_gpu_idles_beside_it():
     # GPU 1 still busy with the batch: the plan stands
     held = decide(Gpu(1, (busy("other", 0, 4, 1500.0),)))
     assert not places(held) and set(held.planned) == {"p"}
+
+
+def test_a_standing_plan_is_dropped_once_a_planned_run_ends_off_its_plan():
+    from slurm_mig.planner.cluster_snapshot import Event
+    from slurm_mig.planner.snapshot import Planned
+
+    # "p" was planned at t=900 on GPU 0's whole 7g, after "late"; GPU 1 is busy, so no
+    # GPU idles beside the plan, but a run on GPU 1 ended off its plan since (an event,
+    # as the daemon and the simulator send): the batch's runtimes proved wrong, and the
+    # list rule places "p" at once on the 4g that "late" leaves free (the driver alone
+    # would re-plan only the jobs planned on GPU 1: none)
+    whole = Slot(Placement(0, 8), 7)
+    planned = {"p": Planned("p", 0, whole, batch=1, order=0, seconds=400.0, issued=900.0)}
+
+    def decide(events):
+        snap = ClusterSnapshot(
+            now=1000.0,
+            model=A100,
+            gpus=(Gpu(0, (busy("late", 4, 3, 1900.0),)), Gpu(1, (busy("o", 0, 8, 5000.0),))),
+            pending=MappingProxyType({"p": job("p", {4: 500.0, 7: 400.0}, priority=5)}),
+            planned=MappingProxyType(planned),
+            events=events,
+        )
+        return Adaptive().decide(snap)
+
+    kept = decide((Event(800.0, "job x ended early", 1),))  # before the plan: seen by it
+    assert not places(kept) and set(kept.planned) == {"p"}
+    got = decide((Event(950.0, "job y ended early", 1),))
+    assert places(got)["p"].slot.size == 4 and not got.planned

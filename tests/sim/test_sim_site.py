@@ -221,3 +221,42 @@ def test_conditions_are_named_and_checked():
     assert SiteConditions().plain and not SiteConditions.of("age").plain
     with pytest.raises(ValueError, match="knowledge"):
         SiteConditions.of("age", "psychic")
+
+
+class Spy:
+    """A simulator policy that records the events of every snapshot it is given."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name, self.events = inner, inner.name, []
+
+    @property
+    def planned(self):
+        return self.inner.planned
+
+    @property
+    def batches(self):
+        return self.inner.batches
+
+    def decide(self, snap):
+        self.events.extend(e for e in snap.events if e not in self.events)
+        return self.inner.decide(snap)
+
+
+def test_runs_off_their_plan_are_events_for_the_standing_plans_as_the_daemon_sends():
+    from slurm_mig.sim.policies import get_policy
+
+    # a batch planned from the limit (450 s on 1g): short runs end early, long ones run
+    # late, each named with its GPU while plans stand (the driver re-plans them)
+    short = [job(f"s{i}", 0.0, 5.0, kind="k", user="u", time_limit=3600.0) for i in range(8)]
+    long = [job(f"l{i}", 0.0, 400.0, kind="k", user="u", time_limit=3600.0) for i in range(40)]
+    spy = Spy(get_policy("adaptive"))
+    simulate(short + long, spy, 1, 2, knowledge="learned", check=True)
+    early = [e for e in spy.events if e.what.endswith("ended early")]
+    late = [e for e in spy.events if e.what.endswith("runs late")]
+    assert early and late
+    assert all(e.gpu in (0, 1) for e in early + late)
+    assert any(e.what.startswith("job s") for e in early)  # 5 s against 450 s planned
+    assert all(e.what.startswith("job l") for e in late)
+    exact = Spy(get_policy("adaptive"))
+    simulate(short + long, exact, 1, 2, knowledge="oracle", check=True)
+    assert exact.events == []  # true runtimes: every run ends as planned

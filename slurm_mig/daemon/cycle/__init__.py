@@ -88,7 +88,7 @@ from ...slurm.jobrecord import (
 from .actions import Action, CycleResult, Hold, Learn, Note, Release, Requeue
 from .assignments import assignments
 from .backoff import BACKOFF_BASE, BACKOFF_MAX, Backoff
-from .classify import LATE_FRACTION, LATE_SECONDS, OVERDUE_SECONDS, Classified, classify
+from .classify import OVERDUE_SECONDS, Classified, classify
 from .clusters import cluster_snapshots, job_deadline
 from .inputs import CycleInput, Estimate, JobLike, NodeRecord
 from .policyset import PolicySet, configured_objective
@@ -104,8 +104,6 @@ __all__ = [
     "ADMIN_TAG",
     "BACKOFF_BASE",
     "BACKOFF_MAX",
-    "LATE_FRACTION",
-    "LATE_SECONDS",
     "MIN_RUNTIME",
     "OVERDUE_SECONDS",
     "PENDING_STATES",

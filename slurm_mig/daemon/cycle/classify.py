@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ... import jobcomment as comments
 from ...geometry import Slot, get_model
-from ...limitevidence import OVERDUE_SECONDS, expected_end
+from ...limitevidence import OVERDUE_SECONDS, expected_end, late_threshold
 from ...overruns import overran
 from ...slurm import sitepolicy
 from ...slurm.assignment import Assignment
@@ -44,21 +44,12 @@ from .waiting import (
 )
 
 __all__ = [
-    "LATE_FRACTION",
-    "LATE_SECONDS",
     "OVERDUE_SECONDS",
     "Busy",
     "Classified",
     "classify",
     "feasible",
 ]
-
-LATE_FRACTION = 0.10  # a job ending this far off its plan (and LATE_SECONDS) re-plans
-LATE_SECONDS = 2.0
-
-
-def _late_threshold(planned: float) -> float:
-    return max(LATE_FRACTION * planned, LATE_SECONDS)
 
 
 @dataclass
@@ -210,7 +201,7 @@ def _classify_running(out: Classified, job: JobLike, a: Assignment, now: float) 
     start = job.start_time or now
     end = expected_end(start, a.planned_seconds, job.time_limit, now)
     out.busy.append(Busy(job.job_id, a.node, a.gpu, model_slot(a), start, end, True, tasks=a.tasks))
-    late = start + a.planned_seconds + _late_threshold(a.planned_seconds)
+    late = start + a.planned_seconds + late_threshold(a.planned_seconds)
     if job.start_time and now > late:
         out.events.append((late, f"job {job.job_id} runs late", a.node, a.gpu))
 
@@ -237,7 +228,7 @@ def _classify_finished(
             out.learns.append(Learn(*run, key, current.model, size, ran, end, owner, hint, ok))
         if not ok:
             out.events.append((end, f"job {job.job_id} failed", *where))
-        elif abs(ran - current.planned_seconds) > _late_threshold(current.planned_seconds):
+        elif abs(ran - current.planned_seconds) > late_threshold(current.planned_seconds):
             word = "early" if ran < current.planned_seconds else "late"
             out.events.append((end, f"job {job.job_id} ended {word}", *where))
     elif end:
