@@ -9,7 +9,9 @@ Conditions of every figure:
   ``--jobs`` are run (a prefix of the 1000-job trace, not a 200-job trace). A job runs
   on a size where the trace has its time and the profile its memory.
 - Site fields (`slurm_mig.sim.limits.with_site_fields`, seeded by ``--seed``): a time
-  limit as users set them; one user, as every real job runs as ``nobody``. The limit
+  limit as users set them; one user, as every real job runs as ``nobody`` (the
+  trace's owner of each template is dropped: the simulator learns as the daemon can,
+  per kind only). The limit
   is compressed and rounded up to whole minutes (Slurm's unit, at least 1) for
   ``--time``; the simulator gets that same limit, in trace seconds.
 - Compression ``--compress`` C (20): arrivals and runtimes divided by C (a job sleeps
@@ -134,7 +136,7 @@ def trace_jobs(n: int, seed: int, compress: float, load: float = 1.0) -> list[Jo
     model = get_model(MODEL)
     jobs = build_workload(TRACE, model, 40, max(n, TRACE_JOBS), seed, load=load)[:n]
     out = []
-    for job in with_site_fields(jobs, seed, users=1):
+    for job in with_site_fields([replace(j, user="") for j in jobs], seed, users=1):
         minutes = limit_minutes(job.time_limit, compress)
         limit = math.inf if minutes is None else minutes * 60.0 * compress
         out.append(replace(job, time_limit=limit))

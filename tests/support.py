@@ -293,13 +293,18 @@ def trace_limit_ratios() -> list[tuple[float, float]]:
                 out.append((run, wall / run))
     with gzip.open(mit, "rt") as fh:
         for row in csv.DictReader(fh):
-            tres = dict(kv.split("=") for kv in row["tres_req"].split(",") if "=" in kv)
             limit = int(row["timelimit"])
             run = float(row["service_time"])
-            if int(float(tres.get("1002", "0"))) > 0 and row["state"] == "3" and limit < 525600:
+            if _supercloud_gpus(row) > 0 and row["state"] == "3" and limit < 525600:
                 if 0 < run <= limit * 60:
                     out.append((run, limit * 60 / run))
     return out
+
+
+def _supercloud_gpus(row: dict[str, str]) -> int:
+    """The GPUs a row of the MIT Supercloud trace asked for (TRES 1002 of ``tres_req``)."""
+    tres = dict(kv.split("=") for kv in row["tres_req"].split(",") if "=" in kv)
+    return int(float(tres.get("1002", "0")))
 
 
 def supercloud_previous_job_factors() -> list[float]:
@@ -312,9 +317,8 @@ def supercloud_previous_job_factors() -> list[float]:
     last: dict[str, float] = {}
     out = []
     for row in rows:
-        tres = dict(kv.split("=") for kv in row["tres_req"].split(",") if "=" in kv)
         run = float(row["time_end"]) - float(row["time_start"])
-        if int(float(tres.get("1002", "0"))) <= 0 or run <= 0:
+        if _supercloud_gpus(row) <= 0 or run <= 0:
             continue
         before = last.get(row["id_user"])
         if before is not None:

@@ -33,7 +33,9 @@ Presets (``build_workload``):
               model from job_models.json, per-size times from MISO's measured MIG
               throughput (profiles/miso-a100-mig, inf where it did not fit) and its
               memory need; Poisson arrivals, mean 10 s (5 s for the first third),
-              as MISO's simulator. Default 1000 jobs.
+              as MISO's simulator. A template's runs are one user's (a rerun is
+              its owner's): each template's owner drawn by the seed among
+              ``limits.USERS`` with Zipf weights. Default 1000 jobs.
   alibaba     Alibaba openb single-GPU pods in creation order: arrival =
               creation_time, duration = deletion_time - scheduled_time, size = the
               smallest profile covering gpu_milli (the same time on larger sizes,
@@ -85,6 +87,7 @@ from ..geometry import GeometryError, GpuModel
 from ..workload import WorkloadError
 from .api import SimJob
 from .jobrows import MIB, job_from_row, sizes_at_least
+from .limits import draw_user
 
 LOAD = 0.85  # offered load of the Poisson presets, share of the compute slices
 LOAD_RANGE = (0.05, 20.0)  # build_workload's load multiplier, inclusive
@@ -217,6 +220,8 @@ def miso_trace(
     rng = random.Random(seed)
     order = [i % len(runtime) for i in range(n)]
     rng.shuffle(order)
+    owners = random.Random(f"miso-owners:{seed}")
+    owner = {k: draw_user(owners) for k in sorted(runtime)}
     gaps = [(5.0 if i < n // 3 else 10.0) / load for i in range(n)]  # MISO: first third 5 s
     t = 0.0
     jobs = []
@@ -230,7 +235,8 @@ def miso_trace(
         times = {s: full / rel[s] for s in model.planner_sizes if s in rel}
         mdl, _, batch = name.partition("_train")
         mib = int(memory.get(mdl, {}).get(batch, 0))
-        jobs.append(SimJob(f"miso-{i}", t, times, memory=mib * MIB, kind=name))
+        job = SimJob(f"miso-{i}", t, times, memory=mib * MIB, kind=name, user=owner[tmpl])
+        jobs.append(job)
     return jobs
 
 

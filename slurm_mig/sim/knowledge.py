@@ -22,9 +22,9 @@ planned with was from them (`SimResult.estimate_error`). For scale, a real site'
 per-user history (``SITE_ESTIMATE_OFF_P50``, ``SITE_WITHIN_2X``): on the MIT Supercloud
 2021 subset (``shared/data/traces``; 1,292 completed GPU jobs whose user had run one
 before) the runtime of the user's previous GPU job is off from the next one's by a
-median factor of 1.40, within a factor 2 for 66 % of them. The simulated users here are
-drawn per job, so their histories say less (MISO's trace on 40 A100s, age priority:
-2.46, 42 %).
+median factor of 1.40, within a factor 2 for 66 % of them. MISO's trace, whose
+template's runs are one user's, comes close (40 A100s, age priority: 1.55, 60 %);
+Philly's, one kind with users drawn per job, says less (4.48).
 """
 
 from __future__ import annotations

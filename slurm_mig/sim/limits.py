@@ -18,8 +18,9 @@ on a run of seconds, which the grid's top already covers). Short runs get huge r
 (a 1-hour limit on a 40-second test), long runs ratios near 1.3.
 
 Users. A trace without users gets ``USERS`` synthetic ones, each job's drawn seeded
-with Zipf weights 1/rank (a few heavy users and a tail, as on shared clusters); a job
-that names its user keeps it.
+with Zipf weights 1/rank (a few heavy users and a tail, as on shared clusters:
+`draw_user`); a job that names its user keeps it (MISO's trace names one per template:
+a rerun is its owner's).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "RATIO_LEVELS",
     "RATIO_QUANTILES",
     "USERS",
+    "draw_user",
     "limit_for",
     "reference_runtime",
     "with_site_fields",
@@ -112,16 +114,21 @@ def _users(n: int) -> tuple[list[str], list[float]]:
     return names, [1.0 / (k + 1) for k in range(n)]
 
 
+def draw_user(rng: random.Random, users: int = USERS) -> str:
+    """One of ``users`` synthetic users, drawn from ``rng`` with Zipf weights 1/rank."""
+    names, weights = _users(users)
+    return rng.choices(names, weights)[0]
+
+
 def with_site_fields(jobs: Iterable[Job], seed: int, users: int = USERS) -> list[Job]:
     """``jobs`` with a user (kept where a job has one, else drawn as the module doc says)
     and a time limit (kept where finite, else drawn), seeded and deterministic."""
     if users < 1:
         raise ValueError(f"users must be at least 1, got {users}")
     rng = random.Random(f"site-fields:{seed}")
-    names, weights = _users(users)
     out: list[Job] = []
     for job in jobs:
-        pick = rng.choices(names, weights)[0]
+        pick = draw_user(rng, users)
         u = rng.random()
         user = job.user or pick
         limit = job.time_limit

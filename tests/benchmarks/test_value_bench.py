@@ -5,6 +5,7 @@ host a job are skipped, not run; the done-when checks judge the default policy."
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -87,10 +88,12 @@ def test_the_conditions_reach_every_case_and_equal_priorities_add_the_fcfs_check
     todo = value.cases([wl], (1.0,), (0,), ("adaptive",), ("none", "oracle"))
     assert {c[4] for c in todo} == {("none", "oracle")}
     assert value.cases([wl], (1.0,), (0,), ("adaptive",))[0][4] == ("age", "learned")
-    # the site fields (user, time limit) are drawn only where the condition needs them
+    # the site fields (time limit; user where the trace names none) are drawn only where
+    # the condition needs them (MISO's trace names each template's owner)
     plain = value.build_jobs(wl, 1.0, 0)
     site = value.build_jobs(wl, 1.0, 0, True)
-    assert all(j.user == "" for j in plain) and all(j.user for j in site)
+    assert all(j.time_limit == math.inf for j in plain) and all(j.user for j in site)
+    assert [j.user for j in plain] == [j.user for j in site]
     assert all(j.time_limit >= max(j.times.values()) for j in site if j.time_limit)
     # under age priority the default's figures differ from the equal-priority oracle's
     _, _, _, _, oracle = value.run_case(next(c for c in todo if c[3] == "adaptive"))

@@ -155,25 +155,38 @@ def test_a_child_killed_by_a_signal_exits_128_plus_the_signal(tmp_path):
     assert mig_run("--capacity", "1G", "--", sys.executable, job).returncode == 128 + 9
 
 
-def test_sigterm_and_sigusr1_to_mig_run_reach_the_child(tmp_path):
-    job = script(
+def signal_job(tmp_path: Path, exit_on: str) -> str:
+    """A job that logs each SIGTERM and SIGUSR1 it gets to its first argument, after
+    "ready" once its handlers are set; it exits 0 on ``exit_on``, else after 60 s."""
+    return script(
         tmp_path,
-        """
+        f"""
         import signal, sys, time
         from pathlib import Path
         log = Path(sys.argv[1])
         def note(sig, frame):
             with log.open("a") as f:
                 f.write(signal.Signals(sig).name + "\\n")
-            if sig == signal.SIGTERM:
+            if sig == signal.{exit_on}:
                 sys.exit(0)
         signal.signal(signal.SIGTERM, note)
         signal.signal(signal.SIGUSR1, note)
         log.write_text("ready\\n")
-        while True:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
             time.sleep(0.05)
         """,
     )
+
+
+def logged(log: Path, word: str, deadline: float) -> None:
+    """Wait until ``word`` is in ``log`` (or the monotonic ``deadline``)."""
+    while not (log.exists() and word in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_sigterm_and_sigusr1_to_mig_run_reach_the_child(tmp_path):
+    job = signal_job(tmp_path, "SIGTERM")
     log = tmp_path / "signals.log"
     proc = subprocess.Popen(
         [*MIG_RUN, "--capacity", "1G", "--", sys.executable, job, str(log)],
@@ -182,11 +195,9 @@ def test_sigterm_and_sigusr1_to_mig_run_reach_the_child(tmp_path):
         text=True,
     )
     deadline = time.monotonic() + 60
-    while not (log.exists() and "ready" in log.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    logged(log, "ready", deadline)
     proc.send_signal(signal.SIGUSR1)
-    while "SIGUSR1" not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    logged(log, "SIGUSR1", deadline)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert log.read_text().split() == ["ready", "SIGUSR1", "SIGTERM"]
@@ -196,35 +207,17 @@ def test_sigterm_and_sigusr1_to_mig_run_reach_the_child(tmp_path):
 def test_a_signal_that_comes_while_the_child_is_being_started_still_reaches_it(
     tmp_path, monkeypatch
 ):
-    """Under load the child can be running before mig-run has its handle (a CI run lost
+    """Under load the child can be running before mig-run has its handle (a unit run lost
     a SIGUSR1 so): the signal waits for the handle, then goes to the child."""
     import slurm_mig.memory.runner as runner_module
 
-    job = script(
-        tmp_path,
-        """
-        import signal, sys, time
-        from pathlib import Path
-        log = Path(sys.argv[1])
-        def note(sig, frame):
-            with log.open("a") as f:
-                f.write(signal.Signals(sig).name + "\\n")
-            sys.exit(0)
-        signal.signal(signal.SIGUSR1, note)
-        log.write_text("ready\\n")
-        end = time.monotonic() + 20  # no signal: the job ends by itself, without it
-        while time.monotonic() < end:
-            time.sleep(0.05)
-        """,
-    )
+    job = signal_job(tmp_path, "SIGUSR1")  # without it, the job ends after 60 s
     log = tmp_path / "signals.log"
     real = subprocess.Popen
 
     def started_then_signalled(*args, **kw):
         child = real(*args, **kw)
-        deadline = time.monotonic() + 60
-        while not (log.exists() and "ready" in log.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        logged(log, "ready", time.monotonic() + 60)
         os.kill(os.getpid(), signal.SIGUSR1)  # handled here, before mig-run holds `child`
         time.sleep(0.2)
         return child

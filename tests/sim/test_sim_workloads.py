@@ -3,6 +3,7 @@ the shared data (skipped where it is absent), Poisson arrivals, and job files.""
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import random
@@ -126,6 +127,23 @@ def test_miso_trace_replays_the_templates_with_measured_speeds():
     gaps = [b.arrival - a.arrival for a, b in zip(jobs, jobs[1:])]
     assert statistics.fmean(gaps[:99]) < statistics.fmean(gaps[100:])
     assert miso_trace(300, A100, seed=0) == jobs
+
+
+def test_a_miso_templates_reruns_are_one_users():
+    """A rerun belongs to the template's owner, so a user's history of a kind says what
+    a site's does; owners are spread over several users and change with the seed."""
+    runtime = json.loads(shared_file("traces/miso-socc22/trace_100.json").read_text())
+    models = json.loads(shared_file("traces/miso-socc22/job_models.json").read_text())
+    templates = collections.Counter((models[k], float(t)) for k, t in runtime.items())
+    jobs = miso_trace(1000, A100, seed=0)
+    owners: dict[tuple, set[str]] = {}
+    for j in jobs:
+        owners.setdefault((j.kind, j.times[7]), set()).add(j.user)
+    # (a model and a runtime name a template, but for the few that share both)
+    assert all(len(users) <= templates[key] for key, users in owners.items())
+    assert len({u for users in owners.values() for u in users}) >= 5
+    other = miso_trace(1000, A100, seed=1)
+    assert [j.user for j in other] != [j.user for j in jobs]
 
 
 def test_alibaba_pods_become_sized_jobs():
