@@ -216,8 +216,9 @@ class Engine(SpreadJobs):
 
     def _late_runs(self) -> None:
         """The runs that passed their plan by the threshold, each an event in every
-        snapshot while it runs (the daemon's "runs late", sent every cycle); the ends
-        off plan are in the next snapshot only, as in the daemon's next cycle."""
+        snapshot while it runs (the daemon's "runs late"). An end off plan is in the
+        next snapshot only: the daemon keeps sending it, but a policy reads only the
+        events since its oldest standing plan, and plans are made at snapshots."""
         late, now = self._late, self.now
         while late and late[0][0] <= now:
             at, idx, started = heapq.heappop(late)
