@@ -157,8 +157,9 @@ class Liveness:
         self.wake = daemon.wake
         if isinstance(daemon.stop, StopEvent):
             daemon.stop.guard = self.holds
-        if self.lease is not None and self.lease.web_port:
-            self.tick()  # the record taken at start-up was written before the port was known
+        if self.lease is not None and self.lease.web_port and self.active:
+            with self._lock:  # the record taken at start-up was written before the port
+                self._renew()
         self._metrics = getattr(daemon, "metrics", None)
         self._show()
         notify(f"READY=1\nSTATUS={self._status()}", self.env)
