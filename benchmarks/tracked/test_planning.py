@@ -1,7 +1,9 @@
 """Tracked planner figures: FAR on one A100 (n = 15 and 1,000; issue 20's target for
 1,000 is 10 ms), FAR on a 5,000-job batch on 512 A100s (target 2 s and 1.10 x the dual
 bound), and the exact planner on a small batch. Batches: the FAR paper's generator,
-MIXEDSCALING / WIDETIMES, as in plan_speed.py and planner_cycle.py. The quality figure
+MIXEDSCALING / WIDETIMES, as in plan_speed.py and planner_cycle.py; and POORSCALING /
+NARROWTIMES for 5,000 jobs on 512 A100s, issue 38's class whose plans the unit start
+(``planner.far_units``) shortens. The quality figure
 ``makespan_over_bound`` is the plan's makespan over T*, the moldable (dual) lower bound
 of ``planner.allotment``, which is never below the area bound."""
 
@@ -23,6 +25,11 @@ MODEL = get_model("A100-40GB")
 
 def batch(n: int, gpus: int = 1, seed: int = 0) -> Batch:
     return Batch(tuple(generate(n, MODEL, "MIXEDSCALING", "WIDETIMES", 0.0, seed)), MODEL, gpus)
+
+
+def narrow_batch(n: int, gpus: int, seed: int = 0) -> Batch:
+    """far_scale.py's POOR-NARROW batch (half the tasks superlinear)."""
+    return Batch(tuple(generate(n, MODEL, "POORSCALING", "NARROWTIMES", 0.5, seed)), MODEL, gpus)
 
 
 def bound(b: Batch) -> float:
@@ -49,6 +56,13 @@ def test_far_one_gpu(benchmark, n: int) -> None:
 def test_far_5000_jobs_512_gpus(benchmark) -> None:
     b = batch(5000, 512)
     plan = timed(benchmark, lambda: plan_far(b), 20)
+    assert len(plan.tasks) == 5000
+    quality(benchmark, **figures(plan, b))
+
+
+def test_far_5000_poor_narrow_jobs_512_gpus(benchmark) -> None:
+    b = narrow_batch(5000, 512)
+    plan = timed(benchmark, lambda: plan_far(b), 10)
     assert len(plan.tasks) == 5000
     quality(benchmark, **figures(plan, b))
 
