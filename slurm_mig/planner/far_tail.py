@@ -31,12 +31,16 @@ later with six, so it keeps eight). If it does not get the plan within ``LOW_GAT
 times the bound, the repairs of the plan run too, and the shortest plan found wins.
 
 The unit start (`far_units.unit_start`): where the best plan found still ends over
-``REPACK_GATE`` times the bound, one task on every leaf of every GPU and the others
-chained above the leaves, built in one pass (25-85 ms on 512-1,000 GPUs), repaired
-where it ends before that plan. On POOR-NARROW no move or swap of the plan's tasks
-shortens it (its 2g chains hold one or two tasks, its slice 6 idles): 5,000 / 512
-1.126 -> 1.092 x the dual bound, 10,000 / 1,000 1.106 -> 1.075, 3,000 / 256 1.138 ->
-1.125 (about 1.6 chained tasks a unit, of 22-53 s: they do not balance).
+``UNIT_GATE`` times the bound, one task on every leaf of every GPU and the others
+chained above the leaves (0.09-0.35 s on 256-1,000 GPUs), repaired with ``UNIT_PEERS``
+receivers a step and ``UNIT_STEPS`` steps (the plan's repairs: 8 and 1,500; the unit
+plan's GPUs all end near its makespan, and its repair gains from the wider look:
+POOR-NARROW 3,000 / 256, seeds 0-2, 1.104 / 1.100 / 1.102 x the dual bound with 8 and
+1,500, 1.100 / 1.098 / 1.098 with these), kept where it ends sooner. On POOR-NARROW
+no move or swap of the plan's tasks shortens it (its 2g chains hold one or two tasks,
+its slice 6 idles): 3,000 / 256 1.138 -> 1.100, 5,000 / 512 1.126 -> 1.089, 10,000 /
+1,000 1.110 -> 1.074 x the dual bound (seed 0). Plans nearer the bound skip it:
+on GOOD-NARROW (1.06-1.07) it took 1.8-2.3 s more and found nothing shorter.
 """
 
 from __future__ import annotations
@@ -70,6 +74,9 @@ LOW_THIN_STEPS = 4  # and look at fewer peers a step where it has fewer than thi
 LOW_THIN_PEERS = 6  # (REPAIR_PEERS, 8, else): more steps for the same time
 REPACK_GATE = 1.06  # else plans ending over this many times the bound are re-packed
 REPACK_STEPS = 500  # and repaired again with this many steps more than the first left
+UNIT_GATE = 1.09  # plans still ending over this many times the bound try the unit start
+UNIT_PEERS = 24  # its repair looks at this many receivers a step
+UNIT_STEPS = 3000  # in at most this many steps
 
 Found = list[tuple[float, int, list[list[int]]]]  # (makespan, rank, assignment)
 # FAR on a batch of one GPU (``far.far_schedule``; passed in: far imports this module)
@@ -148,11 +155,11 @@ def repair_tail(
             if top < ms:
                 found.append((top, 1, trial))
     best = min([ms, *(f[0] for f in found)])
-    start = unit_start(forest, tasks) if best > REPACK_GATE * bound else None
-    top = max(model_ends(forest, tasks, start)) if start is not None else best
-    if start is not None and top < best:
-        trial, repaired, _ = rebalance(forest, tasks, start, bound)
-        found.append((repaired, 3, trial) if trial is not None else (top, 3, start))
+    start = unit_start(forest, tasks) if best > UNIT_GATE * bound else None
+    if start is not None:
+        trial, top, _ = rebalance(forest, tasks, start, bound, peers=UNIT_PEERS, budget=UNIT_STEPS)
+        if top < best:
+            found.append((top, 3, trial if trial is not None else start))
     return found
 
 

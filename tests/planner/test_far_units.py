@@ -15,7 +15,7 @@ import pytest
 from slurm_mig.geometry import get_model
 from slurm_mig.job import Job
 from slurm_mig.plan import validate_plan
-from slurm_mig.planner import Batch, far_tail
+from slurm_mig.planner import Batch, far_tail, far_units
 from slurm_mig.planner.far import far_schedule
 from slurm_mig.planner.far_planner import plan_far
 from slurm_mig.planner.far_tail import model_ends
@@ -34,28 +34,46 @@ def test_an_a100s_units_are_the_3g_at_4_and_the_two_2g_at_0_and_2_with_their_lea
     assert units(Forest.build(get_model("A30-24GB"), 1)) == [(1, (3, 4)), (2, (5, 6))]
 
 
-def _check_plan(forest, tasks, assign):
+def _check_plan(forest, tasks, assign, leafless=0):
+    """Every task once at a size it runs on; one task on every leaf but those of the
+    last unit of ``leafless`` GPUs, which have none."""
     T = len(forest.model.tree)
     placed = sorted(i for a in assign for i in a)
-    assert placed == list(range(len(tasks)))  # every task exactly once
-    leaves = [n.index for n in forest.model.tree if not n.children]
+    assert placed == list(range(len(tasks)))
+    unit = units(forest)
+    last = [u for u in unit if u[0] is not None][-1]
     for g in range(forest.gpus):
-        for leaf in leaves:
-            assert len(assign[g * T + leaf]) == 1
+        for v, leaves in unit:
+            for leaf in leaves:
+                alone = g < leafless and (v, leaves) == last
+                assert len(assign[g * T + leaf]) == (0 if alone else 1)
     for v, a in enumerate(assign):
         for i in a:
             assert tasks[i].times[forest.size[v]] < INF
 
 
-def test_the_unit_plan_puts_one_task_on_every_leaf_and_every_task_once_where_it_runs():
-    tasks = tuple(generate(600, A100, "POORSCALING", "NARROWTIMES", 0.5, 0))
-    forest = Forest.build(A100, 48)
+@pytest.mark.parametrize("n,gpus", [(600, 48), (500, 48)])
+def test_the_unit_plan_puts_a_task_on_the_leaves_and_every_task_once_where_it_runs(n, gpus):
+    tasks = tuple(generate(n, A100, "POORSCALING", "NARROWTIMES", 0.5, 0))
+    forest = Forest.build(A100, gpus)
     before = copy.deepcopy(tasks)
     assign = unit_start(forest, tasks)
     assert assign is not None
-    _check_plan(forest, tasks, assign)
+    # 600 tasks: 264 to chain on 144 units, more than one each: a tenth of the GPUs
+    # run their 2g at slice 2 without leaves; 500: 164 on 144, the same
+    chained = n - 7 * gpus
+    leafless = int(far_units.LEAFLESS * gpus) if chained > 3 * gpus else 0
+    _check_plan(forest, tasks, assign, leafless)
     assert tasks == before
     assert unit_start(forest, tasks) == assign  # deterministic
+
+
+def test_every_leaf_gets_a_task_where_chains_take_at_most_one_each():
+    tasks = tuple(generate(7 * 48 + 3 * 48, A100, "POORSCALING", "NARROWTIMES", 0.5, 0))
+    forest = Forest.build(A100, 48)
+    assign = unit_start(forest, tasks)
+    assert assign is not None
+    _check_plan(forest, tasks, assign)
 
 
 def test_a_task_that_cannot_run_on_a_1g_is_chained_and_one_that_fits_nothing_is_refused():
