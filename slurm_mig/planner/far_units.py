@@ -106,7 +106,7 @@ def _build(
     # the chains': those that cannot run on a leaf, then the shortest on a chain size
     order = sorted(range(len(tasks)), key=lambda i: (on(i, one) != math.inf, chain_time(i), i))
     chained, leafed = order[:m], sorted(order[m:], key=lambda i: (on(i, one), i))
-    if chain_time(chained[-1]) == math.inf or on(leafed[-1], one) == math.inf:
+    if any(chain_time(i) == math.inf for i in chained) or on(leafed[-1], one) == math.inf:
         return None
     leaf = on(leafed[len(leafed) // 2], one) + oh[one]  # a unit's leaves, as planned
     bins = [
