@@ -76,7 +76,10 @@ What Slurm 22.05.8 does, measured with this harness (pinned by tests/e2e/test_cl
   the job becomes PENDING, priority 0, restart count +1, state_reason JobHeldUser with
   state_description "job requeued in held state" (scontrol: job_requeued_in_held_state).
   It should then exit != 0: with exit 0 the batch script starts and runs until the
-  requeue's kill reaches it.
+  requeue's kill reaches it. That kill (SIGTERM to the step) can reach the TaskProlog
+  itself before it exits: slurmstepd then logs "slurm task_prolog did not exit
+  normally. reason: " and drops its ``print`` lines (they are passed on only when the
+  TaskProlog exits), so ours ignores SIGTERM.
 - ``scontrol requeue`` (no hold) makes the job wait cred_expire seconds (default 120;
   `requeue_delay` here) with reason BeginTime before it can start again.
 - Prolog that runs ``scontrol update NodeName=$SLURMD_NODENAME State=DRAIN

@@ -6,6 +6,7 @@ notifications, the detached reclaim, the log lines, the exit status).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -276,5 +277,12 @@ def task_prolog_main(
     scontrol: str | None = None,
     clock: Clock = time.time,
 ) -> int:
-    """Slurm TaskProlog (console script ``slurm-mig-taskprolog``); returns the exit status."""
+    """Slurm TaskProlog (console script ``slurm-mig-taskprolog``); returns the exit status.
+    As the hook's own process (``env`` None: the console script, the thin executable) it
+    ignores SIGTERM: slurmstepd hands a TaskProlog's ``print`` lines to the job only if
+    it exits, and the requeue it asks for has Slurm signal the job's step while it still
+    runs (the job's output then lost why it was requeued). SIGKILL after KillWait still
+    ends a TaskProlog that hangs."""
+    if env is None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return _run("taskprolog", env, scontrol, clock, None)

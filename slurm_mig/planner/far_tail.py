@@ -59,6 +59,7 @@ __all__ = [
     "LOW_GATE",
     "LOW_RATIO",
     "REPACK_GATE",
+    "UNIT_GATE",
     "low_budget",
     "model_ends",
     "repack",

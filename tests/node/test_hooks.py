@@ -488,6 +488,19 @@ def test_thin_taskprolog_requeues_a_refused_job(site):
     assert site.scontrol_calls() == [["requeuehold", "42"]]
 
 
+def test_a_taskprolog_signalled_by_the_requeue_it_asked_for_still_tells_the_job_why(site):
+    """Slurm signals the job's step once the requeue is done, while the TaskProlog that
+    asked for it still runs; slurmstepd passes its print lines on only if it exits."""
+    kill = "import os, signal\nif sys.argv[1] == 'requeuehold':\n    os.kill(os.getppid(), signal.SIGTERM)\n"
+    site.scontrol.write_text(site.scontrol.read_text() + kill)
+    t = exe(TASK_PROLOG, site.env("42"))  # no record of run 0: its Prolog was skipped
+    assert t.returncode == 1, (t.returncode, t.stderr)
+    lines = t.stdout.splitlines()
+    assert lines[0] == "export CUDA_VISIBLE_DEVICES="
+    assert lines[1].startswith("print slurm-mig: no MIG instance was prepared for run 0 of job 42")
+    assert site.scontrol_calls() == [["requeuehold", "42"]]
+
+
 def test_concurrent_prologs_never_take_each_others_slices(site):
     # Job 41 wants 3g at 4:4, job 42 the whole GPU: whichever prolog takes the node lock
     # first creates its instance; the other must see it as live, not as an orphan to
