@@ -36,10 +36,14 @@ chained above the leaves (0.09-0.35 s on 256-1,000 GPUs), repaired with ``UNIT_P
 receivers a step and ``UNIT_STEPS`` steps (the plan's repairs: 8 and 1,500; the unit
 plan's GPUs all end near its makespan, and its repair gains from the wider look:
 POOR-NARROW 3,000 / 256, seeds 0-2, 1.104 / 1.100 / 1.102 x the dual bound with 8 and
-1,500, 1.100 / 1.098 / 1.098 with these), kept where it ends sooner. On POOR-NARROW
-no move or swap of the plan's tasks shortens it (its 2g chains hold one or two tasks,
-its slice 6 idles): 3,000 / 256 1.138 -> 1.100, 5,000 / 512 1.126 -> 1.089, 10,000 /
-1,000 1.110 -> 1.074 x the dual bound (seed 0). Plans nearer the bound skip it:
+1,500, 1.100 / 1.098 / 1.098 with these), then once more from where that repair
+stopped with ``UNIT_WIDE_PEERS`` receivers, ``UNIT_WIDE_STEPS`` steps and a first
+target ``UNIT_WIDE_FIRST`` below the makespan (the first repair stops where no move
+to its 24 receivers meets a target; a wider look still finds some: 1.098 / 1.097 /
+1.097, 0.2-0.5 s more), kept where it ends sooner. On POOR-NARROW no move or swap of
+the plan's tasks shortens it (its 2g chains hold one or two tasks, its slice 6
+idles): 3,000 / 256 1.138 -> 1.098, 5,000 / 512 1.126 -> 1.088, 10,000 / 1,000
+1.110 -> 1.072 x the dual bound (seed 0). Plans nearer the bound skip it:
 on GOOD-NARROW (1.06-1.07) it took 1.8-2.3 s more and found nothing shorter.
 """
 
@@ -78,6 +82,9 @@ REPACK_STEPS = 500  # and repaired again with this many steps more than the firs
 UNIT_GATE = 1.09  # plans still ending over this many times the bound try the unit start
 UNIT_PEERS = 24  # its repair looks at this many receivers a step
 UNIT_STEPS = 3000  # in at most this many steps
+UNIT_WIDE_PEERS = 64  # then once more from where it stopped, with this many receivers
+UNIT_WIDE_STEPS = 1500  # and this many steps,
+UNIT_WIDE_FIRST = 0.002  # its first target this share below the makespan
 
 Found = list[tuple[float, int, list[list[int]]]]  # (makespan, rank, assignment)
 # FAR on a batch of one GPU (``far.far_schedule``; passed in: far imports this module)
@@ -159,6 +166,17 @@ def repair_tail(
     start = unit_start(forest, tasks) if best > UNIT_GATE * bound else None
     if start is not None:
         trial, top, _ = rebalance(forest, tasks, start, bound, peers=UNIT_PEERS, budget=UNIT_STEPS)
+        wide, top2, _ = rebalance(
+            forest,
+            tasks,
+            trial if trial is not None else start,
+            bound,
+            peers=UNIT_WIDE_PEERS,
+            budget=UNIT_WIDE_STEPS,
+            first_step=UNIT_WIDE_FIRST,
+        )
+        if wide is not None and top2 < top:
+            trial, top = wide, top2
         if top < best:
             found.append((top, 3, trial if trial is not None else start))
     return found

@@ -127,3 +127,18 @@ def test_no_unit_start_where_the_plan_is_already_near_the_bound(monkeypatch):
     tasks = tuple(generate(600, A100, "POORSCALING", "NARROWTIMES", 0.5, 0))
     far_schedule(tasks, A100, 48)
     assert built == [600]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_wider_second_repair_of_the_unit_plan_never_lengthens_it(monkeypatch, seed):
+    tasks = tuple(generate(400, A100, "POORSCALING", "NARROWTIMES", 0.5, seed))
+    res = far_schedule(tasks, A100, 32)
+    monkeypatch.setattr(far_tail, "UNIT_WIDE_STEPS", 0)
+    once = far_schedule(tasks, A100, 32)
+    assert res.timeline.makespan <= once.timeline.makespan
+    if seed == 2:  # here the 24 receivers of the first repair had stopped short
+        assert res.timeline.makespan < 0.998 * once.timeline.makespan
+    errors = validate_plan(
+        json.loads(json.dumps(plan_far(Batch(tasks, A100, gpus=32)).to_json())), tasks
+    )
+    assert errors == [], errors
