@@ -60,12 +60,15 @@ Conditions of every figure:
   utilisation = sum of size x (end - start) / (GPUs x 7 x makespan).
   ``--real-json`` prints earlier runs (their ``--json``) against this simulator.
 
-Measured (host's Slurm 22.05.8, 2 shared cores, load average 1-3; ``--jobs 200``,
-defaults otherwise; simulator of the same day): the sweep's best layout is 4-3 untyped;
-mean JCT in trace seconds, Slurm alone 1,188 (simulator 1,156, -3 %), slurm-mig 1,856
-(194 of 200 completed: 6 on a 1g.10gb, above; simulator 1,732, -7 %), so slurm-mig /
-Slurm alone = 1.56, where issue 35 wants 0.9; ``--periods compressed`` 1,900 (-9 %).
-Each run took 9 (Slurm alone) and 26 minutes (slurm-mig: one job of 30,115 s on a 1g).
+Measured (host's Slurm 22.05.8, 2 shared cores, load average 0-1.7; ``--jobs 200``,
+defaults otherwise; 2026-12-01): the sweep's best layout is 4-3 untyped; mean JCT in
+trace seconds, Slurm alone 1,179 (simulator 1,156, -2 %), slurm-mig 1,661 (195 of 200
+completed: five on a 1g.10gb, above; simulator 1,267, -24 %: the daemon's 5 s cycle is
+100 s of trace time, which the simulator, deciding at each arrival, does not wait), so
+slurm-mig / Slurm alone = 1.41, where issue 35 wants 0.9. Every slurm-mig run before
+planned by ``objective=makespan`` (LiveCluster's demo default, which this script did not
+override): 2,134 (simulator of makespan 1,993, -7 %). Each run took 8 (Slurm alone) and
+26 minutes (slurm-mig: one job of 30,147 s on a 1g).
 
 Needs root and Slurm (``--slurm host``, or ``trixie`` / ``sid``); prints why and exits 0
 where it cannot run, after the simulator's figures. Every process it started (slurmctld,

@@ -283,6 +283,7 @@ class LiveCluster:
             and "makespan" in policy_info(planner["algorithm"]).objectives
         ):
             planner["objective"] = "makespan"
+        planner = {k: v for k, v in planner.items() if v is not None}  # None: the site's default
         lines = ["[slurm]", 'partition = "mig"', "", "[nodes]"]
         lines += [f'"{n}" = {json.dumps([self.model] * self.gpus)}' for n in self.nodes]
         lines += [

@@ -82,8 +82,12 @@ def planner_settings(overrides: Sequence[str], scale: float = 1.0) -> dict[str, 
     """The [planner] settings LiveCluster's config names and ``release_ahead``, at the
     defaults a site gets (slurm_mig.config.SCHEMA), those of `PERIODS` divided by
     ``scale`` (--periods compressed), then ``KEY=VALUE`` overrides (JSON values, else
-    strings)."""
+    strings). The objective is named as the daemon resolves it (`configured_objective`:
+    balanced where the policy takes one; None where the policy plans by its own rule,
+    which LiveCluster then leaves unset): LiveCluster, given no objective, plans by
+    ``makespan``, its demo's choice, not a site's."""
     from slurm_mig.config import SCHEMA
+    from slurm_mig.daemon.cycle.policyset import configured_objective
 
     keys = ("algorithm", "objective", "batch_window", "cycle", "default_runtime")
     out: dict[str, object] = {k: SCHEMA["planner"][k].default for k in (*keys, *PERIODS)}
@@ -96,7 +100,8 @@ def planner_settings(overrides: Sequence[str], scale: float = 1.0) -> dict[str, 
             out[key] = json.loads(text)
         except ValueError:
             out[key] = text
-    return {k: v for k, v in out.items() if v != ""}  # "" (objective): the default
+    out["objective"] = configured_objective(str(out["algorithm"]), str(out["objective"])) or None
+    return out
 
 
 # ---------------------------------------------------------------------------

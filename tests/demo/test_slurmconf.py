@@ -37,3 +37,20 @@ def test_live_cluster_layout_cycles_partitions_over_all_gpus_smallest_first() ->
     assert [i.gpu for i in layout["n2"] if i.profile == "7g.40gb"] == [1]
     assert sorted(i.placement.start for i in layout["n2"] if i.gpu == 0) == [0, 2, 4]
     assert layout_gres_term(layout["n2"]) == "Gres=gpu:2g.10gb:4,gpu:3g.20gb:2,gpu:7g.40gb:1"
+
+
+def test_live_cluster_config_keeps_the_named_objective_and_omits_an_unset_one(tmp_path) -> None:
+    from slurm_mig.config import load_config
+    from slurm_mig.demo.tracerun import planner_settings
+
+    def written(planner) -> str:
+        lc = LiveCluster(tmp_path, planner=planner)
+        lc.config_path.parent.mkdir(parents=True, exist_ok=True)
+        lc._write_config(tmp_path / "key")
+        return lc.config_path.read_text()
+
+    text = written(planner_settings([]))
+    assert 'objective = "balanced"' in text and "makespan" not in text
+    assert load_config(tmp_path / "etc" / "config.toml").objective == "balanced"
+    assert "objective" not in written(planner_settings(["algorithm=far-pcie"]))
+    assert 'objective = "makespan"' in written({"algorithm": "far"})  # the demo's own choice

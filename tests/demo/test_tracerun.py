@@ -82,8 +82,22 @@ def test_planner_settings_are_the_sites_defaults_unless_overridden():
     assert got["cycle"] == SCHEMA["planner"]["cycle"].default
     got = planner_settings(["cycle=1", "algorithm=far"])
     assert (got["cycle"], got["algorithm"]) == (1, "far")
+    got = planner_settings(["objective=jct"])
+    assert got["objective"] == "jct"
     with pytest.raises(ValueError, match="KEY=VALUE"):
         planner_settings(["nonsense=1"])
+
+
+def test_planner_settings_name_the_objective_the_daemon_plans_by():
+    # LiveCluster plans by makespan where its settings name no objective (its demo's
+    # choice): a run "with the site's defaults" must name balanced, as the daemon does
+    from slurm_mig.daemon.cycle.policyset import configured_objective
+
+    got = planner_settings([])
+    assert got["objective"] == "balanced" == configured_objective("adaptive", "")
+    assert planner_settings(["algorithm=far"])["objective"] == configured_objective("far", "")
+    assert planner_settings(["algorithm=baseline"])["objective"] is None  # takes none
+    assert planner_settings(["algorithm=far-pcie"])["objective"] is None  # its own rule
 
 
 def test_planner_periods_compressed_with_the_trace():
