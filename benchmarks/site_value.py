@@ -462,6 +462,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error(f"--jobs >= 1, --compress > 0 and --gpus >= {GPUS_PER_NODE}")
     if args.gpus % GPUS_PER_NODE:
         ap.error(f"--gpus must be a multiple of {GPUS_PER_NODE} (GPUs per node)")
+    try:
+        planner_settings(args.planner)
+    except ValueError as exc:  # a KEY=VALUE that is none, or an unknown policy
+        text = str(exc)
+        ap.error(text if text.startswith("--planner") else f"--planner: {text}")
     return args
 
 

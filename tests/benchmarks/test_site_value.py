@@ -129,3 +129,15 @@ def test_job_program_seconds_follow_the_profile_and_the_memory():
     assert seconds_on("A100-40GB", "3g.20gb", times, GIB) == (3, math.inf)  # no time
     assert seconds_on("A100-40GB", "m0g1", times, GIB) == (None, math.inf)
     assert seconds_on("A100-40GB", None, times, GIB) == (None, math.inf)
+
+
+@pytest.mark.parametrize(
+    "setting,says",
+    [("algorithm=bogus", "--planner: unknown policy 'bogus'"), ("nonsense", "give KEY=VALUE")],
+)
+def test_a_bad_planner_setting_is_one_line_before_anything_runs(capsys, setting, says):
+    with pytest.raises(SystemExit) as exc:
+        sv.parse_args(["--planner", setting])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
