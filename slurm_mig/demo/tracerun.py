@@ -87,7 +87,7 @@ def planner_settings(overrides: Sequence[str], scale: float = 1.0) -> dict[str, 
     which LiveCluster then leaves unset): LiveCluster, given no objective, plans by
     ``makespan``, its demo's choice, not a site's."""
     from slurm_mig.config import SCHEMA
-    from slurm_mig.daemon.cycle.policyset import configured_objective
+    from slurm_mig.daemon.cycle import configured_objective
 
     keys = ("algorithm", "objective", "batch_window", "cycle", "default_runtime")
     out: dict[str, object] = {k: SCHEMA["planner"][k].default for k in (*keys, *PERIODS)}

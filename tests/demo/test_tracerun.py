@@ -91,7 +91,7 @@ def test_planner_settings_are_the_sites_defaults_unless_overridden():
 def test_planner_settings_name_the_objective_the_daemon_plans_by():
     # LiveCluster plans by makespan where its settings name no objective (its demo's
     # choice): a run "with the site's defaults" must name balanced, as the daemon does
-    from slurm_mig.daemon.cycle.policyset import configured_objective
+    from slurm_mig.daemon.cycle import configured_objective
 
     got = planner_settings([])
     assert got["objective"] == "balanced" == configured_objective("adaptive", "")
