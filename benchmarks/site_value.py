@@ -51,14 +51,16 @@ Conditions of every figure:
   planner, which knows their memory only, may.
 - Simulator: `simulate(..., priority="age", knowledge="learned")` on the same jobs
   (nodes x 8 GPUs, ``--seed``), the layout's ``static:layout=L:match=fit|exact`` label
-  and ``adaptive``; in trace seconds. Where the simulator lacks those arguments the
-  output says so and the figures are its defaults'.
+  and ``adaptive``; in trace seconds. slurm-mig's decisions are paced as the daemon's
+  (``cycle=``: at each job end, else once per ``[planner] cycle`` x C of trace time,
+  100 s by default, 5 s with ``--periods compressed``); Slurm alone's are not.
 - Measured: submit = this script's clock as it calls sbatch (at the job's compressed
   arrival); start and end = the job's own record (its batch script's start, its end),
   Slurm's StartTime/EndTime (squeue, polled every 2 s) for a job that wrote none.
   JCT = end - submit over completed jobs; makespan = last end - first submit;
   utilisation = sum of size x (end - start) / (GPUs x 7 x makespan).
-  ``--real-json`` prints earlier runs (their ``--json``) against this simulator.
+  ``--real-json`` prints earlier runs (their ``--json``) against this simulator; a
+  slurm-mig run is taken only with the same ``--periods`` and ``--planner``.
 
 Measured (host's Slurm 22.05.8, 2 shared cores, load average 0-1.7; ``--jobs 200``,
 defaults otherwise; 2026-12-01): the sweep's best layout is 4-3 untyped; mean JCT in
@@ -238,22 +240,25 @@ def rel_error(predicted: float, measured: float) -> float:
 # The simulator's figures
 
 
-def simulate_label(jobs: Sequence[Job], label: str, nodes: int, seed: int) -> tuple[dict, str]:
-    """One policy label on ``jobs``: its summary and the conditions it ran under."""
+def simulate_label(
+    jobs: Sequence[Job], label: str, nodes: int, seed: int, cycle: float = 0.0
+) -> tuple[dict, str]:
+    """One policy label on ``jobs``: its summary and the conditions it ran under;
+    ``cycle``: the daemon's cycle in trace seconds (the simulator paces a dynamic
+    policy by it, not Slurm alone)."""
     from slurm_mig.cli.simulate import parse_policies
     from slurm_mig.sim.engine import simulate
     from slurm_mig.sim.policies import get_policy
 
     ((_, name, opts),) = parse_policies(label)
     policy = get_policy(name, **opts)
-    args = (jobs, policy, nodes, GPUS_PER_NODE, MODEL, seed)
-    try:
-        res = simulate(*args, priority="age", knowledge="learned")
-        how = "priority=age, knowledge=learned"
-    except TypeError as exc:  # a simulator without issue 35's arguments yet
-        if "priority" not in str(exc) and "knowledge" not in str(exc):
-            raise
-        res, how = simulate(*args), "the simulator's defaults (no priority/knowledge arguments)"
+    res = simulate(
+        jobs, policy, nodes, GPUS_PER_NODE, MODEL, seed,
+        priority="age", knowledge="learned", cycle=cycle,
+    )  # fmt: skip
+    how = "priority=age, knowledge=learned"
+    if cycle and not getattr(policy, "models_slurm", False):
+        how += f", decisions paced by a {cycle:g} s cycle"
     return res.summary(), how
 
 
@@ -485,11 +490,12 @@ def simulated(args: argparse.Namespace, jobs: Sequence[Job]) -> tuple[dict, dict
         policy += f":objective={planner['objective']}"
     layout, typed = label_layout(label)
     sims = {}
+    cycle = float(planner_settings(args.planner, period_scale(args))["cycle"]) * args.compress
     for mode, lab, name in (
         ("static", label, f"Slurm alone, {layout} {'exact' if typed else 'fit'}"),
         ("slurm-mig", policy, f"slurm-mig ({policy})"),
     ):
-        fig, how = simulate_label(jobs, lab, nodes, args.seed)
+        fig, how = simulate_label(jobs, lab, nodes, args.seed, cycle)
         sims[mode] = {"label": lab, "name": name, "how": how, "figures": fig}
     return sims, swept
 
@@ -526,22 +532,34 @@ def real_runs(
 
 
 SAME_RUN = ("jobs", "compress", "gpus", "seed", "load")
+SAME_PLANNER = {"periods": "default", "planner": []}  # and their values in older files
 
 
 def stored_runs(args: argparse.Namespace, layout: str) -> dict[str, dict]:
     """The real runs of earlier ``--json`` outputs (later files win), refused where
-    they ran other jobs (`SAME_RUN`) or, Slurm alone, another layout."""
+    they ran other jobs (`SAME_RUN`), or where the run kept is slurm-mig's with other
+    settings (`SAME_PLANNER`: the simulator is paced by the cycle they give) or Slurm
+    alone on another layout."""
     runs: dict[str, dict] = {}
+    refused: dict[str, str | None] = {}
     for path in args.real_json:
         doc = json.loads(Path(path).read_text())
         other = [k for k in SAME_RUN if doc["args"][k] != getattr(args, k)]
         if other:
             raise SystemExit(f"site_value: {path} ran other jobs ({', '.join(other)} differ)")
         for mode, run in doc["runs"].items():
+            refused[mode] = None
+            if mode == "slurm-mig":
+                other = [f"--{k}" for k, v in SAME_PLANNER.items() if doc["args"].get(k, v) != getattr(args, k)]  # fmt: skip
+                if other:
+                    refused[mode] = f"ran slurm-mig with other settings ({', '.join(other)} differ)"
             stored = label_layout(doc["sims"]["static"]["label"])[0]
             if mode == "static" and stored != layout:
-                raise SystemExit(f"site_value: {path} ran Slurm alone on {stored}, not {layout}")
+                refused[mode] = f"ran Slurm alone on {stored}, not {layout}"
             runs[mode] = {**run, "from": str(path)}
+    for mode, why in refused.items():
+        if why:
+            raise SystemExit(f"site_value: {runs[mode]['from']} {why}")
     return runs
 
 
@@ -556,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"load {args.load:g}x), {args.gpus} x {MODEL} ({args.gpus // GPUS_PER_NODE} nodes "
           f"x {GPUS_PER_NODE}), compression {args.compress:g}; Slurm alone on {layout} "
           f"({untyped} jobs untyped, {len(subs) - untyped} typed); simulator: "
-          f"{sims['static']['how']}")  # fmt: skip
+          f"{sims['slurm-mig']['how']}")  # fmt: skip
     print(f"uptime: {uptime()}")
     if args.real_json:
         runs, reason = stored_runs(args, layout), None

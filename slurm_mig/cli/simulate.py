@@ -158,6 +158,11 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
     si.add_argument("--knowledge", choices=KNOWLEDGE_MODES, default="learned",
                     help="what a policy knows of runtimes: learned (default: what the "
                     "daemon would know) or oracle (every job's true seconds per size)")  # fmt: skip
+    si.add_argument("--cycle", metavar="S", type=_cycle, default=0.0,
+                    help="pace the dynamic policies as the planner daemon ([planner] "
+                    "cycle): each decides at every job end and otherwise at most every S "
+                    "seconds; the baselines (Slurm alone) are not paced (default: 0, "
+                    "every policy decides at every event)")  # fmt: skip
     si.add_argument("--seed", metavar="S", type=int, default=0,
                     help="seed of the workload's random draws (default: 0)")  # fmt: skip
     si.add_argument("--json", action="store_true",
@@ -188,6 +193,8 @@ _load = number_within(
 )
 
 _share = number_within(0.0, 1.0, "a share within 0..1 (e.g. 0.6)")
+
+_cycle = number_within(0.0, 86400.0, "seconds within 0..86400 (0: no pacing; the daemon's is 5)")
 
 
 def _value(text: str):
@@ -305,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=bar,
                 priority=site.priority.mode,
                 knowledge=site.knowledge,
+                cycle=getattr(args, "cycle", 0.0),
             )
         except (PolicyError, InvariantError) as exc:
             bar.close()
@@ -317,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(results, args)
     header = f"{_header(args, jobs, model)}; {site.describe()}"
+    if getattr(args, "cycle", 0.0):
+        header += f"; dynamic policies paced by a {args.cycle:g} s cycle"
     if args.json:
         print(json.dumps(to_json(results, args, header, model.name), indent=2))
     else:
@@ -373,6 +383,7 @@ def to_json(results, args, header: str, model_name: str) -> dict:
         "seed": args.seed,
         "priority": getattr(args, "priority", "none"),
         "knowledge": getattr(args, "knowledge", "oracle"),
+        "cycle": getattr(args, "cycle", 0.0),
         "description": header,
         "et_a": a,
         "policies": policies,

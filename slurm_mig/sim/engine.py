@@ -1,5 +1,7 @@
 """Discrete-event engine: arrivals, job ends, instance creation and wake-ups on one
-heap, a policy asked what to do after each instant at which something happened.
+heap, a policy asked what to do after each instant at which something happened (or,
+paced as the planner daemon with ``cycle``, after a job end and otherwise at most every
+``cycle`` seconds: arrivals wait for its next cycle).
 
 Jobs progress at rate ``1 / (T_size * slowdown)`` of their work per second, where
 the slowdown is Eq. 2 of the PCIe paper over the PCIe-bound jobs running on the same
@@ -70,12 +72,16 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     priority: str = "none",
     knowledge: str = "oracle",
+    cycle: float = 0.0,
 ) -> SimResult:
     """Run ``jobs`` on ``nodes x gpus_per_node`` GPUs under ``policy`` (a registered
     name, a ``sim.policies.SimPolicy``, or a registry policy object). ``check`` asserts
     every invariant after every instant. ``priority`` (none|age|fairshare) and
     ``knowledge`` (oracle|learned): the site's priority and what the policy knows of
-    runtimes (``sim.site``; default: equal priorities and true runtimes)."""
+    runtimes (``sim.site``; default: equal priorities and true runtimes). ``cycle``
+    (seconds, 0 = off) paces a dynamic policy as the planner daemon is paced: it decides
+    at each job end (the Epilog's notification) and otherwise at most every ``cycle``
+    seconds; a policy that models Slurm (static layouts, whole GPUs) is not paced."""
     from .policies import SimPolicy, get_policy
 
     if isinstance(policy, str):
@@ -85,7 +91,7 @@ def simulate(
     gm = get_model(model) if isinstance(model, str) else model
     site = SiteConditions.of(priority, knowledge)
     engine = Engine(
-        jobs, policy, nodes, gpus_per_node, gm, seed, pcie_max, migration_s, check, site
+        jobs, policy, nodes, gpus_per_node, gm, seed, pcie_max, migration_s, check, site, cycle
     )
     return engine.run(progress)
 
@@ -106,6 +112,7 @@ class Engine(SpreadJobs):
         migration_s: float = MIGRATION_S,
         check: bool = False,
         site: SiteConditions | None = None,
+        cycle: float = 0.0,
     ) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise SimInputError(
@@ -124,6 +131,11 @@ class Engine(SpreadJobs):
         if not self.pcie_max > 0:
             raise SimInputError(f"pcie_max must be a positive GB/s figure, not {pcie_max}")
         self.migration_s = float(migration_s)
+        if not (isinstance(cycle, int | float) and 0.0 <= cycle < math.inf):
+            raise SimInputError(f"cycle must be seconds >= 0 (0: no pacing), not {cycle!r}")
+        # the daemon's pace (module doc); Slurm's own scheduling is not paced
+        self.cycle = 0.0 if getattr(policy, "models_slurm", False) else float(cycle)
+        self._last_decide = -math.inf
         self.check = check
         self.geom = geometry_for(model)
         self.curve = power_curve(model)
@@ -271,6 +283,7 @@ class Engine(SpreadJobs):
                 self.events += 1
                 trigger = True
             self.arrived_count = ai
+            ended = False
             while heap and heap[0][0] <= t:
                 _, _, kind, obj, tok = pop(heap)
                 self.events += 1
@@ -278,6 +291,7 @@ class Engine(SpreadJobs):
                     if obj.ver != tok:
                         continue
                     self._finish(obj)
+                    ended = True
                 elif kind == _START:
                     if obj.job != tok or obj.run is not None:
                         continue
@@ -285,7 +299,7 @@ class Engine(SpreadJobs):
                 elif kind == _WAKE:
                     self._wakes.discard(tok)
                 trigger = True
-            if trigger:
+            if trigger and self._paced(ended):
                 self._decide()
                 if self.check:
                     self._check_now()
@@ -300,8 +314,23 @@ class Engine(SpreadJobs):
             self._check_end()
         return self._result(time.perf_counter() - wall0)
 
+    def _paced(self, ended: bool) -> bool:
+        """Whether the policy decides now: always unpaced or after a job end, else
+        once ``cycle`` seconds have passed since its last decision (a wake-up is
+        put on the heap for then)."""
+        if not self.cycle or ended:
+            return True
+        due = self._last_decide + self.cycle
+        if self.now >= due - EPS:
+            return True
+        if due not in self._wakes:
+            self._wakes.add(due)
+            self._push(due, _WAKE, None, due)
+        return False
+
     def _decide(self) -> None:
         self.decisions += 1
+        self._last_decide = self.now
         site = self.site
         if site is not None:
             held = self.held

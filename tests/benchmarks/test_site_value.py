@@ -141,3 +141,56 @@ def test_a_bad_planner_setting_is_one_line_before_anything_runs(capsys, setting,
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
+
+
+def test_the_simulator_paces_slurm_mig_by_the_daemons_cycle_in_trace_seconds():
+    jobs = sv.trace_jobs(40, seed=0, compress=20)
+    sims = {}
+    for periods in ("default", "compressed"):
+        args = sv.parse_args(["--layout", "4-3", "--jobs", "40", "--periods", periods])
+        sims[periods], _ = sv.simulated(args, jobs)
+    # the default 5 s cycle is 100 s of the trace at 1/20; compressed, 5 s
+    assert sims["default"]["slurm-mig"]["how"].endswith("paced by a 100 s cycle")
+    assert sims["compressed"]["slurm-mig"]["how"].endswith("paced by a 5 s cycle")
+    assert "paced" not in sims["default"]["static"]["how"]  # Slurm alone is not
+    static = [sims[p]["static"]["figures"] for p in ("default", "compressed")]
+    assert static[0]["jct_mean"] == static[1]["jct_mean"]
+    waits = [sims[p]["slurm-mig"]["figures"]["wait_mean"] for p in ("default", "compressed")]
+    assert waits[0] > waits[1]
+
+
+def test_stored_runs_of_slurm_mig_must_have_run_with_the_same_settings(tmp_path):
+    doc = {
+        "args": {"jobs": 200, "compress": 20.0, "gpus": 40, "seed": 0, "load": 1.0,
+                 "periods": "compressed", "planner": []},
+        "sims": {"static": {"label": "static:layout=4-3:match=fit"}},
+        "runs": {"static": {"figures": {}}, "slurm-mig": {"figures": {}}},
+    }  # fmt: skip
+    f = tmp_path / "run.json"
+    f.write_text(sv.json.dumps(doc))
+    with pytest.raises(SystemExit, match="slurm-mig with other settings \\(--periods differ"):
+        sv.stored_runs(sv.parse_args(["--real-json", str(f)]), "4-3")
+    runs = sv.stored_runs(sv.parse_args(["--real-json", str(f), "--periods", "compressed"]), "4-3")
+    assert set(runs) == {"static", "slurm-mig"}
+    del doc["runs"]["slurm-mig"]  # Slurm alone does not depend on slurm-mig's settings
+    f.write_text(sv.json.dumps(doc))
+    assert set(sv.stored_runs(sv.parse_args(["--real-json", str(f)]), "4-3")) == {"static"}
+
+
+def test_a_later_files_run_replaces_a_stored_run_that_would_be_refused(tmp_path):
+    same = {"jobs": 200, "compress": 20.0, "gpus": 40, "seed": 0, "load": 1.0}
+    sims = {"static": {"label": "static:layout=4-3:match=fit"}}
+    old = {
+        "args": {**same, "periods": "default"},
+        "sims": sims,
+        "runs": {"static": {"figures": {"n": 1}}, "slurm-mig": {"figures": {"n": 2}}},
+    }
+    new = {"args": {**same, "periods": "compressed"}, "sims": sims,
+           "runs": {"slurm-mig": {"figures": {"n": 3}}}}  # fmt: skip
+    (tmp_path / "old.json").write_text(sv.json.dumps(old))
+    (tmp_path / "new.json").write_text(sv.json.dumps(new))
+    argv = ["--real-json", str(tmp_path / "old.json"), "--real-json", str(tmp_path / "new.json")]
+    runs = sv.stored_runs(sv.parse_args([*argv, "--periods", "compressed"]), "4-3")
+    assert runs["static"]["figures"] == {"n": 1} and runs["slurm-mig"]["figures"] == {"n": 3}
+    with pytest.raises(SystemExit, match="new.json ran slurm-mig with other settings"):
+        sv.stored_runs(sv.parse_args(argv), "4-3")  # the kept run is compressed's

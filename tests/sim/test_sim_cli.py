@@ -281,3 +281,20 @@ def test_site_conditions_are_chosen_named_and_the_waits_reported(capsys):
         main([*SMALL, "--priority", "seniority"])
     assert exc.value.code == 2
     assert "invalid choice: 'seniority'" in capsys.readouterr().err
+
+
+def test_cycle_paces_the_dynamic_policies_and_is_stated(capsys):
+    argv = [*SMALL, "--workload", "miso-trace", "--jobs", "40", "--policy", "adaptive,no-mig"]
+    plain = _policies(capsys, *argv)["policies"]
+    rc, out, err = run(capsys, *argv, "--cycle", "600", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["cycle"] == 600.0 and data["description"].endswith("paced by a 600 s cycle")
+    paced = data["policies"]
+    same = ("jct_mean", "wait_mean", "makespan", "energy_j", "events")
+    assert [paced["no-mig"][k] for k in same] == [plain["no-mig"][k] for k in same]
+    assert paced["adaptive"]["wait_mean"] > plain["adaptive"]["wait_mean"]
+    with pytest.raises(SystemExit) as exc:
+        main([*SMALL, "--cycle", "-5"])
+    assert exc.value.code == 2
+    assert "--cycle: -5 must be seconds within 0..86400" in capsys.readouterr().err

@@ -362,3 +362,62 @@ def test_repeated_wake_ups_for_one_time_call_the_policy_once():
 
     simulate([job("a", 0.0, 1.0)], Nag(), 1, 1, A100)
     assert calls == pytest.approx([0.0, 5.0, 5.0 + C1, 5.0 + C1 + 1.0])  # wake, ready, end
+
+
+# ---------------------------------------------------------------------------
+# pacing: the daemon decides at job ends and otherwise once per cycle
+
+
+class Greedy:
+    """Starts every pending job at once on the next 1g slot (a test double of a
+    policy); records when it was asked."""
+
+    name = "greedy"
+    kind = "online"
+
+    def __init__(self, models_slurm: bool = False) -> None:
+        self.models_slurm = models_slurm
+        self.calls: list[float] = []
+        self.next = 0
+
+    def decide(self, snap):
+        self.calls.append(snap.now)
+        ops = []
+        for jid in sorted(snap.pending):
+            ops.append(Place(jid, 0, G1[self.next], snap.now))
+            self.next += 1
+        return Decisions(tuple(ops))
+
+
+def test_a_paced_policy_decides_at_job_ends_and_otherwise_once_per_cycle():
+    pol = Greedy()
+    r = simulate([job("a", 0.0, 50.0), job("b", 3.0, 50.0)], pol, 1, 1, A100, cycle=10.0)
+    # a's arrival; b's (at 3) waits for the cycle at 10; the instance made for b (ready
+    # at 10 + C1) is seen at the cycle after (20); both ends at once (the Epilog's call)
+    assert pol.calls == pytest.approx([0.0, 10.0, 20.0, C1 + 50.0, 10.0 + C1 + 50.0])
+    assert by_id(r)["b"][1] == pytest.approx(10.0 + C1)
+    unpaced = Greedy()
+    r0 = simulate([job("a", 0.0, 50.0), job("b", 3.0, 50.0)], unpaced, 1, 1, A100)
+    assert by_id(r0)["b"][1] == pytest.approx(3.0 + C1)  # at once, unpaced
+
+
+def test_an_arrival_after_a_job_end_is_seen_at_that_end_not_the_next_cycle():
+    pol = Greedy()
+    jobs = [job("a", 0.0, 5.0), job("b", 0.0 + C1 + 4.0, 5.0)]  # b just before a ends
+    r = simulate(jobs, pol, 1, 1, A100, cycle=100.0)
+    assert by_id(r)["b"][1] == pytest.approx(C1 + 5.0 + C1)  # a's end decides b's start
+
+
+def test_policies_that_model_slurm_are_not_paced():
+    jobs = [job("a", 0.0, 50.0), job("b", 3.0, 50.0), job("c", 7.5, 1.0)]
+    paced = Greedy(models_slurm=True)
+    simulate(jobs, paced, 1, 1, A100, cycle=30.0)
+    plain = Greedy(models_slurm=True)
+    simulate(jobs, plain, 1, 1, A100)
+    assert paced.calls == plain.calls and 3.0 in paced.calls and 7.5 in paced.calls
+
+
+@pytest.mark.parametrize("cycle", [-1.0, math.nan, math.inf, "5"])
+def test_a_cycle_is_seconds_at_least_zero(cycle):
+    with pytest.raises(SimInputError, match="cycle must be seconds >= 0"):
+        simulate([job("a")], Greedy(), 1, 1, A100, cycle=cycle)
