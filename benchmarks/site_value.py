@@ -63,14 +63,22 @@ Conditions of every figure:
   slurm-mig run is taken only with the same ``--periods`` and ``--planner``.
 
 Measured (host's Slurm 22.05.8, 2 shared cores, load average 0-1.7; ``--jobs 200``,
-defaults otherwise; 2026-12-01): the sweep's best layout is 4-3 untyped; mean JCT in
-trace seconds, Slurm alone 1,179 (simulator 1,156, -2 %), slurm-mig 1,661 (195 of 200
-completed: five on a 1g.10gb, above; simulator 1,267, -24 %: the daemon's 5 s cycle is
-100 s of trace time, which the simulator, deciding at each arrival, does not wait), so
-slurm-mig / Slurm alone = 1.41, where issue 35 wants 0.9. Every slurm-mig run before
-planned by ``objective=makespan`` (LiveCluster's demo default, which this script did not
-override): 2,134 (simulator of makespan 1,993, -7 %). Each run took 8 (Slurm alone) and
-26 minutes (slurm-mig: one job of 30,147 s on a 1g).
+defaults otherwise; 2026-12-01): the sweep's best layout is 4-3 untyped at seeds 0 and
+1; mean JCT in trace seconds, real (simulator, its error):
+
+- seed 0: Slurm alone 1,179 (1,156, -2 %); slurm-mig 1,661 (1,461, -12 %; unpaced, as
+  before this script paced it, 1,267, -24 %); ``--periods compressed`` 1,427 (1,270,
+  -11 %);
+- seed 1: Slurm alone 1,355 (1,338, -1 %); slurm-mig 1,945 (1,616, -17 %);
+  ``--periods compressed`` 1,912 (1,805, -6 %).
+
+So slurm-mig / Slurm alone = 1.41 and 1.44 (compressed periods: 1.21 and 1.41), where
+issue 35 wants 0.9. With the default periods the daemon puts more jobs on a 1g than
+the simulator (29 and 44 of 200 against 18 and 20; compressed they agree). A few
+slurm-mig jobs land on a 1g.10gb (above). Every slurm-mig run before 2026-12-01
+planned by ``objective=makespan`` (LiveCluster's demo default, which this script did
+not override): 2,134 at seed 0. Each run took 8 (Slurm alone) and about 26 minutes
+(slurm-mig: one job of 30,115 s on a 1g).
 
 Needs root and Slurm (``--slurm host``, or ``trixie`` / ``sid``); prints why and exits 0
 where it cannot run, after the simulator's figures. Every process it started (slurmctld,

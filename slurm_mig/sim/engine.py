@@ -299,8 +299,9 @@ class Engine(SpreadJobs):
                 elif kind == _WAKE:
                     self._wakes.discard(tok)
                 trigger = True
-            if trigger and self._paced(ended):
-                self._decide()
+            if trigger:
+                if self._paced(ended):
+                    self._decide()
                 if self.check:
                     self._check_now()
             loops += 1

@@ -421,3 +421,9 @@ def test_policies_that_model_slurm_are_not_paced():
 def test_a_cycle_is_seconds_at_least_zero(cycle):
     with pytest.raises(SimInputError, match="cycle must be seconds >= 0"):
         simulate([job("a")], Greedy(), 1, 1, A100, cycle=cycle)
+
+
+def test_a_paced_run_holds_every_invariant_at_every_instant():
+    jobs = [job(f"j{i}", 1.5 * i, 7.0 + i % 3) for i in range(12)]
+    r = simulate(jobs, "adaptive", 1, 2, A100, check=True, cycle=4.0)
+    assert r.jobs == 12 and all(math.isfinite(f) for f in r.finish)
