@@ -360,7 +360,8 @@ def run_real(
         if mode == "slurm-mig":
             lc.start_planner()
         load_start = os.getloadavg()
-        out = replay(lc, mode, subs, args.compress, args.timeout)
+        record = Path(args.record) if args.record and mode == "slurm-mig" else None
+        out = replay(lc, mode, subs, args.compress, args.timeout, record)
         notes = diagnostics(lc, out["rows"])
         notes.update(ended=out["ended"], sbatch_errors=out["sbatch_errors"])
         notes["deferred"] = out["deferred"]
@@ -470,6 +471,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="the real runs of earlier --json outputs, against this simulator")  # fmt: skip
     ap.add_argument("--json", metavar="OUT", help="also write every figure and row to OUT")
     ap.add_argument("--keep", action="store_true", help="keep each run's directory")
+    ap.add_argument("--record", metavar="DIR",
+                    help="keep each planner cycle's status file in DIR (replay one with "
+                    "'slurm-mig plan --start DIR/cycle-N.json')")  # fmt: skip
     args = ap.parse_args(argv)
     if args.jobs < 1 or args.compress <= 0 or args.gpus < GPUS_PER_NODE:
         ap.error(f"--jobs >= 1, --compress > 0 and --gpus >= {GPUS_PER_NODE}")

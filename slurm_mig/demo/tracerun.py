@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"})
 SBATCH_THREADS = 8  # sbatch calls at once: a slow one does not hold up the next arrival
 POLL_S = 2.0  # seconds between squeue reads
+RECORD_POLL_S = 0.1  # seconds between reads of the planner's status file when recording
 LEAD_S = 1.0  # seconds from the call to the first submission
 # slurm-mig's settings in seconds that shape its plans: `planner_settings` divides them
 # by a scale (the trace's compression: its periods compressed as the jobs' times are)
@@ -230,13 +231,38 @@ def job_rows(
     return rows
 
 
+def record_status(status_file: Path, into: Path, stop: threading.Event) -> int:
+    """Copy each cycle's status file (``slurm-mig plan --start`` replays one) to
+    ``into``/cycle-NNNNNN.json until ``stop``: the number of cycles kept. A cycle that
+    ends within `RECORD_POLL_S` of the next one may be missed."""
+    into.mkdir(parents=True, exist_ok=True)
+    last, kept = None, 0
+    while not stop.is_set():
+        try:
+            text = status_file.read_text()
+            cycle = json.loads(text).get("cycle")
+        except (OSError, ValueError, AttributeError):
+            cycle = None
+        if isinstance(cycle, int) and cycle != last:
+            (into / f"cycle-{cycle:06d}.json").write_text(text)
+            last, kept = cycle, kept + 1
+        stop.wait(RECORD_POLL_S)
+    return kept
+
+
 def replay(
-    lc: LiveCluster, mode: str, subs: Sequence[Submission], compress: float, timeout: float
+    lc: LiveCluster,
+    mode: str,
+    subs: Sequence[Submission],
+    compress: float,
+    timeout: float,
+    record: Path | None = None,
 ) -> dict[str, Any]:
     """Submit ``subs`` to the started ``lc`` at their times and wait until every job has
     ended or ``timeout`` seconds have passed: {"rows": `job_rows`, "ended": why,
     "sbatch_errors": [...], "deferred": the planner's reasons for deferring each job
-    it deferred, as its status file gave them while the run went on}. A
+    it deferred, as its status file gave them while the run went on}. Under slurm-mig,
+    ``record`` keeps each cycle's status file there (`record_status`). A
     KeyboardInterrupt (or the caller's exception from a signal handler) stops the
     submissions too; the caller stops the cluster."""
     stop, ready = threading.Event(), threading.Event()
@@ -258,12 +284,21 @@ def replay(
 
     feeder = threading.Thread(target=feed, name="submit", daemon=True)
     feeder.start()
+    recorder = None
+    if record is not None and lc.static_layout is None:
+        status_file = lc.state_dir / "planner-status.json"
+        recorder = threading.Thread(
+            target=record_status, args=(status_file, record, stop), name="record", daemon=True
+        )
+        recorder.start()
     try:
         deadline = time.monotonic() + timeout
         seen, ended = wait_done(lc, submitted, ready, stop, deadline, watch)
     finally:
         stop.set()
         feeder.join(30)
+        if recorder is not None:
+            recorder.join(30)
     rows = job_rows(subs, dict(submitted), seen, lc.records())
     errors = list(submitted["errors"])
     return {"rows": rows, "ended": ended, "sbatch_errors": errors, "deferred": deferred}

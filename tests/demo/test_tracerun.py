@@ -1,6 +1,7 @@
 """slurm_mig.demo.tracerun without a Slurm: a trace job's batch script and sbatch options
-in either run, one row per job from squeue's records and the jobs' own, and the
-settings of a site compressed in time (slurm.conf's priority, slurm-mig's periods)."""
+in either run, one row per job from squeue's records and the jobs' own, the settings
+of a site compressed in time (slurm.conf's priority, slurm-mig's periods) and the
+record of the planner's cycles."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from slurm_mig.demo.tracerun import (
     job_wrap,
     planner_settings,
     priority_lines,
+    record_status,
     sbatch_args,
     slurm_duration,
 )
@@ -107,3 +109,39 @@ def test_planner_periods_compressed_with_the_trace():
     for key in PERIODS:
         assert got[key] == pytest.approx(float(SCHEMA["planner"][key].default) / 20)
     assert got["algorithm"] == "adaptive"
+
+
+class ScriptedStop:
+    """A stop event whose every wait runs the next step; set once the steps run out."""
+
+    def __init__(self, steps) -> None:
+        self.steps = list(steps)
+
+    def is_set(self) -> bool:
+        return not self.steps
+
+    def wait(self, _timeout: float) -> bool:
+        self.steps.pop(0)()
+        return self.is_set()
+
+
+def test_record_status_keeps_each_cycle_once_and_skips_unreadable_files(tmp_path) -> None:
+    status, into = tmp_path / "planner-status.json", tmp_path / "rec"
+
+    def write(text: str):
+        return lambda: status.write_text(text)
+
+    steps = [
+        write('{"cycle": 1, "planned": 2}'),
+        write('{"cycle": 1, "planned": 3}'),  # the same cycle rewritten: kept once
+        write('{"cycle": 2, "plan'),  # half written: read again at the next poll
+        write('{"cycle": 2, "planned": 5}'),
+        write('["not", "a", "status"]'),
+        write('{"cycle": "3"}'),
+        status.unlink,
+    ]
+    kept = record_status(status, into, ScriptedStop(steps))  # type: ignore[arg-type]
+    assert kept == 2
+    assert sorted(p.name for p in into.iterdir()) == ["cycle-000001.json", "cycle-000002.json"]
+    assert (into / "cycle-000001.json").read_text() == '{"cycle": 1, "planned": 2}'
+    assert (into / "cycle-000002.json").read_text() == '{"cycle": 2, "planned": 5}'
