@@ -160,9 +160,14 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                     "daemon would know) or oracle (every job's true seconds per size)")  # fmt: skip
     si.add_argument("--cycle", metavar="S", type=_cycle, default=0.0,
                     help="pace the dynamic policies as the planner daemon ([planner] "
-                    "cycle): each decides at every job end and otherwise at most every S "
-                    "seconds; the baselines (Slurm alone) are not paced (default: 0, "
-                    "every policy decides at every event)")  # fmt: skip
+                    "cycle): each decides at every job start and end (the hooks' "
+                    "notifications) and otherwise at most every S seconds; the baselines "
+                    "(Slurm alone) are not paced (default: 0, every policy decides at "
+                    "every event)")  # fmt: skip
+    si.add_argument("--start-delay", metavar="S", type=_start_delay, default=0.0,
+                    help="seconds from a dynamic policy's placement to its job's start "
+                    "besides creating the instance: the daemon's release through Slurm "
+                    "and the Prolog (default: 0; the baselines are not delayed)")  # fmt: skip
     si.add_argument("--seed", metavar="S", type=int, default=0,
                     help="seed of the workload's random draws (default: 0)")  # fmt: skip
     si.add_argument("--json", action="store_true",
@@ -195,6 +200,7 @@ _load = number_within(
 _share = number_within(0.0, 1.0, "a share within 0..1 (e.g. 0.6)")
 
 _cycle = number_within(0.0, 86400.0, "seconds within 0..86400 (0: no pacing; the daemon's is 5)")
+_start_delay = number_within(0.0, 3600.0, "seconds within 0..3600")
 
 
 def _value(text: str):
@@ -313,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
                 priority=site.priority.mode,
                 knowledge=site.knowledge,
                 cycle=getattr(args, "cycle", 0.0),
+                start_delay=getattr(args, "start_delay", 0.0),
             )
         except (PolicyError, InvariantError) as exc:
             bar.close()
@@ -327,6 +334,8 @@ def run(args: argparse.Namespace) -> int:
     header = f"{_header(args, jobs, model)}; {site.describe()}"
     if getattr(args, "cycle", 0.0):
         header += f"; dynamic policies paced by a {args.cycle:g} s cycle"
+    if getattr(args, "start_delay", 0.0):
+        header += f"; dynamic policies' jobs start {args.start_delay:g} s after release"
     if args.json:
         print(json.dumps(to_json(results, args, header, model.name), indent=2))
     else:
@@ -384,6 +393,7 @@ def to_json(results, args, header: str, model_name: str) -> dict:
         "priority": getattr(args, "priority", "none"),
         "knowledge": getattr(args, "knowledge", "oracle"),
         "cycle": getattr(args, "cycle", 0.0),
+        "start_delay": getattr(args, "start_delay", 0.0),
         "description": header,
         "et_a": a,
         "policies": policies,

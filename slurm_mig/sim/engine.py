@@ -1,7 +1,10 @@
 """Discrete-event engine: arrivals, job ends, instance creation and wake-ups on one
 heap, a policy asked what to do after each instant at which something happened (or,
-paced as the planner daemon with ``cycle``, after a job end and otherwise at most every
-``cycle`` seconds: arrivals wait for its next cycle).
+paced as the planner daemon with ``cycle``, after a job start or end, the Prolog's and
+the Epilog's notifications, and otherwise at most every ``cycle`` seconds: arrivals wait
+for its next decision). ``start_delay`` models what passes between the daemon's release
+of a job and its start besides the instance's creation (Slurm scheduling the released
+job, the Prolog).
 
 Jobs progress at rate ``1 / (T_size * slowdown)`` of their work per second, where
 the slowdown is Eq. 2 of the PCIe paper over the PCIe-bound jobs running on the same
@@ -73,6 +76,7 @@ def simulate(
     priority: str = "none",
     knowledge: str = "oracle",
     cycle: float = 0.0,
+    start_delay: float = 0.0,
 ) -> SimResult:
     """Run ``jobs`` on ``nodes x gpus_per_node`` GPUs under ``policy`` (a registered
     name, a ``sim.policies.SimPolicy``, or a registry policy object). ``check`` asserts
@@ -80,8 +84,11 @@ def simulate(
     ``knowledge`` (oracle|learned): the site's priority and what the policy knows of
     runtimes (``sim.site``; default: equal priorities and true runtimes). ``cycle``
     (seconds, 0 = off) paces a dynamic policy as the planner daemon is paced: it decides
-    at each job end (the Epilog's notification) and otherwise at most every ``cycle``
-    seconds; a policy that models Slurm (static layouts, whole GPUs) is not paced."""
+    at each job start and end (the Prolog's and the Epilog's notifications) and
+    otherwise at most every ``cycle`` seconds; ``start_delay`` (seconds) passes between
+    such a policy's placement and the job's start, beside the instance's creation (the
+    release through Slurm and the Prolog). A policy that models Slurm (static layouts,
+    whole GPUs) is neither paced nor delayed."""
     from .policies import SimPolicy, get_policy
 
     if isinstance(policy, str):
@@ -91,7 +98,18 @@ def simulate(
     gm = get_model(model) if isinstance(model, str) else model
     site = SiteConditions.of(priority, knowledge)
     engine = Engine(
-        jobs, policy, nodes, gpus_per_node, gm, seed, pcie_max, migration_s, check, site, cycle
+        jobs,
+        policy,
+        nodes,
+        gpus_per_node,
+        gm,
+        seed,
+        pcie_max,
+        migration_s,
+        check,
+        site,
+        cycle,
+        start_delay,
     )
     return engine.run(progress)
 
@@ -113,6 +131,7 @@ class Engine(SpreadJobs):
         check: bool = False,
         site: SiteConditions | None = None,
         cycle: float = 0.0,
+        start_delay: float = 0.0,
     ) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise SimInputError(
@@ -133,8 +152,12 @@ class Engine(SpreadJobs):
         self.migration_s = float(migration_s)
         if not (isinstance(cycle, int | float) and 0.0 <= cycle < math.inf):
             raise SimInputError(f"cycle must be seconds >= 0 (0: no pacing), not {cycle!r}")
-        # the daemon's pace (module doc); Slurm's own scheduling is not paced
-        self.cycle = 0.0 if getattr(policy, "models_slurm", False) else float(cycle)
+        if not (isinstance(start_delay, int | float) and 0.0 <= start_delay < math.inf):
+            raise SimInputError(f"start_delay must be seconds >= 0, not {start_delay!r}")
+        # the daemon's pace and its release's delay (module doc); not Slurm's own
+        slurm = bool(getattr(policy, "models_slurm", False))
+        self.cycle = 0.0 if slurm else float(cycle)
+        self.start_delay = 0.0 if slurm else float(start_delay)
         self._last_decide = -math.inf
         self.check = check
         self.geom = geometry_for(model)
@@ -283,7 +306,7 @@ class Engine(SpreadJobs):
                 self.events += 1
                 trigger = True
             self.arrived_count = ai
-            ended = False
+            notified = False  # a job started or ended: the hooks wake the daemon
             while heap and heap[0][0] <= t:
                 _, _, kind, obj, tok = pop(heap)
                 self.events += 1
@@ -291,16 +314,17 @@ class Engine(SpreadJobs):
                     if obj.ver != tok:
                         continue
                     self._finish(obj)
-                    ended = True
+                    notified = True
                 elif kind == _START:
                     if obj.job != tok or obj.run is not None:
                         continue
                     self._begin(obj)
+                    notified = True
                 elif kind == _WAKE:
                     self._wakes.discard(tok)
                 trigger = True
             if trigger:
-                if self._paced(ended):
+                if self._paced(notified):
                     self._decide()
                 if self.check:
                     self._check_now()
@@ -315,11 +339,11 @@ class Engine(SpreadJobs):
             self._check_end()
         return self._result(time.perf_counter() - wall0)
 
-    def _paced(self, ended: bool) -> bool:
-        """Whether the policy decides now: always unpaced or after a job end, else
-        once ``cycle`` seconds have passed since its last decision (a wake-up is
+    def _paced(self, notified: bool) -> bool:
+        """Whether the policy decides now: always unpaced or after a job start or end,
+        else once ``cycle`` seconds have passed since its last decision (a wake-up is
         put on the heap for then)."""
-        if not self.cycle or ended:
+        if not self.cycle or notified:
             return True
         due = self._last_decide + self.cycle
         if self.now >= due - EPS:
@@ -555,7 +579,7 @@ class Engine(SpreadJobs):
         del self._pending[c.job]
         if self.site is not None:
             self.site.placed(idx)
-        self._bind(g, inst, idx, 1.0, self.now)
+        self._bind(g, inst, idx, 1.0, self.now + self.start_delay)
 
     def _cmd_create(self, c: Create) -> None:
         g = self._gpu(c, c.gpu)

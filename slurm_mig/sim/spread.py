@@ -69,7 +69,7 @@ class SpreadJobs:
         del self._pending[c.job]
         if self.site is not None:
             self.site.placed(idx, sizes)
-        ready = self.now
+        ready = self.now + self.start_delay
         for inst in insts[1:]:
             g = self.gpu_state[inst.gpu]
             inst.job = idx

@@ -143,20 +143,41 @@ def test_a_bad_planner_setting_is_one_line_before_anything_runs(capsys, setting,
     assert says in err and "Traceback" not in err
 
 
-def test_the_simulator_paces_slurm_mig_by_the_daemons_cycle_in_trace_seconds():
+def test_the_simulator_paces_and_delays_slurm_mig_as_measured_in_trace_seconds():
     jobs = sv.trace_jobs(40, seed=0, compress=20)
     sims = {}
     for periods in ("default", "compressed"):
         args = sv.parse_args(["--layout", "4-3", "--jobs", "40", "--periods", periods])
         sims[periods], _ = sv.simulated(args, jobs)
-    # the default 5 s cycle is 100 s of the trace at 1/20; compressed, 5 s
-    assert sims["default"]["slurm-mig"]["how"].endswith("paced by a 100 s cycle")
-    assert sims["compressed"]["slurm-mig"]["how"].endswith("paced by a 5 s cycle")
-    assert "paced" not in sims["default"]["static"]["how"]  # Slurm alone is not
+    # the default 5 s cycle is 100 s of the trace at 1/20; compressed, 5 s; the 5 s
+    # from a release to the start are 100 s of the trace either way
+    assert sims["default"]["slurm-mig"]["how"].endswith(
+        "else every 100 s, 100 s from release to start"
+    )
+    assert sims["compressed"]["slurm-mig"]["how"].endswith(
+        "else every 5 s, 100 s from release to start"
+    )
+    assert "every" not in sims["default"]["static"]["how"]  # Slurm alone: neither
     static = [sims[p]["static"]["figures"] for p in ("default", "compressed")]
     assert static[0]["jct_mean"] == static[1]["jct_mean"]
     waits = [sims[p]["slurm-mig"]["figures"]["wait_mean"] for p in ("default", "compressed")]
     assert waits[0] > waits[1]
+    args = sv.parse_args(["--layout", "4-3", "--jobs", "40", "--start-delay", "0"])
+    undelayed, _ = sv.simulated(args, jobs)
+    assert "release" not in undelayed["slurm-mig"]["how"]
+    same = ("jct_mean", "wait_mean", "makespan")
+    plain, default = undelayed["static"]["figures"], sims["default"]["static"]["figures"]
+    assert [plain[k] for k in same] == [default[k] for k in same]  # Slurm alone: no delay
+    delayed = sims["default"]["slurm-mig"]["figures"]["wait_mean"]
+    assert delayed >= undelayed["slurm-mig"]["figures"]["wait_mean"] + 100.0 - 1e-6
+
+
+@pytest.mark.parametrize("delay", ["-1", "nan", "3601"])
+def test_a_start_delay_out_of_range_is_one_line(capsys, delay):
+    with pytest.raises(SystemExit) as exc:
+        sv.parse_args(["--start-delay", delay])
+    assert exc.value.code == 2
+    assert "--start-delay must be seconds within 0..3600" in capsys.readouterr().err
 
 
 def test_stored_runs_of_slurm_mig_must_have_run_with_the_same_settings(tmp_path):

@@ -283,18 +283,28 @@ def test_site_conditions_are_chosen_named_and_the_waits_reported(capsys):
     assert "invalid choice: 'seniority'" in capsys.readouterr().err
 
 
-def test_cycle_paces_the_dynamic_policies_and_is_stated(capsys):
+@pytest.mark.parametrize(
+    "flag,value,stated,wait_more,bad,says",
+    [
+        ("--cycle", 600.0, "paced by a 600 s cycle", 0.0, "-5", "-5 must be seconds within 0..86400"),
+        ("--start-delay", 30.0, "start 30 s after release", 30.0, "nan", "nan must be seconds within 0..3600"),
+    ],
+)  # fmt: skip
+def test_the_daemons_pace_and_start_delay_hold_back_the_dynamic_policies_only(
+    capsys, flag, value, stated, wait_more, bad, says
+):
     argv = [*SMALL, "--workload", "miso-trace", "--jobs", "40", "--policy", "adaptive,no-mig"]
     plain = _policies(capsys, *argv)["policies"]
-    rc, out, err = run(capsys, *argv, "--cycle", "600", "--json")
+    rc, out, err = run(capsys, *argv, flag, f"{value:g}", "--json")
     assert rc == 0, err
     data = json.loads(out)
-    assert data["cycle"] == 600.0 and data["description"].endswith("paced by a 600 s cycle")
-    paced = data["policies"]
+    assert data[flag[2:].replace("-", "_")] == value and data["description"].endswith(stated)
+    held = data["policies"]
     same = ("jct_mean", "wait_mean", "makespan", "energy_j", "events")
-    assert [paced["no-mig"][k] for k in same] == [plain["no-mig"][k] for k in same]
-    assert paced["adaptive"]["wait_mean"] > plain["adaptive"]["wait_mean"]
+    assert [held["no-mig"][k] for k in same] == [plain["no-mig"][k] for k in same]
+    waits = held["adaptive"]["wait_mean"], plain["adaptive"]["wait_mean"]
+    assert waits[0] > waits[1] and waits[0] >= waits[1] + wait_more - 1e-6
     with pytest.raises(SystemExit) as exc:
-        main([*SMALL, "--cycle", "-5"])
+        main([*SMALL, flag, bad])
     assert exc.value.code == 2
-    assert "--cycle: -5 must be seconds within 0..86400" in capsys.readouterr().err
+    assert f"{flag}: {says}" in capsys.readouterr().err

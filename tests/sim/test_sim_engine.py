@@ -389,16 +389,42 @@ class Greedy:
         return Decisions(tuple(ops))
 
 
-def test_a_paced_policy_decides_at_job_ends_and_otherwise_once_per_cycle():
+def test_a_paced_policy_decides_at_job_starts_and_ends_and_otherwise_once_per_cycle():
     pol = Greedy()
     r = simulate([job("a", 0.0, 50.0), job("b", 3.0, 50.0)], pol, 1, 1, A100, cycle=10.0)
-    # a's arrival; b's (at 3) waits for the cycle at 10; the instance made for b (ready
-    # at 10 + C1) is seen at the cycle after (20); both ends at once (the Epilog's call)
-    assert pol.calls == pytest.approx([0.0, 10.0, 20.0, C1 + 50.0, 10.0 + C1 + 50.0])
-    assert by_id(r)["b"][1] == pytest.approx(10.0 + C1)
+    # a's arrival; a's start (the Prolog's call, before b arrives); b's arrival (at 3)
+    # waits for the cycle 10 s after that decision; b's start; each end (the Epilog's)
+    b_start = C1 + 10.0 + C1
+    want = [0.0, C1, C1 + 10.0, b_start, C1 + 50.0, b_start + 50.0]
+    assert pol.calls == pytest.approx(want)
+    assert by_id(r)["b"][1] == pytest.approx(b_start)
     unpaced = Greedy()
     r0 = simulate([job("a", 0.0, 50.0), job("b", 3.0, 50.0)], unpaced, 1, 1, A100)
     assert by_id(r0)["b"][1] == pytest.approx(3.0 + C1)  # at once, unpaced
+
+
+def test_an_arrival_before_a_job_start_is_seen_at_that_start_not_the_next_cycle():
+    pol = Greedy()
+    r = simulate([job("a", 0.0, 50.0), job("b", C1 / 2, 50.0)], pol, 1, 1, A100, cycle=100.0)
+    assert by_id(r)["b"][1] == pytest.approx(C1 + C1)  # a's start decides b's place
+
+
+def test_a_start_delay_passes_between_a_placement_and_the_start():
+    pol = Greedy()
+    r = simulate([job("a", 0.0, 50.0), job("b", 3.0, 50.0)], pol, 1, 1, A100, start_delay=7.0)
+    # the instance is made at once; the job starts once the delay has passed too
+    assert by_id(r)["a"][1] == pytest.approx(7.0)
+    assert by_id(r)["b"][1] == pytest.approx(10.0)
+    assert by_id(r)["b"][2] == pytest.approx(60.0)
+    slurm = Greedy(models_slurm=True)
+    r1 = simulate([job("a", 0.0, 50.0)], slurm, 1, 1, A100, start_delay=7.0)
+    assert by_id(r1)["a"][1] == pytest.approx(C1)  # Slurm's own scheduling: not delayed
+
+
+@pytest.mark.parametrize("delay", [-1.0, math.nan, math.inf, "5"])
+def test_a_start_delay_is_seconds_at_least_zero(delay):
+    with pytest.raises(SimInputError, match="start_delay must be seconds >= 0"):
+        simulate([job("a")], Greedy(), 1, 1, A100, start_delay=delay)
 
 
 def test_an_arrival_after_a_job_end_is_seen_at_that_end_not_the_next_cycle():
@@ -423,7 +449,9 @@ def test_a_cycle_is_seconds_at_least_zero(cycle):
         simulate([job("a")], Greedy(), 1, 1, A100, cycle=cycle)
 
 
-def test_a_paced_run_holds_every_invariant_at_every_instant():
+@pytest.mark.parametrize("delay", [0.0, 3.0])
+def test_a_paced_run_holds_every_invariant_at_every_instant(delay):
     jobs = [job(f"j{i}", 1.5 * i, 7.0 + i % 3) for i in range(12)]
-    r = simulate(jobs, "adaptive", 1, 2, A100, check=True, cycle=4.0)
+    r = simulate(jobs, "adaptive", 1, 2, A100, check=True, cycle=4.0, start_delay=delay)
     assert r.jobs == 12 and all(math.isfinite(f) for f in r.finish)
+    assert all(s - a >= delay for s, a in zip(r.start, r.arrival))
