@@ -500,6 +500,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error(f"--jobs >= 1, --compress > 0 and --gpus >= {GPUS_PER_NODE}")
     if not 0 <= args.start_delay <= 3600:
         ap.error(f"--start-delay must be seconds within 0..3600, not {args.start_delay:g}")
+    if args.record:
+        try:
+            Path(args.record).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            ap.error(f"--record: cannot make the folder {args.record}: {exc.strerror or exc}")
     if args.gpus % GPUS_PER_NODE:
         ap.error(f"--gpus must be a multiple of {GPUS_PER_NODE} (GPUs per node)")
     try:

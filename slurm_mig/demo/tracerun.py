@@ -234,8 +234,8 @@ def job_rows(
 def record_status(status_file: Path, into: Path, stop: threading.Event) -> int:
     """Copy each cycle's status file (``slurm-mig plan --start`` replays one) to
     ``into``/cycle-NNNNNN.json until ``stop``: the number of cycles kept. A cycle that
-    ends within `RECORD_POLL_S` of the next one may be missed."""
-    into.mkdir(parents=True, exist_ok=True)
+    ends within `RECORD_POLL_S` of the next one may be missed; a file that cannot be
+    written ends the record with one line on stderr (the run goes on)."""
     last, kept = None, 0
     while not stop.is_set():
         try:
@@ -244,7 +244,14 @@ def record_status(status_file: Path, into: Path, stop: threading.Event) -> int:
         except (OSError, ValueError, AttributeError):
             cycle = None
         if isinstance(cycle, int) and cycle != last:
-            (into / f"cycle-{cycle:06d}.json").write_text(text)
+            target = into / f"cycle-{cycle:06d}.json"
+            try:
+                into.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+            except OSError as exc:
+                print(f"record: stopped after {kept} cycles: cannot write {target}: "
+                      f"{exc.strerror or exc}", file=sys.stderr)  # fmt: skip
+                return kept
             last, kept = cycle, kept + 1
         stop.wait(RECORD_POLL_S)
     return kept

@@ -215,3 +215,14 @@ def test_a_later_files_run_replaces_a_stored_run_that_would_be_refused(tmp_path)
     assert runs["static"]["figures"] == {"n": 1} and runs["slurm-mig"]["figures"] == {"n": 3}
     with pytest.raises(SystemExit, match="new.json ran slurm-mig with other settings"):
         sv.stored_runs(sv.parse_args(argv), "4-3")  # the kept run is compressed's
+
+
+def test_a_record_folder_that_cannot_be_made_is_one_line(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as exc:
+        sv.parse_args(["--record", str(tmp_path / "file" / "rec")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--record: cannot make the folder" in err and "Traceback" not in err
+    assert sv.parse_args(["--record", str(tmp_path / "rec")]).record == str(tmp_path / "rec")
+    assert (tmp_path / "rec").is_dir()

@@ -145,3 +145,16 @@ def test_record_status_keeps_each_cycle_once_and_skips_unreadable_files(tmp_path
     assert sorted(p.name for p in into.iterdir()) == ["cycle-000001.json", "cycle-000002.json"]
     assert (into / "cycle-000001.json").read_text() == '{"cycle": 1, "planned": 2}'
     assert (into / "cycle-000002.json").read_text() == '{"cycle": 2, "planned": 5}'
+
+
+def test_record_status_stops_with_one_line_when_it_cannot_write(tmp_path, capsys) -> None:
+    status = tmp_path / "planner-status.json"
+    (tmp_path / "file").write_text("")
+    into = tmp_path / "file" / "rec"  # under a file: cannot be made
+    steps = [lambda: status.write_text('{"cycle": 1}'), lambda: None, lambda: None]
+    stop = ScriptedStop(steps)
+    assert record_status(status, into, stop) == 0  # type: ignore[arg-type]
+    assert len(stop.steps) == 2  # it returned at the first cycle, not at the stop
+    err = capsys.readouterr().err
+    assert err.startswith("record: stopped after 0 cycles: cannot write ")
+    assert err.count("\n") == 1 and "Traceback" not in err
