@@ -120,6 +120,8 @@ DYNAMIC = (
     "migm-a",
     "baseline",
 )
+UPSIZE = "adaptive:upsize=300"  # --restartable: the default, moving overrunning jobs up
+RESTART_S = 180.0  # --restartable: a move's cost (Slurm's requeue delay, 121 s, + restart)
 BATCH_EXTRA = ("far:objective=makespan",)  # batches only: FAR as the paper plans them
 WHOLE = "no-mig"
 A_PRIORI = "static:layout=7/1-1-2-3:match=fit"
@@ -206,10 +208,15 @@ OPT_IN = (Workload("miso-40-gangs", "miso-trace", 40, 1000, gangs=0.25),)
 
 
 @lru_cache(maxsize=8)
-def build_jobs(wl: Workload, load: float, seed: int, site: bool = False) -> tuple[SimJob, ...]:
+def build_jobs(
+    wl: Workload, load: float, seed: int, site: bool = False, restartable: bool = False
+) -> tuple[SimJob, ...]:
     """The jobs of ``wl`` at ``load`` and ``seed`` (cached per process); ``site``:
-    with users and time limits (``sim.limits``)."""
+    with users and time limits (``sim.limits``); ``restartable``: every job declares
+    ``mig:restartable=yes``."""
     jobs = _build_jobs(wl, load, seed)
+    if restartable:
+        jobs = tuple(replace(j, restartable=True) for j in jobs)
     return tuple(with_site_fields(jobs, seed)) if site else jobs
 
 
@@ -295,17 +302,22 @@ def gang_unhosted(label: str, job: SimJob, gpus: int, model_name: str = MODEL) -
     return None
 
 
-Case = tuple[Workload, float, int, str, tuple[str, str]]
+# (priority, knowledge), or with a third member: every job restartable, a move costing
+# that many seconds (--restartable)
+Condition = tuple[str, str] | tuple[str, str, float]
+Case = tuple[Workload, float, int, str, Condition]
 
 
 def run_case(case: Case) -> tuple[str, float, int, str, dict]:
-    """Simulate one (workload, load, seed, policy, (priority, knowledge)): its metrics,
-    or ``skipped`` (a layout that cannot host a job) or ``error`` (the exception's
-    last line)."""
-    wl, load, seed, label, (priority, knowledge) = case
+    """Simulate one (workload, load, seed, policy, `Condition`): its metrics, or
+    ``skipped`` (a layout that cannot host a job) or ``error`` (the exception's last
+    line)."""
+    wl, load, seed, label, condition = case
+    priority, knowledge = condition[:2]
+    restart_s = condition[2] if len(condition) > 2 else None
     try:
         site = SiteConditions.of(priority, knowledge)
-        jobs = build_jobs(wl, load, seed, not site.plain)
+        jobs = build_jobs(wl, load, seed, not site.plain, restart_s is not None)
         why = unhosted(label, jobs, wl.gpus)
         if why:
             return wl.key, load, seed, label, {"skipped": why}
@@ -319,6 +331,7 @@ def run_case(case: Case) -> tuple[str, float, int, str, dict]:
             seed,
             priority=priority,
             knowledge=knowledge,
+            **({} if restart_s is None else {"migration_s": restart_s}),
         )
         s = r.summary()
         keep = ("jct_mean", "jct_p95", "makespan", "wait_mean", "wait_max", "utilization")
@@ -351,7 +364,7 @@ def cases(
     loads: Sequence[float],
     seeds: Sequence[int],
     dynamic: Sequence[str] = DYNAMIC,
-    condition: tuple[str, str] = (PRIORITY, KNOWLEDGE),
+    condition: Condition = (PRIORITY, KNOWLEDGE),
 ) -> list[Case]:
     """Every case to simulate, the slowest first (dynamic policies on big streams)."""
     out = []
@@ -820,6 +833,12 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"Slurm's job priority (default: {PRIORITY}; none: equal priorities)")  # fmt: skip
     ap.add_argument("--knowledge", choices=KNOWLEDGE_MODES, default=KNOWLEDGE,
                     help=f"what a policy knows of runtimes (default: {KNOWLEDGE})")  # fmt: skip
+    ap.add_argument("--restartable", action="store_true",
+                    help="every job declares mig:restartable=yes (MISO's assumption), and "
+                    f"{UPSIZE} joins the dynamic policies")  # fmt: skip
+    ap.add_argument("--restart-s", metavar="S", type=float, default=RESTART_S,
+                    help=f"with --restartable: seconds a move costs (default: {RESTART_S:g}: "
+                    "Slurm's requeue delay of 121 s and a restart)")  # fmt: skip
     ap.add_argument("--workloads", metavar="A,B",
                     help="only these workloads: " + ", ".join(w.key for w in WORKLOADS)
                     + "; opt-in: " + ", ".join(w.key for w in OPT_IN))  # fmt: skip
@@ -831,6 +850,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.jobs < 1 or args.seeds < 1:
         ap.error("--jobs and --seeds must be at least 1")
+    if not 0 <= args.restart_s <= 3600:  # NaN fails too
+        ap.error(f"--restart-s must be seconds within 0..3600, not {args.restart_s:g}")
     workloads = list(WORKLOADS)
     if args.workloads:
         keys = [k.strip() for k in args.workloads.split(",") if k.strip()]
@@ -845,12 +866,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     version = code_version()
     print(f"uptime at start: {start}\ncode: {version}")
     t0 = time.monotonic()
-    condition = (args.priority, args.knowledge)
+    condition: Condition = (args.priority, args.knowledge)
+    dynamic: tuple[str, ...] = DYNAMIC
+    if args.restartable:
+        condition = (args.priority, args.knowledge, args.restart_s)
+        dynamic = (*DYNAMIC, UPSIZE)
     tables = run_tables(
         workloads,
         loads,
         seeds,
         args.jobs,
+        dynamic=dynamic,
         log=lambda s: print(s, file=sys.stderr),
         condition=condition,
     )
@@ -862,7 +888,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"condition: priority {args.priority}, knowledge {args.knowledge} (static layouts "
         "and no-mig plan as Slurm does: "
         + ("with the time limits" if args.knowledge == "learned" else "with true times")
-        + ")\n"
+        + ")"
+        + (f"; every job restartable, {args.restart_s:g} s per move" if args.restartable else "")
+        + "\n"
         "JCT = finish - arrival, means over seeds (min-max of the seeds' means); UTIL = "
         "busy compute slices; RECONF = creates + destroys; EST OFF = median factor "
         "between the seconds a policy planned a job with and its true seconds alone where "
@@ -877,6 +905,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("## Policies that crashed\n\n" + "\n".join(crashed) + "\n")
     checks = done_when(tables, equal_priorities=args.priority == "none")
     print(f"## Done when ({DEFAULT})\n\n" + format_checks(checks) + "\n")
+    if args.restartable:
+        upsized = done_when(tables, UPSIZE, equal_priorities=args.priority == "none")
+        print(f"## Done when ({UPSIZE}, every job restartable)\n\n" + format_checks(upsized))
+        print()
     end = uptime()
     print(f"run time {wall:.0f} s with {args.jobs} processes")
     print(f"uptime at start: {start}\nuptime at end:   {end}")
@@ -888,6 +920,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "dynamic": list(DYNAMIC),
             "priority": args.priority,
             "knowledge": args.knowledge,
+            "restart_s": args.restart_s if args.restartable else None,
             "loads": list(loads),
             "seeds": list(seeds),
             "code": version,
@@ -910,7 +943,7 @@ def run_tables(
     processes: int,
     dynamic: Sequence[str] = DYNAMIC,
     log: Callable[[str], None] = lambda s: None,
-    condition: tuple[str, str] = (PRIORITY, KNOWLEDGE),
+    condition: Condition = (PRIORITY, KNOWLEDGE),
 ) -> list[dict]:
     """Simulate every case and build one table per workload x load, in order."""
     results = run_all(cases(workloads, loads, seeds, dynamic, condition), processes, log)

@@ -78,6 +78,9 @@ class Config:
     site_policy: str = "on"  # "on": Slurm's priority, limits and reservations decide
     # makespan | jct | balanced (planner.sequencing); "": balanced where the policy takes one
     objective: str = ""
+    # seconds a restartable job runs past its estimate before adaptive may move it to an
+    # idle whole GPU (planner.upsize); 0: off
+    upsize: float = 0.0
     lease_ttl: float = 30.0
     public_file: Path | None = None
     metrics_file: Path | None = None
@@ -165,6 +168,8 @@ def _between(low: int, high: int) -> Callable[[object], str | None]:
 
 
 _NON_NEGATIVE = _at_least(0, strict=False)
+# [planner] upsize: the policies that take it (planner.upsize; not imported: hooks read this)
+UPSIZE_POLICIES = ("adaptive",)
 # [planner] objective: planner.sequencing.OBJECTIVES (not imported: hooks read this file)
 OBJECTIVES = ("makespan", "jct", "balanced")
 
@@ -195,6 +200,7 @@ SCHEMA: dict[str, dict[str, _Field]] = {
         ),  # fmt: skip
         "site_policy": _Field("site_policy", "choice", "on", '"on"', choices=("on", "off")),
         "objective": _Field("objective", "choice", "", '"balanced"', choices=OBJECTIVES),
+        "upsize": _Field("upsize", "float", 0.0, "0 (off) or 600.0", _between(0, 86_400)),
         "cycle": _Field("cycle", "float", 5.0, "5.0", _POSITIVE),
         "token_ttl": _Field("token_ttl", "float", 3600.0, "3600.0", _POSITIVE),
         "release_ahead": _Field("release_ahead", "float", 600.0, "600.0", _NON_NEGATIVE),
@@ -374,6 +380,12 @@ def _validate(data: Mapping, source: Path | None) -> tuple[Config | None, list[s
             f"{values['start_timeout']:g} s is less than two cycles "
             f"({2 * values['cycle']:g} s): released jobs would be held again before Slurm "
             "could start them; raise it, or 0 to turn it off",
+        )
+    if values["upsize"] and values["algorithm"] not in UPSIZE_POLICIES and not problems:
+        bad(
+            "planner.upsize",
+            f"policy {values['algorithm']!r} does not move jobs; upsize is for "
+            f"{', '.join(UPSIZE_POLICIES)}: set algorithm to it, or upsize to 0",
         )
     if values["objective"] and not problems:
         refused = _check_objective(values["algorithm"], values["objective"])

@@ -705,6 +705,31 @@ def test_a_bad_objective_is_one_clear_line(tmp_path, capsys):
     ]
 
 
+# ---------------------------------------------------------------------------
+# [planner] upsize
+
+
+def test_upsize_is_off_by_default_and_only_for_the_policies_that_move_jobs(tmp_path):
+    from slurm_mig.planner.registry import get_policy
+
+    assert load_config(write(tmp_path, NODES)).upsize == 0.0
+    path = write(tmp_path, NODES + "[planner]\nupsize = 600\n")
+    assert load_config(path).upsize == 600.0 and check_config(path) == []
+    for name in config_mod.UPSIZE_POLICIES:  # each takes the option
+        assert get_policy(name, upsize=600.0).upsize == 600.0
+    other = write(tmp_path, NODES + '[planner]\nalgorithm = "far"\nupsize = 600\n')
+    assert check_config(other) == [
+        f"{other}: planner.upsize: policy 'far' does not move jobs; upsize is for adaptive: "
+        "set algorithm to it, or upsize to 0"
+    ]
+    off = write(tmp_path, NODES + '[planner]\nalgorithm = "far"\nupsize = 0\n')
+    assert check_config(off) == []
+    for bad, why in (("-1", "between 0 and 86400"), ("1e9", "between 0"), ("nan", "finite")):
+        path = write(tmp_path, NODES + f"[planner]\nupsize = {bad}\n")
+        (line,) = check_config(path)
+        assert line.startswith(f"{path}: planner.upsize: ") and why in line
+
+
 def test_the_daemon_passes_the_objective_to_a_policy_that_takes_one():
     from slurm_mig.planner.sequencing import objective_options
 

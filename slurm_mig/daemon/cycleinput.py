@@ -52,6 +52,7 @@ def build_cycle_input(
     node_records: Sequence[NodeRecord] = (),
     refused: Mapping[str, Mapping[tuple[str, int, int, int], str]] | None = None,
     sent: AbstractSet[str] | None = None,
+    moved_up: Mapping[str, tuple[int, int]] | None = None,
 ) -> CycleInput:
     """The cycle's input from what squeue and sinfo said and the learned runtimes;
     ``learned``: the finished runs the store already holds (no learn action again)."""
@@ -84,11 +85,13 @@ def build_cycle_input(
         policy=policy,
         reorder=config.reorder,
         objective=configured_objective(config.algorithm, config.objective),
+        upsize=config.upsize,
         limited=dict(limited or {}),
         throttles=dict(throttles or {}),
         node_records=tuple(node_records),
         refused=dict(refused or {}),
         sent=None if sent is None else frozenset(sent),
+        moved_up=dict(moved_up or {}),
     )
 
 

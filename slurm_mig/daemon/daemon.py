@@ -51,6 +51,7 @@ from .cycle import (
     PolicySet,
     Refusals,
     configured_objective,
+    moved_up_after,
     plan_cycle,
     requeued_by_slurm,
     requeued_runs,
@@ -163,9 +164,13 @@ class PlannerDaemon:
         self.limited = Backoff()
         # the policies, built once for the run (a group of GPUs that changes gets anew)
         objective = configured_objective(config.algorithm, config.objective)
-        self.policies = PolicySet(config.algorithm, objective)
+        self.policies = PolicySet(config.algorithm, objective, config.upsize)
         # slots a job was requeued from in a row (refused by its node), barred for it
         self.refusals = Refusals()
+        # jobs a policy moved up (requeued to a larger slice): job id -> (the run, the
+        # least size it is planned on), until that run starts (lost on a restart: the
+        # job is then planned afresh, and may be moved again)
+        self.moved_up: dict[str, tuple[int, int]] = {}
         self.sent: set[str] = set()  # jobs this daemon released, of those squeue shows
         self.stale_seen: set[str] = set()  # the nodes' stale records logged
         self.status_trouble: str | None = None  # why the last status was not written
@@ -243,6 +248,7 @@ class PlannerDaemon:
                 node_records=reported_records(self.config),
                 refused=self.refusals.avoid(now),
                 sent=self.sent,
+                moved_up=self.moved_up,
             )
             result = plan_cycle(snap, self.policies)
         except (SlurmError, StoreError) as exc:
@@ -274,6 +280,7 @@ class PlannerDaemon:
         self.sent = {j for j in self.sent if j in seen} | set(sent)
         pending = {j.job_id for j in jobs if job_phase(j.state) == "pending"}
         self.limited.update(result.limited, result.throttles, pending, now)
+        self.moved_up = moved_up_after(self.moved_up, result.actions, jobs)
         for jid, reason in result.limited.items():
             log.info("job %s: Slurm keeps it pending (%s); planned again later", jid, reason)
         for sid in sorted(result.stale.keys() - self.stale_seen):

@@ -139,7 +139,13 @@ class Estimator:
         key, hints = self.key_of(job)
         if isinstance(hints, Exception):
             return Estimate(key, owner=job_owner(job))
-        return Estimate(key, owner=job_owner(job), hint=hints.time, tasks=hints.tasks)
+        return Estimate(
+            key,
+            owner=job_owner(job),
+            hint=hints.time,
+            tasks=hints.tasks,
+            restartable=bool(hints.restartable),
+        )
 
     def __call__(self, job: Any, models: Iterable[str]) -> Estimate:
         key, hints = self.key_of(job)

@@ -19,10 +19,16 @@ The profile, from what the node tells a job:
   ``SLURM_CONF``), whose ``Type=`` is the profile (measured on 22.05, 24.11 and 26.05:
   ``scontrol show job -d`` names the same record, ``GRES=gpu:<type>:1(IDX:<index>)``).
 
+A restartable job (``PROGRESS``, a folder the job's user may write) checkpoints as a
+training job does: it keeps the share of its work done in ``PROGRESS/<job id>``,
+rewritten every `CHECKPOINT_S` seconds, and a run after a requeue (slurm-mig moving it
+to a larger slice) sleeps only for the rest of its work at its new size; its line says
+``done_before``, the share done when it began. A requeue kills a run without a line.
+
 Standard library and slurm_mig's standard-library modules only (a job of an
 unprivileged user runs it with the node's own python3)::
 
-    python -m slurm_mig.demo.tracejob MODEL TIMES MEMORY COMPRESS SIM_ROOT LOG
+    python -m slurm_mig.demo.tracejob MODEL TIMES MEMORY COMPRESS SIM_ROOT LOG [PROGRESS]
 
 ``TIMES``: ``size=seconds`` pairs, comma-separated (``1=400.3,2=262.9,7=184``).
 """
@@ -37,7 +43,18 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["format_times", "gres_profile", "main", "parse_times", "profile_of", "seconds_on"]
+__all__ = [
+    "CHECKPOINT_S",
+    "format_times",
+    "gres_profile",
+    "main",
+    "parse_times",
+    "profile_of",
+    "read_progress",
+    "seconds_on",
+]
+
+CHECKPOINT_S = 0.25  # real seconds between a restartable job's checkpoints
 
 
 def format_times(times: Mapping[int, float]) -> str:
@@ -106,12 +123,42 @@ def seconds_on(
     return size, times.get(size, math.inf) if prof.memory_bytes >= memory else math.inf
 
 
+def read_progress(path: Path | None) -> float:
+    """The share of its work a restartable job did before (0 without a checkpoint, or
+    with one that is no number in [0, 1))."""
+    if path is None:
+        return 0.0
+    try:
+        done = float(path.read_text()[:32])
+    except (OSError, ValueError):
+        return 0.0
+    return done if 0.0 <= done < 1.0 else 0.0
+
+
+def _work(seconds: float, done: float, path: Path | None) -> None:
+    """Sleep for the rest (``1 - done``) of ``seconds`` of work, checkpointing the share
+    done to ``path`` (when given) every `CHECKPOINT_S` seconds."""
+    if path is None:
+        time.sleep(seconds * (1.0 - done))
+        return
+    left = seconds * (1.0 - done)
+    while left > 0:
+        step = min(CHECKPOINT_S, left)
+        time.sleep(step)
+        left -= step
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"{1.0 - left / seconds:.9f}")
+        os.replace(tmp, path)  # a requeue mid-write leaves the last whole checkpoint
+
+
 def main(argv: Sequence[str]) -> int:
-    model, times, memory, compress, sim_root, log = argv
+    model, times, memory, compress, sim_root, log, *rest = argv
     start = time.time()
+    job_id = os.environ.get("SLURM_JOB_ID") or ""
+    progress = Path(rest[0]) / job_id if rest and job_id.isdigit() else None
     profile, how = profile_of(os.environ, Path(sim_root))
     record: dict[str, object] = {
-        "job": os.environ.get("SLURM_JOB_ID"),
+        "job": job_id or None,
         "node": os.environ.get("SLURMD_NODENAME", ""),
         "profile": profile,
         "how": how,
@@ -121,7 +168,10 @@ def main(argv: Sequence[str]) -> int:
     size, seconds = seconds_on(model, profile, parse_times(times), int(memory))
     record["size"] = size
     if math.isfinite(seconds):
-        time.sleep(seconds / float(compress))
+        done = read_progress(progress)
+        if progress is not None:
+            record["done_before"] = done
+        _work(seconds / float(compress), done, progress)
     else:
         record["error"] = f"no time for {profile or 'an unknown profile'} ({how})"
     record["end"] = time.time()

@@ -14,6 +14,7 @@ holds it and the planner gives it its GRES). The caller starts and stops the clu
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import threading
@@ -50,6 +51,7 @@ class Submission:
     comment: str  # --comment under slurm-mig (its hints)
     times: str  # tracejob's TIMES: trace seconds on each size
     memory: int  # bytes it needs (tracejob's MEMORY)
+    restartable: bool = False  # sbatch --requeue; tracejob checkpoints (its PROGRESS)
 
 
 # ---------------------------------------------------------------------------
@@ -109,13 +111,21 @@ def planner_settings(overrides: Sequence[str], scale: float = 1.0) -> dict[str, 
 # Submitting and watching
 
 
+def progress_dir(log: Path) -> Path:
+    """Where restartable trace jobs keep their checkpoints: beside the jobs' log."""
+    return log.parent / "progress"
+
+
 def job_wrap(
     sub: Submission, model: str, compress: float, sim_root: Path, log: Path, python: str
 ) -> str:
-    """The batch script of one job: `slurm_mig.demo.tracejob` with its times."""
+    """The batch script of one job: `slurm_mig.demo.tracejob` with its times (and, a
+    restartable one, its checkpoints' folder)."""
     argv = [python, "-m", "slurm_mig.demo.tracejob", model, sub.times, str(sub.memory)]
     argv.append(f"{compress:g}")
     argv += [str(sim_root), str(log)]
+    if sub.restartable:
+        argv.append(str(progress_dir(log)))
     head = f"SLURM_MIG_T0=$(date +%s.%N) exec env PYTHONPATH={shlex.quote(str(ROOT))}"
     return " ".join([head, *(shlex.quote(a) for a in argv)])
 
@@ -124,6 +134,8 @@ def sbatch_args(sub: Submission, mode: str) -> tuple[list[str], dict[str, str]]:
     """sbatch's options of ``sub`` in a ``static`` or ``slurm-mig`` run: (arguments,
     `LocalSlurm.try_sbatch` keywords)."""
     args = [f"--time={sub.minutes}"] if sub.minutes else []
+    if sub.restartable:
+        args.append("--requeue")
     kwargs = {"partition": "mig", "name": sub.kind}
     if mode == "static":
         args.append(f"--gres={sub.gres}")
@@ -140,6 +152,10 @@ def submit_all(
     assert lc.cluster is not None
     user = lc.cluster.job_user
     python = lc.cluster.job_python(user)
+    if any(sub.restartable for sub in subs):  # the job user writes its checkpoints there
+        folder = progress_dir(lc.job_log)
+        folder.mkdir(exist_ok=True)
+        os.chmod(folder, 0o1777)
     t0 = time.time() + LEAD_S
     out: dict[str, Any] = {"errors": []}
     lock = threading.Lock()

@@ -41,7 +41,9 @@ always comes first. Objectives (option ``objective``): ``balanced`` (default: we
 aging 1 s per s), ``jct`` (aging 0: shortest first), ``makespan`` (weight 10, arrival
 order: efficiency first). Options ``weight``, ``aging`` (-1: arrival order) and
 ``future`` (arrivals during a typical runtime counted as waiting, default 0.3) override
-them. ``lookahead`` bounds the jobs that may reserve slices per decision (default one
+them. ``upsize=S`` (default off) moves a restartable job that has run S seconds and past
+its estimate onto a whole GPU that would idle, when nothing waits (`planner.upsize`).
+``lookahead`` bounds the jobs that may reserve slices per decision (default one
 per GPU, at least 16; four times as many are looked at for a start now), so that a
 decision's work grows with the GPUs, not with the queue.
 """
@@ -58,7 +60,7 @@ from types import MappingProxyType
 
 from ..geometry import GpuModel, mask_tables, slot_mask
 from .baseline import busy_instance, start_ops
-from .decisions import Decisions, Op
+from .decisions import Decisions, Move, Op
 from .driver import BatchSettings, project, step
 from .gpu_timeline import (
     GpuLine,
@@ -81,6 +83,7 @@ from .snapshot import (
     efficient_time,
     sizes_of,
 )
+from .upsize import next_upsize, reserve_gpus, upsizes
 
 __all__ = ["OBJECTIVES", "Adaptive"]
 
@@ -231,7 +234,8 @@ def _best_later(
 
 class Adaptive:
     """The ``adaptive`` online policy (see the module doc). Counters: ``placed``,
-    ``enlarged`` (jobs placed on more slices than their most efficient size)."""
+    ``enlarged`` (jobs placed on more slices than their most efficient size), ``moved``
+    (upsized jobs)."""
 
     name = "adaptive"
     kind = "online"
@@ -245,8 +249,12 @@ class Adaptive:
         aging: float | None = None,
         lookahead: int | None = None,
         batches: bool = True,
+        upsize: float | None = None,
     ) -> None:
         self.batches = bool(batches)
+        # seconds a restartable job runs before it may move up (`planner.upsize`); off
+        self.upsize = None if upsize is None else _number("upsize", upsize, allow_off=True)
+        self.moved = 0
         self.batches_planned = 0
         self._far_policy: Policy | None = None
         self.objective = _choice("objective", objective, OBJECTIVES)
@@ -267,6 +275,17 @@ class Adaptive:
     # -- decide --------------------------------------------------------------
 
     def decide(self, snap: ClusterSnapshot) -> Decisions:
+        got = self._decide(snap)
+        if self.upsize is None:
+            return got
+        reserve = reserve_gpus(snap, self._recent.rate(snap.now), self._recent.typical())
+        moves = upsizes(snap, got.ops, self.upsize, reserve)
+        self.moved += sum(isinstance(op, Move) for op in moves)
+        due = next_upsize(snap, self.upsize)
+        wake = min((t for t in (got.wake_at, due) if t is not None), default=None)
+        return replace(got, ops=(*got.ops, *moves), wake_at=wake)
+
+    def _decide(self, snap: ClusterSnapshot) -> Decisions:
         self._recent.update(snap)
         if snap.planned and (_off_plan(snap) or _idle_beside_plans(snap)):
             snap = replace(snap, planned=MappingProxyType({}))  # the list rule takes over

@@ -228,6 +228,15 @@ class Running:
     remaining: float  # fraction of its work left, now
     slowdown: float  # current PCIe slowdown (>= 1)
     finish_at: float  # predicted at the current rates
+    # seconds it was planned to run on this instance (the daemon's assignment: its job's
+    # times are not estimated while it runs); None: its job's time on this size
+    planned: float | None = None
+
+    @property
+    def planned_seconds(self) -> float:
+        """The seconds it was planned to run on its instance (`planned`, else its
+        job's time on the instance's size)."""
+        return self.job.time(self.slot.size) if self.planned is None else self.planned
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +377,7 @@ def snapshot_to_json(snap: ClusterSnapshot) -> dict[str, Any]:
                 "remaining": r.remaining,
                 "slowdown": r.slowdown,
                 "finish_at": _num(r.finish_at),
+                **({} if r.planned is None else {"planned": _num(r.planned)}),
             }
             for r in snap.running.values()
         ],

@@ -247,6 +247,7 @@ def _read_running(
             remaining=r.num(x.get("remaining", 1.0), f"{where}.remaining"),
             slowdown=r.num(x.get("slowdown", 1.0), f"{where}.slowdown"),
             finish_at=r.num(x.get("finish_at"), f"{where}.finish_at", allow_inf=True),
+            planned=r.opt_num(x.get("planned"), f"{where}.planned"),
         )
     return running
 

@@ -103,3 +103,23 @@ def test_the_conditions_reach_every_case_and_equal_priorities_add_the_fcfs_check
     names = {c["check"] for c in checks}
     assert "miso-40 1x longest wait <= 1.2 x baseline's" in names
     assert "miso-40 1x makespan <= 1.05 x baseline's" in names
+
+
+def test_restartable_jobs_reach_the_cases_and_only_the_upsized_policy_moves_them(tiny):
+    wl = value.Workload("miso-40", "miso-trace", 2, 30)
+    assert not any(j.restartable for j in value.build_jobs(wl, 1.0, 0, True))
+    assert all(j.restartable for j in value.build_jobs(wl, 1.0, 0, True, True))
+    condition = ("age", "learned", 180.0)
+    todo = value.cases([wl], (1.0,), (0,), ("adaptive", value.UPSIZE), condition)
+    assert {c[4] for c in todo} == {condition}
+    got = {c[3]: value.run_case(c)[4] for c in todo if c[3] in ("adaptive", value.UPSIZE)}
+    assert "error" not in got["adaptive"] and "error" not in got[value.UPSIZE]
+    plain = value.run_case((wl, 1.0, 0, "adaptive", ("age", "learned")))[4]
+    assert got["adaptive"]["jct_mean"] == plain["jct_mean"]  # adaptive alone never moves
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "4000"])
+def test_restart_seconds_out_of_range_are_one_line(bad, capsys):
+    with pytest.raises(SystemExit):
+        value.main(["--restartable", "--restart-s", bad])
+    assert "--restart-s must be seconds within 0..3600" in capsys.readouterr().err

@@ -29,7 +29,9 @@ from slurm_mig.daemon.cycle import (
     Learn,
     Note,
     Release,
+    Requeue,
     in_place_order,
+    moved_up_after,
     plan_cycle,
 )
 from slurm_mig.daemon.cycle.classify import OVERDUE_SECONDS, classify
@@ -612,6 +614,45 @@ def test_memory_hint_too_large_keeps_the_job_held_with_a_note():
         assert "[slurm-mig:" not in w.jobs[jid].comment
 
 
+def test_upsize_requeues_an_overrunning_restartable_job_that_then_takes_a_whole_gpu():
+    """[planner] upsize: a restartable job past its plan on a small slice, a GPU idle
+    and nothing waiting: one requeue (held), and its next run is planned on a whole
+    GPU, as the move meant, though its estimate says a 3g ends it sooner (a plan made
+    afresh would put it there, and the next move would take it off again)."""
+    w = World({"gpu01": ("A100-40GB", "A100-40GB")})
+    flat = Estimate("flat", {A100.name: dict.fromkeys(A100.planner_sizes, 10.0)})
+    ids = [w.submit(10.0, est=flat) for _ in range(8)]
+    gauss = {1: 20.7, 2: 14.4, 3: 6.9, 4: 8.9, 7: 8.6}  # Rodinia's Gaussian, as learned
+    long = w.submit(20.0, est=Estimate("gauss", {A100.name: gauss}, restartable=True))
+    ids.append(long)
+    result, _ = w.cycle(algorithm="adaptive")
+    assert set(result.released) == set(ids)
+    assert result.planned[long].profile == "2g.10gb"  # in the queue: its efficient size
+    for jid in w.startable():
+        assert w.start(jid)
+    w.now += 1000.0  # it runs on (planned 14.4 s), the others ended
+    for jid in ids:
+        if jid != long:
+            w.finish(jid)
+            w.complete(jid)
+    assert not of_type(plan_cycle(w.snapshot(algorithm="adaptive")), Requeue)  # off: default
+    result, report = w.cycle(algorithm="adaptive", upsize=300.0)
+    (requeue,) = [a for a in result.actions if not isinstance(a, Learn)]
+    assert requeue == Requeue(long, "adaptive moves it to a larger slice (7 slices)", 7, 1)
+    assert not report.failed
+    job = w.jobs[long]
+    assert (job.state, job.held, job.restart_count) == ("PENDING", True, 1)
+    afresh = plan_cycle(w.snapshot(algorithm="adaptive", upsize=300.0))
+    assert afresh.planned[long].profile == "3g.20gb"  # what its estimate alone gives
+    moved = {long: (requeue.run, requeue.at_least)}
+    result, _ = w.cycle(algorithm="adaptive", upsize=300.0, moved_up=moved)
+    assert result.released == (long,) and result.planned[long].profile == "7g.40gb"
+    assert w.start(long)  # its token verifies for run 1
+    # its next run begun on the 7g: nothing more to do
+    after = plan_cycle(w.snapshot(algorithm="adaptive", moved_up=moved))
+    assert not [a for a in after.actions if not isinstance(a, Learn)]
+
+
 def test_completed_jobs_are_learned():
     w = held_world(3)
     first, _ = w.cycle()
@@ -1119,3 +1160,22 @@ def test_a_job_waiting_on_a_requeued_job_planned_again_elsewhere_is_orphaned():
     assert holds[s].clear_dependency
     assert holds[u].reason.startswith("released, but it has a dependency of its own")
     assert not holds[u].clear_dependency
+
+
+def test_a_job_moved_up_is_remembered_until_its_next_run_begins():
+    """`moved_up_after`, what the daemon keeps between cycles: this cycle's moves up
+    (not a move to a slice of the same size), kept while the job waits for its next
+    run, dropped once that run begins or squeue no longer shows the job."""
+    up = Requeue("7", "adaptive moves it to a larger slice (7 slices)", 7, 1)
+    aside = Requeue("8", "frag-aware moves it to another slice", 0, 1)
+    running = [SimJob("7", T0, state="RUNNING", held=False), SimJob("8", T0, state="RUNNING")]
+    kept = moved_up_after({}, [up, aside], [j.view() for j in running])
+    assert kept == {"7": (1, 7)}
+    # the requeue not yet seen (still on run 0), then pending for run 1: kept
+    assert moved_up_after(kept, [], [running[0].view()]) == kept
+    waiting = SimJob("7", T0, restart_count=1)
+    assert moved_up_after(kept, [], [waiting.view()]) == kept
+    # run 1 begun, or the job gone: dropped
+    began = SimJob("7", T0, state="RUNNING", held=False, restart_count=1)
+    assert moved_up_after(kept, [], [began.view()]) == {}
+    assert moved_up_after(kept, [], []) == {}

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from slurm_mig.demo import tracejob
 from slurm_mig.demo.slurmconf import LayoutInstance, layout_gres_conf
 from slurm_mig.devices.simulated import SimulatedBackend
@@ -78,3 +80,31 @@ def test_the_job_sleeps_its_compressed_time_and_records_it(
     tracejob.os.environ["SLURM_JOB_GPUS"] = "1"
     assert tracejob.main(argv) == 3
     assert "no time for 3g.20gb" in json.loads(log.read_text().splitlines()[1])["error"]
+
+
+def test_a_restartable_job_checkpoints_and_a_run_after_a_requeue_does_the_rest(
+    tmp_path, monkeypatch, mig_layout: list[LayoutInstance]
+) -> None:
+    (tmp_path / "gres.conf").write_text(layout_gres_conf("n1", mig_layout, "/dev"))
+    log, progress = tmp_path / "jobs.jsonl", tmp_path / "progress"
+    progress.mkdir()
+    slept: list[float] = []
+    monkeypatch.setattr(tracejob.time, "sleep", slept.append)
+    monkeypatch.setattr(tracejob.os, "environ", {
+        "SLURMD_NODENAME": "n1", "SLURM_CONF": str(tmp_path / "slurm.conf"),
+        "SLURM_JOB_GPUS": "0", "SLURM_JOB_ID": "42",
+    })  # fmt: skip
+    argv = [A100, "1=400,2=20", str(1 << 30), "20", str(tmp_path), str(log), str(progress)]
+    # an earlier run did 40 % of the work (its last checkpoint) before its requeue
+    (progress / "42").write_text("0.4")
+    assert tracejob.main(argv) == 0
+    assert sum(slept) == pytest.approx(0.6)  # 60 % of 20 s on the 2g / 20
+    assert max(slept) <= tracejob.CHECKPOINT_S
+    rec = json.loads(log.read_text())
+    assert rec["done_before"] == 0.4 and rec["size"] == 2
+    assert float((progress / "42").read_text()) == pytest.approx(1.0)
+    # a checkpoint that is no share of the work counts as none
+    for junk in ("x", "1.5", "-0.1", ""):
+        (progress / "42").write_text(junk)
+        assert tracejob.read_progress(progress / "42") == 0.0
+    assert tracejob.read_progress(None) == tracejob.read_progress(progress / "none") == 0.0

@@ -6,6 +6,7 @@ record of the planner's cycles."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +19,7 @@ from slurm_mig.demo.tracerun import (
     job_wrap,
     planner_settings,
     priority_lines,
+    progress_dir,
     record_status,
     sbatch_args,
     slurm_duration,
@@ -44,6 +46,14 @@ def test_sbatch_args_per_run() -> None:
         ["--time=3"],
         {"partition": "mig", "name": "resnet", "comment": "mig:key=resnet"},
     )
+
+
+def test_a_restartable_job_may_be_requeued_and_checkpoints_beside_the_log() -> None:
+    sub = replace(SUB, restartable=True)
+    wrap = job_wrap(sub, A100, 20.0, Path("/x/sim"), Path("/x/jobs.jsonl"), "/usr/bin/python3")
+    assert shlex.split(wrap)[-1] == "/x/progress" == str(progress_dir(Path("/x/jobs.jsonl")))
+    assert sbatch_args(sub, "slurm-mig")[0] == ["--time=3", "--requeue"]
+    assert sbatch_args(sub, "static")[0] == ["--time=3", "--requeue", "--gres=gpu:3g.20gb:1"]
 
 
 def test_job_rows_take_the_jobs_own_times_else_squeues() -> None:

@@ -383,3 +383,26 @@ def test_an_instance_kept_for_a_job_that_never_comes_is_reclaimed_without_anothe
     # the reclaim logs once it is done, a moment after the instance is gone
     said = "slurm-mig reclaim job -: reclaimed 1g.5gb at 2:1 on gpu 0"
     lc.cluster.wait_for(lambda: said in logged(), 10, "its log line")
+
+
+def test_upsize_requeues_an_overrunning_restartable_job_onto_a_whole_gpu(live):
+    """[planner] upsize: a restartable Gaussian planned from runs 30 times shorter takes
+    a 1g in a queue of 13 others; once they have left and a GPU idles, the planner
+    requeues it (held), plans it again, and its next run is on a 7g. The others stay."""
+    lc = live(nodes=("node1",), gpus=2, planner={"algorithm": "adaptive", "upsize": 5.0})
+    scale = 3.0  # Gaussian: 62 s on a 1g, 26 s on a 7g; HeartWall 2.7 s on a 1g
+    kernels = {t.id: t for t in RODINIA}
+    lc.learn([kernels["HeartWall"]], scale)
+    lc.learn([kernels["Gaussian"]], scale / 30)  # learned from runs 30 times shorter
+    others = [lc.submit("HeartWall", scale) for _ in range(13)]
+    long = lc.submit("Gaussian", scale, hints="restartable=yes", args=("--requeue",))
+    lc.start_planner()
+    jobs = lc.wait_done([*others, long], 300)
+    assert {jobs[j].state for j in [*others, long]} == {"COMPLETED"}, lc.cluster.logs()
+    assert jobs[long].restart_count >= 1 and all(jobs[j].restart_count == 0 for j in others)
+    runs = sorted((r for r in lc.records() if r["job"] == long), key=lambda r: r["end"])
+    assert [r["profile"] for r in runs] == ["7g.40gb"]  # the requeue killed the 1g run
+    log = lc.daemon_log.read_text()
+    assert f"job {long}: requeued (adaptive moves it to a larger slice (7 slices))" in log
+    assert log.count(f"job {long}: requeued") == 1  # planned on the 7g, not moved again
+    assert lc.live_instances() == []

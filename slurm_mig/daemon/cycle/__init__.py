@@ -85,7 +85,16 @@ from ...slurm.jobrecord import (
     parse_admin_comment,
     record_fields,
 )
-from .actions import Action, CycleResult, Hold, Learn, Note, Release, Requeue
+from .actions import (
+    Action,
+    CycleResult,
+    Hold,
+    Learn,
+    Note,
+    Release,
+    Requeue,
+    moved_up_after,
+)
 from .assignments import assignments
 from .backoff import BACKOFF_BASE, BACKOFF_MAX, Backoff
 from .classify import OVERDUE_SECONDS, Classified, classify
@@ -134,6 +143,7 @@ __all__ = [
     "job_phase",
     "job_sort_key",
     "link_reuse",
+    "moved_up_after",
     "note_admin_comment",
     "parse_admin_comment",
     "plan_cycle",

@@ -3,16 +3,26 @@ note, learn, requeue) and the `CycleResult` that carries them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ... import jobcomment as comments
 from ...planner.decisions import Decisions
 from ...planner.snapshot import ClusterSnapshot
 from ...slurm.assignment import Assignment
-from ...slurm.jobrecord import JobLike, parse_admin_comment
+from ...slurm.jobrecord import JobLike, job_phase, parse_admin_comment
 
-__all__ = ["Action", "CycleResult", "Hold", "Learn", "Note", "Release", "Requeue", "held_again"]
+__all__ = [
+    "Action",
+    "CycleResult",
+    "Hold",
+    "Learn",
+    "Note",
+    "Release",
+    "Requeue",
+    "held_again",
+    "moved_up_after",
+]
 
 
 @dataclass(frozen=True)
@@ -120,16 +130,39 @@ class Learn:
 @dataclass(frozen=True)
 class Requeue:
     """``scontrol requeue``: a policy moves this running, restartable job; it is planned
-    again for its next run (MIG has no live migration)."""
+    again for its next run (MIG has no live migration). ``at_least``: the policy moved
+    it up to that size, so run ``run`` is planned on that size or larger (the daemon
+    keeps it: `CycleInput.moved_up`); 0: any size."""
 
     job_id: str
     reason: str
+    at_least: int = 0
+    run: int = 0  # the restart count of its next run
 
     def describe(self) -> str:
         return f"job {self.job_id}: requeued ({self.reason})"
 
 
 Action = Hold | Release | Note | Learn | Requeue
+
+
+def moved_up_after(
+    moved_up: Mapping[str, tuple[int, int]], actions: Sequence[Action], jobs: Sequence[JobLike]
+) -> dict[str, tuple[int, int]]:
+    """The jobs moved up (`CycleInput.moved_up`) after a cycle that saw ``jobs`` and
+    took ``actions``: those kept while squeue shows them and their next run has not
+    begun (pending, or still on the run the move requeues), and this cycle's moves up."""
+    runs = {j.job_id: j.restart_count for j in jobs}
+    pending = {j.job_id for j in jobs if job_phase(j.state) == "pending"}
+    out = {
+        jid: up
+        for jid, up in moved_up.items()
+        if jid in runs and (jid in pending or runs[jid] < up[0])
+    }
+    for a in actions:
+        if isinstance(a, Requeue) and a.at_least:
+            out[a.job_id] = (a.run, a.at_least)
+    return out
 
 
 @dataclass(frozen=True)

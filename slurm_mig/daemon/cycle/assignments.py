@@ -67,7 +67,19 @@ def assignments(
             elif type(op) is Move:
                 job = view.jobs.get(op.job)
                 if job is not None:
-                    requeues.append(Requeue(op.job, f"{snap.algorithm} moves it to another slice"))
+                    run = snap_g.running.get(op.job)
+                    up = run is not None and op.slot.size > run.slot.size
+                    requeues.append(
+                        Requeue(
+                            op.job,
+                            f"{snap.algorithm} moves it to "
+                            + (
+                                f"a larger slice ({op.slot.size} slices)" if up else "another slice"
+                            ),
+                            op.slot.size if up else 0,
+                            job.restart_count + 1,
+                        )
+                    )
     return final, sorted(set(released), key=job_sort_key), requeues
 
 

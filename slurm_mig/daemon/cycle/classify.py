@@ -69,6 +69,7 @@ class Busy:
     # instances it runs on (a job of several slices: ``slot`` is their region, never
     # reused nor handed over, `reuse.link_reuse`)
     tasks: int = 1
+    planned: float | None = None  # the seconds its assignment planned (a running job)
 
 
 @dataclass
@@ -200,7 +201,20 @@ def _classify_running(out: Classified, job: JobLike, a: Assignment, now: float) 
     threshold is an event."""
     start = job.start_time or now
     end = expected_end(start, a.planned_seconds, job.time_limit, now)
-    out.busy.append(Busy(job.job_id, a.node, a.gpu, model_slot(a), start, end, True, tasks=a.tasks))
+    slot = model_slot(a)
+    out.busy.append(
+        Busy(
+            job.job_id,
+            a.node,
+            a.gpu,
+            slot,
+            start,
+            end,
+            True,
+            tasks=a.tasks,
+            planned=a.planned_seconds,
+        )
+    )
     late = start + a.planned_seconds + late_threshold(a.planned_seconds)
     if job.start_time and now > late:
         out.events.append((late, f"job {job.job_id} runs late", a.node, a.gpu))

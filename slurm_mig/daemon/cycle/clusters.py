@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from types import MappingProxyType
 
@@ -221,13 +222,20 @@ def _running_job(
         est = snap.estimates.get(jid) or Estimate(jid)
         j = _job(view.jobs[jid], est, model, now, memo, tasks=b.tasks)
     left = max(0.0, min(1.0, (b.end - now) / seconds))
-    return Running(j, g, b.slot, b.ready if b.started else None, left, 1.0, b.end)
+    return Running(j, g, b.slot, b.ready if b.started else None, left, 1.0, b.end, b.planned)
 
 
 def _pending_job(snap: CycleInput, view: Classified, model: GpuModel, memo: dict, jid: str) -> Job:
     """Held job ``jid`` as the planner's `Job` on ``model``, with its priority."""
     est = snap.estimates[jid]
-    return _job(view.jobs[jid], est, model, snap.now, memo, view.priority.get(jid, 0))
+    job = view.jobs[jid]
+    out = _job(job, est, model, snap.now, memo, view.priority.get(jid, 0))
+    run, least = snap.moved_up.get(jid, (-1, 0))
+    if run == job.restart_count and least:  # moved up: not back below where it went
+        times = {s: (t if s >= least else math.inf) for s, t in out.times.items()}
+        if any(math.isfinite(t) for t in times.values()):
+            out = replace(out, times=MappingProxyType(times))
+    return out
 
 
 def _standing_plans(

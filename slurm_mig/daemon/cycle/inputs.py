@@ -85,6 +85,13 @@ class CycleInput:
     # the objective the policy plans by ("": its own rule); the daemon's is
     # `policyset.configured_objective`: [planner] objective, else balanced where taken
     objective: str = ""
+    # [planner] upsize: seconds before adaptive may move an overrunning restartable job
+    # to an idle whole GPU (`planner.upsize`); 0: off
+    upsize: float = 0.0
+    # jobs a policy moved up (`Requeue.at_least`), kept by the daemon: job id -> (the
+    # run, the least size): that run is planned on that size or larger only, as the
+    # move meant (a plan made afresh could put it back where it came from)
+    moved_up: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     # held jobs that Slurm kept pending after their release (a limit, licenses, not
     # started in time), and why, while their back-off lasts (the daemon's `Backoff`)
     limited: Mapping[str, str] = field(default_factory=dict)

@@ -28,10 +28,12 @@ def configured_objective(algorithm: str, objective: str) -> str:
 @dataclass
 class PolicySet:
     """The configured policy per group of GPUs (module doc), with ``objective`` ("":
-    the policy's own). ``built`` counts the policies made over the daemon's run."""
+    the policy's own) and ``upsize`` (seconds; 0: off, `planner.upsize`). ``built``
+    counts the policies made over the daemon's run."""
 
     algorithm: str
     objective: str = ""
+    upsize: float = 0.0
     built: int = 0
     _kept: dict[Hashable, Policy] = field(default_factory=dict, repr=False)
 
@@ -42,6 +44,8 @@ class PolicySet:
             policy = self._kept.get(group)
             if policy is None:
                 options = policy_info(self.algorithm).objective_options(self.objective)
+                if self.upsize > 0:
+                    options = {**options, "upsize": self.upsize}
                 policy = get_policy(self.algorithm, **options)
                 self.built += 1
             kept[group] = policy

@@ -29,8 +29,8 @@ def schedule(
     single cycle) they are built for this cycle."""
     if not groups:
         return []
-    wanted = (snap.algorithm, snap.objective)
-    if policies is None or (policies.algorithm, policies.objective) != wanted:
+    wanted = (snap.algorithm, snap.objective, snap.upsize)
+    if policies is None or (policies.algorithm, policies.objective, policies.upsize) != wanted:
         policies = PolicySet(*wanted)
     settings = BatchSettings(
         window=snap.batch_window,
