@@ -16,6 +16,9 @@ dynamic policies plan with the daemon's own estimates from the runs finished so 
 the static layouts and whole GPUs (Slurm itself) with the time limits; the engine runs
 the true times. ``--priority none --knowledge oracle`` is issue 20's condition (equal
 priorities, every job's true seconds), whose figures the README keeps, labelled.
+``--restartable`` (any condition): every job says ``mig:restartable=yes``, a move costs
+``--restart-s`` (180 s), and ``adaptive:upsize=300`` (`slurm_mig.planner.upsize`) joins
+the dynamic policies, with done-when checks of its own.
 
 Other conditions (all in the simulator, no GPU): A100-40GB GPUs on one node; creating and
 destroying instances takes Table 1's times, one operation at a time per GPU. Streams
@@ -120,7 +123,7 @@ DYNAMIC = (
     "migm-a",
     "baseline",
 )
-UPSIZE = "adaptive:upsize=300"  # --restartable: the default, moving overrunning jobs up
+UPSIZE = "adaptive:upsize=300"  # --restartable: adaptive moving overrunning jobs up
 RESTART_S = 180.0  # --restartable: a move's cost (Slurm's requeue delay, 121 s, + restart)
 BATCH_EXTRA = ("far:objective=makespan",)  # batches only: FAR as the paper plans them
 WHOLE = "no-mig"

@@ -15,7 +15,7 @@ for on its size and at least ``min_run`` seconds, onto a GPU with no job and not
 this decision does. Its estimate's curve is not asked whether the whole GPU is faster:
 the run just proved its estimate wrong, and a whole GPU is never slower than a slice
 of it (the learned curves of MISO's kinds, from runs of different lengths, are often
-flat: asking them kept most of the loss, README "Upsizing"). The longest-running jobs
+flat: asking them kept most of the loss, README "Restartable jobs move up"). The longest-running jobs
 move first, one per idle GPU.
 """
 
