@@ -636,6 +636,9 @@ def test_upsize_requeues_an_overrunning_restartable_job_that_then_takes_a_whole_
             w.finish(jid)
             w.complete(jid)
     assert not of_type(plan_cycle(w.snapshot(algorithm="adaptive")), Requeue)  # off: default
+    # a requeue already sent for this run, not yet carried out by Slurm: not sent again
+    sent = w.snapshot(algorithm="adaptive", upsize=300.0, moved_up={long: (1, 7)})
+    assert not of_type(plan_cycle(sent), Requeue)
     result, report = w.cycle(algorithm="adaptive", upsize=300.0)
     (requeue,) = [a for a in result.actions if not isinstance(a, Learn)]
     assert requeue == Requeue(long, "adaptive moves it to a larger slice (7 slices)", 7, 1)
@@ -1175,6 +1178,8 @@ def test_a_job_moved_up_is_remembered_until_its_next_run_begins():
     assert moved_up_after(kept, [], [running[0].view()]) == kept
     waiting = SimJob("7", T0, restart_count=1)
     assert moved_up_after(kept, [], [waiting.view()]) == kept
+    between = SimJob("7", T0, state="REQUEUE_HOLD", restart_count=1)  # Slurm 26.05
+    assert moved_up_after(kept, [], [between.view()]) == kept
     # run 1 begun, or the job gone: dropped
     began = SimJob("7", T0, state="RUNNING", held=False, restart_count=1)
     assert moved_up_after(kept, [], [began.view()]) == {}

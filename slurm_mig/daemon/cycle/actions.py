@@ -151,13 +151,14 @@ def moved_up_after(
 ) -> dict[str, tuple[int, int]]:
     """The jobs moved up (`CycleInput.moved_up`) after a cycle that saw ``jobs`` and
     took ``actions``: those kept while squeue shows them and their next run has not
-    begun (pending, or still on the run the move requeues), and this cycle's moves up."""
+    begun (still on the run the move requeues, or not active: Slurm 26.05 shows a job
+    it requeues as REQUEUE_HOLD before PENDING), and this cycle's moves up."""
     runs = {j.job_id: j.restart_count for j in jobs}
-    pending = {j.job_id for j in jobs if job_phase(j.state) == "pending"}
+    active = {j.job_id for j in jobs if job_phase(j.state) == "active"}
     out = {
         jid: up
         for jid, up in moved_up.items()
-        if jid in runs and (jid in pending or runs[jid] < up[0])
+        if jid in runs and (runs[jid] < up[0] or jid not in active)
     }
     for a in actions:
         if isinstance(a, Requeue) and a.at_least:

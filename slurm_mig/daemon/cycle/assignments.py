@@ -66,7 +66,8 @@ def assignments(
                 released.append(op.job)
             elif type(op) is Move:
                 job = view.jobs.get(op.job)
-                if job is not None:
+                sent = snap.moved_up.get(op.job, (-1, 0))[0] > (job.restart_count if job else 0)
+                if job is not None and not sent:  # sent: Slurm has yet to carry it out
                     run = snap_g.running.get(op.job)
                     up = run is not None and op.slot.size > run.slot.size
                     requeues.append(
