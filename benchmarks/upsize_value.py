@@ -6,7 +6,8 @@ job, so their figures are value.py's.
 
     PYTHONPATH=. .venv/bin/python benchmarks/upsize_value.py [--seed 0] [--restart-s 60]
 
-Prints mean and p95 JCT of ``adaptive`` and ``adaptive:upsize=300`` per workload, and
+Prints mean and p95 JCT of ``adaptive`` and ``adaptive:upsize=300`` per workload (value.py's
+`run_case`), and
 the site_value trace (MISO's first 200 jobs on 40 A100s, one user) at seeds 0 and 1
 beside Slurm alone's 4-3 layout there. ``--restart-s``: the seconds a move costs
 (requeue, restart, reading the checkpoint; the simulator's default is MISO's 5 s).
@@ -26,29 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import site_value  # noqa: E402
 import value  # noqa: E402
 
-from slurm_mig.cli.simulate import parse_policies  # noqa: E402
-from slurm_mig.sim.engine import simulate  # noqa: E402
-from slurm_mig.sim.policies import get_policy  # noqa: E402
-
 LABELS = ("adaptive", "adaptive:upsize=300")
 STATIC = "static:layout=4-3:match=fit"
-
-
-def run(jobs, label: str, gpus: int, seed: int, restart_s: float, nodes: int = 1) -> dict:
-    """One simulation of ``label`` on ``jobs`` (all restartable), age priority, learned."""
-    ((_, name, opts),) = parse_policies(label)
-    res = simulate(
-        [replace(j, restartable=True) for j in jobs],
-        get_policy(name, **opts),
-        nodes,
-        gpus // nodes,
-        value.MODEL,
-        seed,
-        priority="age",
-        knowledge="learned",
-        migration_s=restart_s,
-    )
-    return res.summary()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,18 +40,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"uptime at start: {value.uptime()}")
     print(f"priority age, knowledge learned, load 1x, seed {args.seed}, every job restartable, "
           f"{args.restart_s:g} s per move\n")  # fmt: skip
-    print(f"{'workload':<14} {'policy':<22} {'JCT s':>9} {'p95 s':>9} {'moves':>6}")
+    print(f"{'workload':<14} {'policy':<22} {'JCT s':>9} {'p95 s':>9}")
+    condition = ("age", "learned", args.restart_s)
     for wl in value.WORKLOADS:
-        jobs = value.build_jobs(wl, 1.0, args.seed if wl.seeded else 0, True)
         for label in LABELS:
-            s = run(jobs, label, wl.gpus, args.seed, args.restart_s)
-            print(f"{wl.key:<14} {label:<22} {s['jct_mean']:>9,.0f} {s['jct_p95']:>9,.0f} "
-                  f"{s['migrations']:>6}")  # fmt: skip
+            s = value.run_case((wl, 1.0, args.seed, label, condition))[4]
+            print(f"{wl.key:<14} {label:<22} {s['jct_mean']:>9,.0f} {s['jct_p95']:>9,.0f}")
     print("\nsite_value's trace (200 jobs, 40 A100s on 5 nodes, 1/20, unpaced):")
     for seed in (0, 1):
-        jobs = site_value.trace_jobs(200, seed, 20.0)
+        jobs = [replace(j, restartable=True) for j in site_value.trace_jobs(200, seed, 20.0)]
         for label in (STATIC, *LABELS):
-            s = run(jobs, label, 40, seed, args.restart_s, nodes=5)
+            s = site_value.simulate_label(jobs, label, 5, seed, migration_s=args.restart_s)[0]
             print(f"seed {seed} {label:<30} {s['jct_mean']:>9,.0f} {s['jct_p95']:>9,.0f}")
     print(f"\nrun time {time.monotonic() - t0:.0f} s; uptime at end: {value.uptime()}")
     return 0

@@ -66,21 +66,13 @@ def assignments(
                 released.append(op.job)
             elif type(op) is Move:
                 job = view.jobs.get(op.job)
-                sent = snap.moved_up.get(op.job, (-1, 0))[0] > (job.restart_count if job else 0)
-                if job is not None and not sent:  # sent: Slurm has yet to carry it out
-                    run = snap_g.running.get(op.job)
-                    up = run is not None and op.slot.size > run.slot.size
-                    requeues.append(
-                        Requeue(
-                            op.job,
-                            f"{snap.algorithm} moves it to "
-                            + (
-                                f"a larger slice ({op.slot.size} slices)" if up else "another slice"
-                            ),
-                            op.slot.size if up else 0,
-                            job.restart_count + 1,
-                        )
-                    )
+                if job is None or snap.moved_up.get(op.job, (-1, 0))[0] > job.restart_count:
+                    continue  # gone, or its requeue sent and not yet carried out by Slurm
+                run = snap_g.running.get(op.job)
+                up = op.slot.size if run is not None and op.slot.size > run.slot.size else 0
+                where = f"a larger slice ({up} slices)" if up else "another slice"
+                why = f"{snap.algorithm} moves it to {where}"
+                requeues.append(Requeue(op.job, why, up, job.restart_count + 1))
     return final, sorted(set(released), key=job_sort_key), requeues
 
 
