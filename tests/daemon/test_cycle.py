@@ -647,6 +647,13 @@ def test_upsize_requeues_an_overrunning_restartable_job_that_then_takes_a_whole_
     assert (job.state, job.held, job.restart_count) == ("PENDING", True, 1)
     afresh = plan_cycle(w.snapshot(algorithm="adaptive", upsize=300.0))
     assert afresh.planned[long].profile == "3g.20gb"  # what its estimate alone gives
+    # squeue showed another run count than the one the move expected (Slurm 26.05 under
+    # load): still planned on the 7g, not put back where it came from
+    other = {long: (requeue.run + 1, requeue.at_least)}
+    assert (
+        plan_cycle(w.snapshot(algorithm="adaptive", moved_up=other)).planned[long].profile
+        == "7g.40gb"
+    )
     moved = {long: (requeue.run, requeue.at_least)}
     result, _ = w.cycle(algorithm="adaptive", upsize=300.0, moved_up=moved)
     assert result.released == (long,) and result.planned[long].profile == "7g.40gb"

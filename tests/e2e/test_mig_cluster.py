@@ -397,7 +397,7 @@ def test_upsize_requeues_an_overrunning_restartable_job_onto_a_whole_gpu(live):
     others = [lc.submit("HeartWall", scale) for _ in range(13)]
     long = lc.submit("Gaussian", scale, hints="restartable=yes", args=("--requeue",))
     lc.start_planner()
-    jobs = lc.wait_done([*others, long], 300)
+    jobs = lc.wait_done([*others, long], 600)  # a loaded node reports its slices late
     assert {jobs[j].state for j in [*others, long]} == {"COMPLETED"}, lc.cluster.logs()
     assert jobs[long].restart_count >= 1 and all(jobs[j].restart_count == 0 for j in others)
     runs = sorted((r for r in lc.records() if r["job"] == long), key=lambda r: r["end"])

@@ -230,8 +230,8 @@ def _pending_job(snap: CycleInput, view: Classified, model: GpuModel, memo: dict
     est = snap.estimates[jid]
     job = view.jobs[jid]
     out = _job(job, est, model, snap.now, memo, view.priority.get(jid, 0))
-    run, least = snap.moved_up.get(jid, (-1, 0))
-    if run == job.restart_count and least:  # moved up: not back below where it went
+    least = snap.moved_up.get(jid, (0, 0))[1]
+    if least:  # moved up: not back below where it went (squeue may show the old run's count)
         times = {s: (t if s >= least else math.inf) for s, t in out.times.items()}
         if any(math.isfinite(t) for t in times.values()):
             out = replace(out, times=MappingProxyType(times))

@@ -89,8 +89,8 @@ class CycleInput:
     # to an idle whole GPU (`planner.upsize`); 0: off
     upsize: float = 0.0
     # jobs a policy moved up (`Requeue.at_least`), kept by the daemon: job id -> (the
-    # run, the least size): that run is planned on that size or larger only, as the
-    # move meant (a plan made afresh could put it back where it came from)
+    # run, the least size): while it waits it is planned on that size or larger only,
+    # as the move meant (a plan made afresh could put it back where it came from)
     moved_up: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     # held jobs that Slurm kept pending after their release (a limit, licenses, not
     # started in time), and why, while their back-off lasts (the daemon's `Backoff`)
