@@ -1187,6 +1187,8 @@ def test_a_job_moved_up_is_remembered_until_its_next_run_begins():
     assert moved_up_after(kept, [], [waiting.view()]) == kept
     between = SimJob("7", T0, state="REQUEUE_HOLD", restart_count=1)  # Slurm 26.05
     assert moved_up_after(kept, [], [between.view()]) == kept
+    ending = SimJob("7", T0, state="COMPLETING", restart_count=1)  # 22.05: run 0 ending
+    assert moved_up_after(kept, [], [ending.view()]) == kept
     # run 1 begun, or the job gone: dropped
     began = SimJob("7", T0, state="RUNNING", held=False, restart_count=1)
     assert moved_up_after(kept, [], [began.view()]) == {}

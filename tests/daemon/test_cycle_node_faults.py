@@ -361,6 +361,24 @@ def test_the_daemon_reads_the_nodes_reports_and_logs_a_stale_record_once(tmp_pat
     assert 'slurm_mig_planner_stale_node_records{node="gpu01"} 1.0' in text
 
 
+def test_a_stale_record_of_a_run_the_planner_moved_up_is_logged_as_info(tmp_path, caplog):
+    """A run the planner requeued to move its job up (`Requeue.at_least`) leaves its
+    node's record until the next report: expected, so INFO, not a WARNING per move."""
+    from slurm_mig.daemon.receiver import ReportDB
+    from slurm_mig.node.nodestate import JobRecord
+
+    daemon, slurm, out, clock = _daemon(tmp_path, [finished("1")])
+    daemon.moved_up = {"1": (1, 7)}
+    rec = JobRecord("1", 0, 0, "7g.40gb", WHOLE, "MIG-x", T0 - 900, T0 - 900, False)
+    body = {"id": "i", "node": "gpu01", "kind": "instances", "digest": "d", "seq": 1,
+            "at": T0 - 900, "data": {"jobs": [rec.to_json()], "kept": []}}  # fmt: skip
+    assert ReportDB(daemon.config.state_dir).store([body], now=T0 - 900) == [None]
+    with caplog.at_level(logging.INFO, logger="slurm_mig.planner"):
+        daemon.run_cycle()
+    said = [r for r in caplog.records if "still holds the instance" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO]
+
+
 def test_the_daemon_bars_a_slot_after_two_requeues_from_it_before_planning(tmp_path, caplog):
     a0 = Assignment("7", 0, "gpu01", 0, "A100-40GB", "7g.40gb", WHOLE, 0, 0, 60.0, T0)
     daemon, slurm, out, clock = _daemon(tmp_path, [requeued("7", a0)])

@@ -151,19 +151,26 @@ def moved_up_after(
 ) -> dict[str, tuple[int, int]]:
     """The jobs moved up (`CycleInput.moved_up`) after a cycle that saw ``jobs`` and
     took ``actions``: those kept while squeue shows them and their next run has not
-    begun (still on the run the move requeues, or not active: Slurm 26.05 shows a job
-    it requeues as REQUEUE_HOLD before PENDING), and this cycle's moves up."""
+    begun (still on the run the move requeues, or not running: Slurm 26.05 shows a job
+    it requeues as REQUEUE_HOLD before PENDING, 22.05 as COMPLETING with the next run's
+    count while the old run ends), and this cycle's moves up."""
     runs = {j.job_id: j.restart_count for j in jobs}
-    active = {j.job_id for j in jobs if job_phase(j.state) == "active"}
+    begun = {j.job_id for j in jobs if _running(j.state)}
     out = {
         jid: up
         for jid, up in moved_up.items()
-        if jid in runs and (runs[jid] < up[0] or jid not in active)
+        if jid in runs and (runs[jid] < up[0] or jid not in begun)
     }
     for a in actions:
         if isinstance(a, Requeue) and a.at_least:
             out[a.job_id] = (a.run, a.at_least)
     return out
+
+
+def _running(state: str) -> bool:
+    """Whether a squeue state is of a run under way (active, and not an old run that
+    is still ending: COMPLETING)."""
+    return job_phase(state) == "active" and "COMPLETING" not in (state or "").upper()
 
 
 @dataclass(frozen=True)
