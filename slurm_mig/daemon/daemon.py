@@ -55,8 +55,8 @@ from .cycle import (
     plan_cycle,
     requeued_by_slurm,
     requeued_runs,
+    stale_job,
 )
-from .cycle.stale import STALE_PREFIX
 from .cycleinput import build_cycle_input, reported_records, usable_nodes
 from .cyclereport import ApplyReport, CycleReport
 from .daemonlog import log_cycle, log_repartitions, log_to_file, os_hint
@@ -285,7 +285,7 @@ class PlannerDaemon:
         for jid, reason in result.limited.items():
             log.info("job %s: Slurm keeps it pending (%s); planned again later", jid, reason)
         for sid in sorted(result.stale.keys() - self.stale_seen):
-            job = sid.removeprefix(STALE_PREFIX).split("@", 1)[0]
+            job = stale_job(sid)
             # a run this planner requeued to move its job up: expected until the next report
             log.log(
                 logging.INFO if job in self.moved_up else logging.WARNING, "%s", result.stale[sid]

@@ -105,6 +105,7 @@ from .refused import REFUSALS, Refusals, avoid_refused, requeued_by_slurm, reque
 from .result import cycle_result, in_place_order
 from .reuse import early_releases, link_reuse
 from .schedule import schedule
+from .stale import stale_job
 
 __all__ = [
     "PolicySet",
@@ -151,6 +152,7 @@ __all__ = [
     "requeued_by_slurm",
     "requeued_runs",
     "schedule",
+    "stale_job",
 ]
 
 

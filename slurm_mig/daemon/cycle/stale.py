@@ -25,6 +25,7 @@ __all__ = [
     "STALE_PREFIX",
     "stale_event",
     "stale_id",
+    "stale_job",
     "stale_records",
     "stale_why",
 ]
@@ -39,6 +40,11 @@ STALE_PREFIX = "stale:"  # the busy entry of a stale record: stale:<job>@<node>:
 def stale_id(r: NodeRecord) -> str:
     """The id of a stale record's busy entry (never a Slurm job id)."""
     return f"{STALE_PREFIX}{r.job_id}@{r.node}:{r.gpu}"
+
+
+def stale_job(sid: str) -> str:
+    """The Slurm job id a stale record's busy entry (`stale_id`) is of."""
+    return sid.removeprefix(STALE_PREFIX).split("@", 1)[0]
 
 
 def _runs_on(job: JobLike, node: str) -> bool:
